@@ -1,0 +1,274 @@
+//! Command-line and environment configuration of the `outbox-relay` binary.
+//!
+//! Every setting is a flag with an environment fallback, so the same binary is configured by
+//! flags on a laptop and by environment variables in a container.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Publishes committed transactional-outbox rows from PostgreSQL to Kafka.
+#[derive(Debug, Parser)]
+#[command(name = "outbox-relay", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the relay: publish outbox rows to Kafka until SIGTERM. A second instance against
+    /// the same database waits as a hot standby and takes over when the first one dies.
+    Run(Box<RunArgs>),
+    /// Apply the outbox schema (outbox table, relay lease table) to the database.
+    Migrate(DbArgs),
+    /// Print the backlog, the age of the oldest unpublished event and the lease holder.
+    Status(StatusArgs),
+}
+
+/// Database connection settings.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// PostgreSQL connection URL of the database that holds the outbox table.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+}
+
+/// Kafka producer and topic settings.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers, comma separated (`host:port,host:port`).
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub kafka_brokers: String,
+
+    /// Prefix of routed topics: an event goes to `<prefix><aggregate_type>` unless its row
+    /// sets `topic`. The default matches Debezium's outbox event router.
+    #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = outbox_kit::DEFAULT_TOPIC_PREFIX)]
+    pub topic_prefix: String,
+
+    /// Extra librdkafka producer settings as KEY=VALUE (repeatable; comma separated in the
+    /// environment variable). They override the relay's defaults, except that idempotence
+    /// and acks=all cannot be turned off.
+    #[arg(long = "kafka-config", env = "OUTBOX_KAFKA_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
+    pub kafka_config: Vec<(String, String)>,
+
+    /// Create a topic the relay is about to publish to when the broker does not have it.
+    /// Off by default: in production, topics are usually owned by whoever runs the cluster.
+    #[arg(long, env = "OUTBOX_CREATE_MISSING_TOPICS", default_value_t = false)]
+    pub create_missing_topics: bool,
+
+    /// Partitions of topics created by `--create-missing-topics`.
+    #[arg(long, env = "OUTBOX_TOPIC_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
+    pub topic_partitions: i32,
+
+    /// Replication factor of topics created by `--create-missing-topics`.
+    #[arg(long, env = "OUTBOX_TOPIC_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
+    pub topic_replication_factor: i32,
+}
+
+/// Settings of `outbox-relay run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub db: DbArgs,
+
+    /// Kafka settings.
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+
+    /// Most rows read and published per batch. Larger batches raise throughput; every row of
+    /// a batch is in flight at once.
+    #[arg(long, env = "OUTBOX_BATCH_SIZE", default_value_t = 2000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub batch_size: i64,
+
+    /// Longest wait between two polls of an idle outbox, in milliseconds. After a non-empty
+    /// batch the relay polls again at once; while the outbox stays empty the wait doubles from
+    /// `--min-poll-interval-ms` up to this value. A NOTIFY on channel `outbox_relay` wakes it
+    /// at once (optional for writers).
+    #[arg(long, env = "OUTBOX_POLL_INTERVAL_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
+    pub poll_interval_ms: u64,
+
+    /// Shortest wait between polls, in milliseconds (see `--poll-interval-ms`).
+    #[arg(long, env = "OUTBOX_MIN_POLL_INTERVAL_MS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_poll_interval_ms: u64,
+
+    /// Name of the relay lease: relays sharing a lease name and a database elect one active
+    /// publisher; the others are hot standbys.
+    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default")]
+    pub lease_name: String,
+
+    /// Lease time-to-live in milliseconds. A standby takes over at most this long (plus one
+    /// standby poll) after the active relay stopped renewing. Renewed every third of it.
+    #[arg(long, env = "OUTBOX_LEASE_TTL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(300..))]
+    pub lease_ttl_ms: u64,
+
+    /// This instance's name in the lease table (shown by `status`). Default: host name, process
+    /// id and a random suffix.
+    #[arg(long, env = "OUTBOX_INSTANCE_ID")]
+    pub instance_id: Option<String>,
+
+    /// Address of the HTTP server for `/metrics` (Prometheus text) and `/healthz`.
+    #[arg(long, env = "METRICS_ADDR", default_value = "127.0.0.1:9187")]
+    pub metrics_addr: SocketAddr,
+
+    /// How long SIGTERM waits for acknowledgements of messages already in flight before the
+    /// relay exits without marking them (they are published again later), in milliseconds.
+    #[arg(long, env = "OUTBOX_SHUTDOWN_TIMEOUT_MS", default_value_t = 7000)]
+    pub shutdown_timeout_ms: u64,
+}
+
+/// Settings of `outbox-relay status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Lease name to report on.
+    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default")]
+    pub lease_name: String,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RunArgs {
+    /// Poll interval bounds.
+    pub fn poll_bounds(&self) -> (Duration, Duration) {
+        let max = Duration::from_millis(self.poll_interval_ms);
+        let min = Duration::from_millis(self.min_poll_interval_ms).min(max);
+        (min, max)
+    }
+
+    /// The lease time-to-live.
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
+    }
+
+    /// The shutdown deadline for in-flight acknowledgements.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.shutdown_timeout_ms)
+    }
+
+    /// The instance id, or a generated one.
+    pub fn instance_id(&self) -> String {
+        self.instance_id.clone().unwrap_or_else(default_instance_id)
+    }
+}
+
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "relay".to_owned());
+    let suffix: u16 = rand::random();
+    format!("{host}-{}-{suffix:04x}", std::process::id())
+}
+
+/// Parses `KEY=VALUE`.
+///
+/// # Errors
+/// When there is no `=` or the key is empty.
+pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got `{s}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut argv = vec!["outbox-relay", "run"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(r) => *r,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_parse_with_defaults() {
+        let r = run_args(&[
+            "--database-url",
+            "postgres://x/db",
+            "--kafka-brokers",
+            "k:9092",
+        ]);
+        assert_eq!(r.db.database_url, "postgres://x/db");
+        assert_eq!(r.kafka.kafka_brokers, "k:9092");
+        assert_eq!(r.kafka.topic_prefix, "outbox.event.");
+        assert_eq!(r.batch_size, 2000);
+        assert!(!r.kafka.create_missing_topics);
+        assert_eq!(r.kafka.topic_partitions, 6);
+        assert_eq!(r.lease_name, "default");
+        assert_eq!(
+            r.poll_bounds(),
+            (Duration::from_millis(5), Duration::from_millis(500))
+        );
+    }
+
+    #[test]
+    fn librdkafka_settings_are_key_values() {
+        let r = run_args(&[
+            "--database-url",
+            "postgres://x/db",
+            "--kafka-brokers",
+            "k:9092",
+            "--kafka-config",
+            "linger.ms=10",
+            "--kafka-config",
+            "compression.type = zstd",
+        ]);
+        assert_eq!(
+            r.kafka.kafka_config,
+            vec![
+                ("linger.ms".to_owned(), "10".to_owned()),
+                ("compression.type".to_owned(), "zstd".to_owned())
+            ]
+        );
+        assert!(parse_key_value("novalue").is_err());
+        assert!(parse_key_value("=x").is_err());
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for bad in [
+            &["--batch-size", "0"][..],
+            &["--topic-partitions", "0"],
+            &["--lease-ttl-ms", "10"],
+        ] {
+            let mut argv = vec![
+                "outbox-relay",
+                "run",
+                "--database-url",
+                "postgres://x/db",
+                "--kafka-brokers",
+                "k:9092",
+            ];
+            argv.extend_from_slice(bad);
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn missing_database_url_is_an_error() {
+        // Only meaningful when the variable is not set in the test environment.
+        if std::env::var_os("DATABASE_URL").is_none() {
+            assert!(Cli::try_parse_from(["outbox-relay", "migrate"]).is_err());
+        }
+        assert!(Cli::try_parse_from([
+            "outbox-relay",
+            "migrate",
+            "--database-url",
+            "postgres://x/y"
+        ])
+        .is_ok());
+    }
+}

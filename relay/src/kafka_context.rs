@@ -1,0 +1,48 @@
+//! librdkafka client callbacks: broker-level errors are turned into one log line per outage
+//! instead of one per reconnect attempt.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use rdkafka::client::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// Client context of the relay's producer; clones share the broker state.
+#[derive(Debug, Default, Clone)]
+pub struct RelayContext {
+    broker_down: Arc<AtomicBool>,
+}
+
+impl RelayContext {
+    /// True while librdkafka reports the brokers unreachable.
+    pub fn broker_down(&self) -> bool {
+        self.broker_down.load(Ordering::Relaxed)
+    }
+
+    /// Called when a delivery succeeded: the broker is reachable again.
+    pub fn mark_broker_up(&self) {
+        if self.broker_down.swap(false, Ordering::Relaxed) {
+            tracing::info!("Kafka broker reachable again");
+        }
+    }
+}
+
+impl ClientContext for RelayContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let transport = matches!(
+            error.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::AllBrokersDown
+                    | RDKafkaErrorCode::BrokerTransportFailure
+                    | RDKafkaErrorCode::Resolve
+            )
+        );
+        if transport {
+            if !self.broker_down.swap(true, Ordering::Relaxed) {
+                tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying, in-flight events stay unmarked");
+            }
+        } else {
+            tracing::error!(error = %error, reason, "Kafka client error");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Keeping the relay lease while this instance is the active publisher.
+//!
+//! A background task renews the lease every third of its time-to-live. The relay loop asks
+//! [`LeaseGuard::is_valid`] before each claim: the lease is trusted locally only until the
+//! time-to-live (minus a margin) has passed since the last successful renewal started, so a
+//! relay cut off from the database stops claiming before a standby can take over. Marking is
+//! fenced by the epoch in the database as well (`Store::mark_published`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::outage::Outage;
+use crate::store::{LeaseToken, Store};
+
+/// The lease as held by this instance; renewed in the background until dropped or stopped.
+#[derive(Debug)]
+pub struct LeaseGuard {
+    token: LeaseToken,
+    valid_until: Arc<Mutex<Instant>>,
+    lost: CancellationToken,
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+fn trusted_for(ttl: Duration) -> Duration {
+    ttl.mul_f64(0.8)
+}
+
+impl LeaseGuard {
+    /// Starts renewing `token`, acquired at `acquired_at` (the instant the acquiring
+    /// statement was sent).
+    pub fn start(store: Store, token: LeaseToken, ttl: Duration, acquired_at: Instant) -> Self {
+        let valid_until = Arc::new(Mutex::new(acquired_at + trusted_for(ttl)));
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(renew_loop(
+            store,
+            token.clone(),
+            ttl,
+            valid_until.clone(),
+            lost.clone(),
+            stop.clone(),
+        ));
+        Self {
+            token,
+            valid_until,
+            lost,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// The lease token (name, holder, epoch).
+    pub fn token(&self) -> &LeaseToken {
+        &self.token
+    }
+
+    /// True while the lease is known to be held.
+    pub fn is_valid(&self) -> bool {
+        !self.lost.is_cancelled() && Instant::now() < *self.valid_until.lock().unwrap()
+    }
+
+    /// Resolves when the database says the lease changed hands.
+    pub async fn lost(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// Stops renewing.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+async fn renew_loop(
+    store: Store,
+    token: LeaseToken,
+    ttl: Duration,
+    valid_until: Arc<Mutex<Instant>>,
+    lost: CancellationToken,
+    stop: CancellationToken,
+) {
+    let every = ttl / 3;
+    let mut outage = Outage::new("lease renewal");
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let sent = Instant::now();
+        match store.renew_lease(&token, ttl).await {
+            Ok(true) => {
+                outage.recovered();
+                *valid_until.lock().unwrap() = sent + trusted_for(ttl);
+            }
+            Ok(false) => {
+                tracing::warn!(lease.name = %token.name, lease.epoch = token.epoch, "Relay lease taken over by another instance");
+                lost.cancel();
+                return;
+            }
+            Err(e) => outage.failed(&e),
+        }
+    }
+}

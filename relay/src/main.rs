@@ -1,0 +1,96 @@
+//! `outbox-relay`: parse configuration, run the chosen subcommand.
+
+use anyhow::Context;
+use clap::Parser;
+use outbox_relay::config::{Cli, Command, RunArgs};
+use outbox_relay::metrics::Metrics;
+use outbox_relay::status::Status;
+use outbox_relay::{Relay, RelaySettings, Store};
+use tokio_util::sync::CancellationToken;
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,rdkafka=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    match Cli::parse().command {
+        Command::Migrate(db) => {
+            let store = Store::connect_lazy(&db.database_url).context("invalid DATABASE_URL")?;
+            outbox_kit::schema::migrate(store.pool())
+                .await
+                .context("applying the outbox schema")?;
+            println!("outbox schema is up to date");
+        }
+        Command::Status(args) => {
+            let store =
+                Store::connect_lazy(&args.db.database_url).context("invalid DATABASE_URL")?;
+            let status = Status::read(&store, &args.lease_name)
+                .await
+                .context("reading the outbox status")?;
+            if args.json {
+                println!("{}", serde_json::to_string(&status)?);
+            } else {
+                print!("{}", status.to_text());
+            }
+        }
+        Command::Run(args) => run(*args).await?,
+    }
+    Ok(())
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let store = Store::connect_lazy(&args.db.database_url).context("invalid DATABASE_URL")?;
+    let settings = RelaySettings {
+        brokers: args.kafka.kafka_brokers.clone(),
+        kafka_config: args.kafka.kafka_config.clone(),
+        topic_prefix: args.kafka.topic_prefix.clone(),
+        create_topics: args.kafka.create_missing_topics.then_some((
+            args.kafka.topic_partitions,
+            args.kafka.topic_replication_factor,
+        )),
+        batch_size: args.batch_size,
+        poll: args.poll_bounds(),
+        lease_name: args.lease_name.clone(),
+        instance_id: args.instance_id(),
+        lease_ttl: args.lease_ttl(),
+        shutdown_timeout: args.shutdown_timeout(),
+    };
+    let metrics = Metrics::new();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(outbox_relay::metrics::serve(
+        args.metrics_addr,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(wait_for_signal(shutdown.clone()));
+    let relay = Relay::new(store, settings, metrics);
+    let result = relay.run(shutdown.clone()).await;
+    shutdown.cancel();
+    match server.await {
+        Ok(Err(e)) => tracing::error!(error = %e, "Metrics server failed"),
+        Err(e) => tracing::error!(error = %e, "Metrics server panicked"),
+        Ok(Ok(())) => {}
+    }
+    result
+}
+
+async fn wait_for_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received; stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; stopping"),
+    }
+    shutdown.cancel();
+}
