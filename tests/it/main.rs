@@ -1,1 +1,8 @@
-//! it
+//! End-to-end tests: real PostgreSQL, a real Kafka-protocol broker, relay processes, and an
+//! independent client (kafka-python) checking what landed on the broker.
+
+mod common;
+mod failover;
+mod faults;
+mod lease_lock;
+mod stream;

@@ -1,1 +1,57 @@
-//! e2e
+//! Harness for the end-to-end tests: real PostgreSQL, a real Kafka-protocol broker, the relay
+//! binary in its own process, and an independent Kafka client (kafka-python) to check what
+//! landed on the broker.
+//!
+//! Shared servers come from `DATABASE_URL` (an admin URL; each test creates its own database)
+//! and `KAFKA_BROKERS` (each test uses its own topic prefix). Tests that restart a server start
+//! a private one of their own ([`servers`]).
+
+pub mod db;
+pub mod proc;
+pub mod servers;
+pub mod stream;
+pub mod verify;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The workspace root.
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// `KAFKA_BROKERS` of the shared broker.
+pub fn kafka_brokers() -> String {
+    std::env::var("KAFKA_BROKERS").expect(
+        "KAFKA_BROKERS is not set: run the tests with `make test`, or start a broker with \
+         `deploy/local/up.sh` and source its env.sh",
+    )
+}
+
+/// A random topic prefix, so every test has its own topics on a shared broker.
+pub fn unique_topic_prefix() -> String {
+    format!("t{:08x}.outbox.event.", rand::random::<u32>())
+}
+
+/// A free TCP port on the loopback interface.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `check` until it returns `Some`, failing the test after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,57 @@
+//! Helpers shared by the test modules.
+
+use std::time::Duration;
+
+use e2e::stream::Written;
+use e2e::verify::{check, dump, Report};
+use sqlx::PgPool;
+
+pub const AGGREGATE_TYPE: &str = "order";
+
+/// Waits (with a deadline) until the outbox is empty, i.e. every committed row was
+/// acknowledged and marked, then reads the topic with kafka-python and compares.
+pub async fn drain_and_check(pool: &PgPool, brokers: &str, prefix: &str, written: &Written, deadline: Duration) -> Report {
+    e2e::wait_for("the outbox to drain", deadline, || async {
+        matches!(e2e::db::backlog(pool).await, Ok(0)).then_some(())
+    })
+    .await;
+    let topic = format!("{prefix}{AGGREGATE_TYPE}");
+    let brokers = brokers.to_owned();
+    let records = tokio::task::spawn_blocking(move || dump(&brokers, &[topic])).await.unwrap();
+    let report = check(written, &records, AGGREGATE_TYPE);
+    eprintln!(
+        "broker check: {} messages, {} of {} committed events delivered, {} duplicates, {} missing, \
+         {} rolled-back found, {} order violations, {} header errors, {} unknown-outcome events",
+        report.messages,
+        report.delivered,
+        written.committed.len(),
+        report.duplicates,
+        report.missing.len(),
+        report.rolled_back_found.len(),
+        report.order_violations.len(),
+        report.header_errors.len(),
+        written.unknown.len(),
+    );
+    assert!(report.order_violations.len() < 20, "order violations: {:?}", report.order_violations);
+    assert!(report.header_errors.len() < 20, "header errors: {:?}", &report.header_errors[..report.header_errors.len().min(10)]);
+    assert!(report.is_clean(), "broker does not match the committed stream: {report:?}");
+    report
+}
+
+/// Published count reported by a relay's `/metrics` (0 when unreachable).
+pub async fn published(relay: &e2e::proc::RelayProcess) -> f64 {
+    relay
+        .metrics()
+        .await
+        .and_then(|m| e2e::proc::metric_value(&m, "outbox_events_published_total"))
+        .unwrap_or(0.0)
+}
+
+/// Current lease holder and epoch.
+pub async fn lease_holder(pool: &PgPool) -> Option<(String, i64)> {
+    sqlx::query_as("SELECT holder, epoch FROM outbox_relay_lease WHERE name = 'default' AND expires_at > now()")
+        .fetch_optional(pool)
+        .await
+        .ok()
+        .flatten()
+}

@@ -1,0 +1,86 @@
+//! Outages: the broker stopped for 20 s, PostgreSQL restarted; the relay retries with backoff
+//! and resumes by itself, and nothing committed is lost. These tests start private servers
+//! because they stop them.
+
+use std::time::Duration;
+
+use e2e::proc::{RelayArgs, RelayProcess};
+use e2e::servers::{PgCluster, Tansu};
+use e2e::stream::{write_stream, StreamSpec};
+
+use crate::common::{drain_and_check, published, AGGREGATE_TYPE};
+
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
+    let mut tansu = Tansu::start();
+    let brokers = tansu.brokers();
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    let mut relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "broker-outage"));
+
+    // Keep the stream small: tansu's sqlite engine is slow, and the checking client reads it all.
+    let spec = StreamSpec { events: 3_000, pause: Duration::from_millis(80), ..StreamSpec::default() };
+    let pool = db.pool.clone();
+    let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
+
+    e2e::wait_for("the relay to publish", Duration::from_secs(60), || async {
+        (published(&relay).await >= 300.0).then_some(())
+    })
+    .await;
+    tansu.stop();
+    let during = published(&relay).await;
+    // The outage itself: 20 s without a broker while writers keep committing.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(relay.is_running(), "the relay must survive a broker outage");
+    assert!(e2e::db::backlog(&db.pool).await.unwrap() > 0, "events committed during the outage wait in the outbox");
+    let after = published(&relay).await;
+    assert!(after - during < 2_000.0, "nothing can be acknowledged without a broker");
+    tansu.start_again();
+
+    let written = writers.await.unwrap();
+    let report = drain_and_check(&db.pool, &brokers, &prefix, &written, Duration::from_secs(240)).await;
+    eprintln!("broker outage: {} duplicates", report.duplicates);
+    let log = relay.log_text();
+    let unreachable = count(&log, "Kafka broker unreachable");
+    eprintln!("relay logged the broker outage {unreachable} time(s)");
+    assert!(unreachable <= 3, "the outage should be logged once, not per retry:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_restarted_mid_stream_loses_nothing() {
+    let pg = PgCluster::start();
+    let db = e2e::db::fresh_database_on(&pg.url()).await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "pg-restart"));
+
+    let spec = StreamSpec { events: 4_000, pause: Duration::from_millis(40), ..StreamSpec::default() };
+    let pool = db.pool.clone();
+    let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
+
+    e2e::wait_for("the relay to publish", Duration::from_secs(60), || async {
+        (published(&relay).await >= 300.0).then_some(())
+    })
+    .await;
+    pg.stop_immediate();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    pg.start_again();
+
+    let written = writers.await.unwrap();
+    assert!(written.failed_txns + written.unknown.len() > 0, "the restart should have hit some writer transactions");
+    let report = drain_and_check(&db.pool, &brokers, &prefix, &written, Duration::from_secs(180)).await;
+    eprintln!(
+        "postgres restart: {} duplicates, {} writer transactions failed, {} events with unknown commit outcome",
+        report.duplicates,
+        written.failed_txns,
+        written.unknown.len()
+    );
+    let log = relay.log_text();
+    let failures = count(&log, "Operation failed; retrying with backoff");
+    assert!(failures <= 10, "each outage should be logged once per component, got {failures}:\n{log}");
+    assert!(log.contains("Recovered"), "the relay should log its recovery:\n{log}");
+}

@@ -1,0 +1,159 @@
+//! The relay binary as a child process.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of the `outbox-relay` binary (`OUTBOX_RELAY_BIN`, else the workspace's debug build).
+pub fn relay_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("OUTBOX_RELAY_BIN") {
+        return p.into();
+    }
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| crate::workspace_root().join("target"));
+    let p = target.join("debug/outbox-relay");
+    assert!(p.exists(), "{} is missing: run `cargo build --bins` first (make test does)", p.display());
+    p
+}
+
+/// Directory for process logs of the tests.
+pub fn log_dir() -> PathBuf {
+    let d = crate::workspace_root().join("target/e2e-logs");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A running relay process; killed when dropped.
+#[derive(Debug)]
+pub struct RelayProcess {
+    child: Child,
+    /// Its log file.
+    pub log: PathBuf,
+    /// Its metrics address.
+    pub metrics_addr: String,
+}
+
+/// How to start a relay.
+#[derive(Debug, Clone)]
+pub struct RelayArgs {
+    /// Database URL.
+    pub database_url: String,
+    /// Brokers.
+    pub brokers: String,
+    /// Topic prefix.
+    pub topic_prefix: String,
+    /// Extra flags.
+    pub extra: Vec<String>,
+    /// Name used for the log file and instance id.
+    pub name: String,
+}
+
+impl RelayArgs {
+    /// Defaults for tests: create topics with 3 partitions, short lease.
+    pub fn new(database_url: &str, brokers: &str, topic_prefix: &str, name: &str) -> Self {
+        Self {
+            database_url: database_url.to_owned(),
+            brokers: brokers.to_owned(),
+            topic_prefix: topic_prefix.to_owned(),
+            extra: vec![],
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl RelayProcess {
+    /// Starts `outbox-relay run` with the given arguments.
+    pub fn start(args: &RelayArgs) -> Self {
+        let metrics_addr = format!("127.0.0.1:{}", crate::free_port());
+        let log = log_dir().join(format!("{}-{:06x}.log", args.name, rand::random::<u32>() & 0xff_ffff));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(relay_binary())
+            .arg("run")
+            .args(["--database-url", &args.database_url])
+            .args(["--kafka-brokers", &args.brokers])
+            .args(["--topic-prefix", &args.topic_prefix])
+            .args(["--metrics-addr", &metrics_addr])
+            .args(["--instance-id", &args.name])
+            .args(["--create-missing-topics", "--topic-partitions", "3"])
+            .args(&args.extra)
+            .env("RUST_LOG", "info,outbox_relay=debug")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("start outbox-relay");
+        Self { child, log, metrics_addr }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait up to `timeout` for the exit; returns how long it took, or `None`
+    /// when it had not exited by then (it is then killed).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<(Duration, std::process::ExitStatus)> {
+        signal(self.pid(), "TERM");
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some((start.elapsed(), status));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        None
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Fetches `/metrics`.
+    pub async fn metrics(&self) -> Option<String> {
+        http_get(&self.metrics_addr, "/metrics").await
+    }
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sends a signal (`TERM`, `KILL`, `STOP`, `CONT`) to a process with kill(1).
+pub fn signal(pid: i32, sig: &str) {
+    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().map(|s| s.success());
+    assert!(matches!(ok, Ok(true)), "kill -{sig} {pid} failed");
+}
+
+/// A minimal HTTP/1.0 GET returning the body on 200.
+pub async fn http_get(addr: &str, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned()).or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
+}
+
+/// Reads a Prometheus sample value (first line starting with `name`).
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.split([' ', '{']).next() == Some(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,184 @@
+//! Private servers for tests that stop and restart them: a PostgreSQL cluster (initdb/pg_ctl
+//! in a temporary directory, run as `postgres` when we are root) and a tansu broker with
+//! sqlite storage (so its data survives a restart).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+}
+
+fn pg_bin_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("PG_BIN_DIR") {
+        return d.into();
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).filter(|p| p.join("initdb").exists()).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.pop().expect("no PostgreSQL binaries: set PG_BIN_DIR or install postgresql")
+}
+
+fn as_pg_user(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run_ok(mut c: Command, what: &str) {
+    let out = c.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(out.status.success(), "{what} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+/// A throwaway PostgreSQL cluster.
+#[derive(Debug)]
+pub struct PgCluster {
+    dir: PathBuf,
+    bin: PathBuf,
+    /// Its port.
+    pub port: u16,
+}
+
+impl PgCluster {
+    /// initdb + start on a free port.
+    pub fn start() -> Self {
+        let bin = pg_bin_dir();
+        let dir = std::env::temp_dir().join(format!("outbox-pg-{:08x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        if is_root() {
+            run_ok(
+                {
+                    let mut c = Command::new("chown");
+                    c.args(["-R", "postgres:postgres"]).arg(&dir);
+                    c
+                },
+                "chown",
+            );
+        }
+        let mut init = as_pg_user(&bin.join("initdb"));
+        init.args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"]).arg(dir.join("data"));
+        run_ok(init, "initdb");
+        let me = Self { dir, bin, port: crate::free_port() };
+        me.pg_ctl_start();
+        me
+    }
+
+    fn pg_ctl_start(&self) {
+        let mut c = as_pg_user(&self.bin.join("pg_ctl"));
+        c.arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-o")
+            .arg(format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.display()))
+            .arg("-l")
+            .arg(self.dir.join("log"))
+            .args(["-w", "-t", "60", "start"]);
+        run_ok(c, "pg_ctl start");
+    }
+
+    /// Admin URL (database `postgres`).
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server abruptly (`-m immediate`: like a crash; recovery runs on start).
+    pub fn stop_immediate(&self) {
+        let mut c = as_pg_user(&self.bin.join("pg_ctl"));
+        c.arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "-w", "stop"]);
+        run_ok(c, "pg_ctl stop");
+    }
+
+    /// Starts it again on the same port.
+    pub fn start_again(&self) {
+        self.pg_ctl_start();
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let mut c = as_pg_user(&self.bin.join("pg_ctl"));
+        c.arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "stop"]);
+        let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Path of the tansu binary (`TANSU_BIN`, else the cache location of deploy/local).
+pub fn tansu_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("TANSU_BIN") {
+        return p.into();
+    }
+    let cache = std::env::var("OUTBOX_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay"));
+    let p = cache.join("tansu-0.6.0/bin/tansu");
+    assert!(p.exists(), "{} is missing: run deploy/local/install-deps.sh or set TANSU_BIN", p.display());
+    p
+}
+
+/// A private tansu broker with sqlite storage.
+#[derive(Debug)]
+pub struct Tansu {
+    dir: PathBuf,
+    child: Option<Child>,
+    /// Its port.
+    pub port: u16,
+}
+
+impl Tansu {
+    /// Starts a broker on a free port and waits until it accepts connections.
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut me = Self { dir, child: None, port: crate::free_port() };
+        me.start_again();
+        me
+    }
+
+    /// Bootstrap address.
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)starts the process on the same port and storage.
+    pub fn start_again(&mut self) {
+        assert!(self.child.is_none(), "already running");
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("tansu.log")).unwrap();
+        let child = Command::new(tansu_binary())
+            .current_dir(&self.dir)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "sqlite://tansu.db", "--cluster-id", "outbox-e2e"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start tansu");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "tansu did not start; see {}", self.dir.join("tansu.log").display());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Kills the broker process.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

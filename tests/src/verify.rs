@@ -1,0 +1,157 @@
+//! Checking what landed on the broker with an independent client (kafka-python, through
+//! `tests/tools/kafka_tool.py`), against what the writers committed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::stream::Written;
+
+/// One message as kafka-python read it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Record {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Key as UTF-8.
+    pub key: Option<String>,
+    /// Headers.
+    pub headers: HashMap<String, String>,
+    /// Value as UTF-8.
+    pub value: Option<String>,
+}
+
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("PYTHON") {
+        return p.into();
+    }
+    let cache = std::env::var("OUTBOX_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay"));
+    let venv = cache.join("venv/bin/python");
+    assert!(venv.exists(), "{} missing: run deploy/local/install-deps.sh or set PYTHON", venv.display());
+    venv
+}
+
+/// Reads every message currently on `topics` from the beginning.
+pub fn dump(brokers: &str, topics: &[String]) -> Vec<Record> {
+    let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(tool).arg("dump").args(["--brokers", brokers]).args(["--timeout", "300"]);
+    for t in topics {
+        cmd.args(["--topic", t]);
+    }
+    let out = cmd.output().expect("run kafka_tool.py");
+    assert!(out.status.success(), "kafka_tool.py dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad line {l}: {e}")))
+        .collect()
+}
+
+/// Outcome of comparing the broker with the writers.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Messages read.
+    pub messages: usize,
+    /// Distinct committed events found.
+    pub delivered: usize,
+    /// Extra copies of events (at-least-once duplicates).
+    pub duplicates: usize,
+    /// Committed events not on the broker.
+    pub missing: Vec<Uuid>,
+    /// Rolled-back events found on the broker.
+    pub rolled_back_found: Vec<Uuid>,
+    /// Events on the broker the writers do not know.
+    pub unknown_found: usize,
+    /// First occurrences of an aggregate's events out of sequence order.
+    pub order_violations: Vec<String>,
+    /// Messages whose headers do not match the contract.
+    pub header_errors: Vec<String>,
+    /// Keys seen on more than one partition.
+    pub split_keys: usize,
+}
+
+impl Report {
+    /// True when nothing was lost, nothing rolled back leaked and order held.
+    pub fn is_clean(&self) -> bool {
+        self.missing.is_empty()
+            && self.rolled_back_found.is_empty()
+            && self.unknown_found == 0
+            && self.order_violations.is_empty()
+            && self.header_errors.is_empty()
+            && self.split_keys == 0
+    }
+}
+
+/// Compares what the writers committed with the messages on the broker.
+pub fn check(written: &Written, records: &[Record], aggregate_type: &str) -> Report {
+    let committed: HashMap<Uuid, &crate::stream::WrittenEvent> = written.committed.iter().map(|e| (e.event_id, e)).collect();
+    let unknown: HashMap<Uuid, &crate::stream::WrittenEvent> = written.unknown.iter().map(|e| (e.event_id, e)).collect();
+    let rolled: HashSet<Uuid> = written.rolled_back.iter().copied().collect();
+    let mut r = Report { messages: records.len(), ..Default::default() };
+
+    let mut sorted: Vec<&Record> = records.iter().collect();
+    sorted.sort_by_key(|m| (m.topic.clone(), m.partition, m.offset));
+    let mut seen: HashSet<Uuid> = HashSet::new();
+    let mut last_seq: HashMap<String, u64> = HashMap::new();
+    let mut partitions: HashMap<String, (String, i32)> = HashMap::new();
+    for m in sorted {
+        let Some(id) = m.headers.get("event_id").and_then(|s| Uuid::parse_str(s).ok()) else {
+            r.header_errors.push(format!("{}:{}@{} has no event_id header", m.topic, m.partition, m.offset));
+            continue;
+        };
+        let ev = match (committed.get(&id), unknown.get(&id)) {
+            (Some(e), _) | (None, Some(e)) => *e,
+            _ if rolled.contains(&id) => {
+                r.rolled_back_found.push(id);
+                continue;
+            }
+            _ => {
+                r.unknown_found += 1;
+                continue;
+            }
+        };
+        let expect = [
+            ("id", id.to_string()),
+            ("event_type", "StreamEvent".to_owned()),
+            ("aggregate_type", aggregate_type.to_owned()),
+            ("aggregate_id", ev.aggregate_id.clone()),
+        ];
+        for (k, v) in expect {
+            if m.headers.get(k) != Some(&v) {
+                r.header_errors.push(format!("{id}: header {k} = {:?}, expected {v}", m.headers.get(k)));
+            }
+        }
+        if !m.headers.contains_key("occurred_at") || m.key.as_deref() != Some(ev.aggregate_id.as_str()) {
+            r.header_errors.push(format!("{id}: missing occurred_at or wrong key {:?}", m.key));
+        }
+        let place = (m.topic.clone(), m.partition);
+        if let Some(p) = partitions.insert(ev.aggregate_id.clone(), place.clone()) {
+            if p != place {
+                r.split_keys += 1;
+            }
+        }
+        if !seen.insert(id) {
+            r.duplicates += 1;
+            continue;
+        }
+        let last = last_seq.entry(ev.aggregate_id.clone()).or_default();
+        if ev.seq <= *last {
+            r.order_violations.push(format!("{}: seq {} after {}", ev.aggregate_id, ev.seq, last));
+        } else {
+            *last = ev.seq;
+        }
+    }
+    r.delivered = written.committed.iter().filter(|e| seen.contains(&e.event_id)).count();
+    r.missing = written.committed.iter().filter(|e| !seen.contains(&e.event_id)).map(|e| e.event_id).collect();
+    r
+}
