@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// Client context of the relay's producer; clones share the broker state.
@@ -28,6 +29,17 @@ impl RelayContext {
 }
 
 impl ClientContext for RelayContext {
+    /// librdkafka logs every reconnect attempt; those go to debug level. The outage itself is
+    /// reported once through [`ClientContext::error`].
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
+                tracing::error!(librdkafka.facility = fac, "{log_message}")
+            }
+            _ => tracing::debug!(librdkafka.facility = fac, "{log_message}"),
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         let transport = matches!(
             error.rdkafka_error_code(),

@@ -13,6 +13,7 @@ fn init_tracing() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,rdkafka=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
         builder.json().init();

@@ -24,7 +24,10 @@ use crate::kafka_context::RelayContext;
 /// outages: a message that times out while queued leaves a gap that later messages of the
 /// same key would jump over. librdkafka retries until the broker is back; the relay reports
 /// the outage and SIGTERM abandons what is in flight (it is sent again after restart).
-pub const PRODUCER_DEFAULTS: [(&str, &str); 9] = [
+/// `partitioner=murmur2_random` places keys like the Java client (and Debezium, Kafka
+/// Connect, kafka-python) do, so a key lands on the same partition whoever produced it.
+pub const PRODUCER_DEFAULTS: [(&str, &str); 10] = [
+    ("partitioner", "murmur2_random"),
     ("linger.ms", "5"),
     ("batch.num.messages", "10000"),
     ("batch.size", "1000000"),

@@ -6,13 +6,14 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
+use crate::kafka_context::RelayContext;
+
 /// Creates missing topics, remembering the ones known to exist.
 pub struct TopicCreator {
-    admin: AdminClient<DefaultClientContext>,
+    admin: AdminClient<RelayContext>,
     partitions: i32,
     replication: i32,
     known: HashSet<String>,
@@ -52,7 +53,7 @@ impl TopicCreator {
             }
         }
         Ok(Self {
-            admin: cfg.create()?,
+            admin: cfg.create_with_context(RelayContext::default())?,
             partitions,
             replication,
             known: HashSet::new(),

@@ -48,6 +48,8 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     let unreachable = count(&log, "Kafka broker unreachable");
     eprintln!("relay logged the broker outage {unreachable} time(s)");
     assert!(unreachable <= 3, "the outage should be logged once, not per retry:\n{log}");
+    let loud: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert!(loud.len() <= 6, "a broker outage should not flood the log with warnings:\n{}", loud.join("\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

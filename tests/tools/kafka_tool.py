@@ -51,23 +51,26 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-# Settings every client gets. kafka-python asks the broker which API versions it
-# supports (ApiVersions) and derives a "broker version" from the answer; tansu
-# 0.6.0 answers ApiVersions fine, so no api_version pin is needed (see
-# compat_settings below for the override).
-COMMON = {
-    "client_id": "outbox-kafka-tool",
-    "request_timeout_ms": 30000,
-}
+# Written for kafka-python 3.0.x (pinned in deploy/local/lib.sh); 3.x renamed
+# some settings (e.g. bootstrap_timeout_ms) and reworked the admin client.
+#
+# Broker versions: kafka-python sends ApiVersions at connect time and derives a
+# "broker version" from the answer. tansu 0.6.0 answers it properly (kafka-python
+# 3.0.12 infers 3.9, 2.3.0 infers 2.5) and serves the request versions the
+# client then picks (CreateTopics, Metadata, Produce with headers, ListOffsets,
+# Fetch), so no api_version pin is needed. KAFKA_TOOL_API_VERSION=2.5.0 (say)
+# pins it anyway, as an escape hatch for other brokers.
 
 
-def compat_settings():
-    """Extra client settings for the broker at hand.
-
-    KAFKA_TOOL_API_VERSION=2.8.0 (say) pins kafka-python's idea of the broker
-    version instead of probing it, as an escape hatch for other brokers.
-    """
-    settings = dict(COMMON)
+def compat_settings(timeout):
+    """Settings every client gets; timeout (seconds) bounds the first connect."""
+    settings = {
+        "client_id": "outbox-kafka-tool",
+        "request_timeout_ms": 30000,
+        # Fail within our own --timeout when the broker is unreachable, not
+        # after kafka-python's default 30 s.
+        "bootstrap_timeout_ms": max(1000, int(timeout * 1000)),
+    }
     pinned = os.environ.get("KAFKA_TOOL_API_VERSION")
     if pinned:
         settings["api_version"] = tuple(int(x) for x in pinned.split("."))
@@ -112,7 +115,7 @@ def topic_partitions(consumer, topic, deadline):
 
 
 def cmd_create_topics(args):
-    settings = compat_settings()
+    settings = compat_settings(args.timeout)
     admin = KafkaAdminClient(bootstrap_servers=args.brokers, **settings)
     created = {}
     try:
@@ -167,7 +170,7 @@ def cmd_dump(args):
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         isolation_level=args.isolation_level,
-        **compat_settings(),
+        **compat_settings(args.timeout),
     )
     count = 0
     try:
@@ -183,7 +186,17 @@ def cmd_dump(args):
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
 
-        end = consumer.end_offsets(tps)
+        def end_offsets():
+            # Bounded by what is left of --timeout: an unreachable broker is an
+            # error, not a quiet "read 0 messages".
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            return consumer.end_offsets(tps, timeout_ms=max(1000, left_ms))
+
+        def caught_up(end):
+            return all(consumer.position(tp) >= end[tp] for tp in tps)
+
+        end = end_offsets()
+        final_end = None
         last_message = time.monotonic()
         reason = "timeout"
         while True:
@@ -208,18 +221,22 @@ def cmd_dump(args):
                     count += 1
                     last_message = time.monotonic()
 
-            def caught_up():
-                return all(consumer.position(tp) >= end[tp] for tp in tps)
-
-            if not caught_up():
+            if args.expect is not None and count >= args.expect:
+                # Enough: read on only up to the end offsets of this moment, so
+                # extra messages (duplicates) already there show up too, but a
+                # producer that keeps going cannot keep us here.
+                if final_end is None:
+                    final_end = end_offsets()
+                if caught_up(final_end):
+                    reason = "expected count reached"
+                    break
+                continue
+            if not caught_up(end):
                 continue
             # Everything up to the last known end offsets is read: ask for new ones.
-            end = consumer.end_offsets(tps)
-            if not caught_up():
+            end = end_offsets()
+            if not caught_up(end):
                 continue
-            if args.expect is not None and count >= args.expect:
-                reason = "expected count reached"
-                break
             if idle_timeout is not None and time.monotonic() - last_message >= idle_timeout:
                 reason = "idle"
                 break
@@ -227,8 +244,10 @@ def cmd_dump(args):
         consumer.close()
 
     expected = f" (expected {args.expect})" if args.expect is not None else ""
-    info(f"dump: read {count} messages{expected} from {len(args.topics)} topic(s); stopped: {reason}; "
-         f"{time.monotonic() - start:.2f}s")
+    info(
+        f"dump: read {count} messages{expected} from {len(args.topics)} topic(s); stopped: {reason}; "
+        f"{time.monotonic() - start:.2f}s"
+    )
     return 0
 
 
@@ -247,9 +266,14 @@ def cmd_produce(args):
         bootstrap_servers=args.brokers,
         acks="all",
         retries=5,
-        **compat_settings(),
+        # send() blocks for metadata up to max_block_ms (default 60 s), e.g.
+        # for a topic that does not exist (tansu never auto-creates topics).
+        max_block_ms=max(1000, int(args.timeout * 1000)),
+        **compat_settings(args.timeout),
     )
     try:
+        if not producer.partitions_for(args.topic):
+            raise KafkaError(f"unknown topic {args.topic!r}")
         future = producer.send(
             args.topic,
             key=None if args.null_key else args.key.encode("utf-8"),
@@ -277,9 +301,13 @@ def build_parser():
     sub = p.add_subparsers(dest="command", required=True)
 
     def brokers_arg(sp):
-        sp.add_argument("--brokers", type=brokers_list, default=os.environ.get("KAFKA_BROKERS"),
-                        required="KAFKA_BROKERS" not in os.environ,
-                        help="host:port[,host:port] (default $KAFKA_BROKERS)")
+        sp.add_argument(
+            "--brokers",
+            type=brokers_list,
+            default=os.environ.get("KAFKA_BROKERS"),
+            required="KAFKA_BROKERS" not in os.environ,
+            help="host:port[,host:port] (default $KAFKA_BROKERS)",
+        )
 
     c = sub.add_parser("create-topics", help="create topics (existing ones are fine)")
     brokers_arg(c)
@@ -293,12 +321,16 @@ def build_parser():
     brokers_arg(d)
     d.add_argument("--topic", dest="topics", action="append", required=True, metavar="TOPIC")
     d.add_argument("--expect", type=int, help="stop once this many messages were read")
-    d.add_argument("--idle-timeout", type=float,
-                   help="stop when caught up and nothing new came for this many seconds "
-                        "(default 1, or no limit with --expect)")
+    d.add_argument(
+        "--idle-timeout",
+        type=float,
+        help="stop when caught up and nothing new came for this many seconds "
+        "(default 1, or no limit with --expect)",
+    )
     d.add_argument("--timeout", type=float, default=60.0, help="overall limit in seconds (default 60)")
-    d.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"],
-                   default="read_uncommitted")
+    d.add_argument(
+        "--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted"
+    )
     d.set_defaults(func=cmd_dump)
 
     pr = sub.add_parser("produce", help="produce one message")
@@ -315,19 +347,38 @@ def build_parser():
     return p
 
 
+class OncePerMessage(logging.Filter):
+    """Lets each distinct log message through once: kafka-python repeats the
+    same error (e.g. "Topic x not found in cluster metadata") on every retry."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = set()
+
+    def filter(self, record):
+        key = (record.name, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.ERROR,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if not args.verbose:
+        handler.addFilter(OncePerMessage())
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.ERROR, handlers=[handler])
     try:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
     except (KafkaError, OSError, ValueError) as exc:
-        info(f"error: {type(exc).__name__}: {exc}")
+        msg = str(exc)
+        if not msg.startswith(type(exc).__name__):
+            msg = f"{type(exc).__name__}: {msg}"
+        info(f"error: {msg}")
         return 1
 
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+#
+# deploy/local/install-deps.sh: install what the local dev environment (up.sh)
+# and the integration tests need. Idempotent and quick when everything is there:
+#
+#   - PostgreSQL server binaries (Debian package `postgresql`), only when no
+#     /usr/lib/postgresql/*/bin/initdb exists;
+#   - the tansu Kafka-compatible broker, built with cargo into
+#     $CACHE/tansu-<version>, only when that binary is missing (a first build
+#     takes ~35 minutes on 2 cores);
+#   - a Python venv at $CACHE/venv with a pinned kafka-python, for
+#     tests/tools/kafka_tool.py, only when missing or at another version.
+#
+# Usage: deploy/local/install-deps.sh      (CACHE: see lib.sh)
+set -euo pipefail
+
+# shellcheck source=deploy/local/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+did=()
+
+# --- PostgreSQL ---------------------------------------------------------------
+if [[ -n "$PG_BIN_DIR" && -x "$PG_BIN_DIR/initdb" ]]; then
+    log "postgresql: present ($PG_BIN_DIR)"
+else
+    log "postgresql: no initdb found, installing the Debian package"
+    sudo_cmd=()
+    if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install postgresql"
+        sudo_cmd=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -qq
+    "${sudo_cmd[@]}" apt-get install -y -qq postgresql >/dev/null
+    PG_BIN_DIR="$(newest_pg_bin_dir)"
+    [[ -x "$PG_BIN_DIR/initdb" ]] || die "postgresql installed but no initdb under /usr/lib/postgresql/*/bin"
+    # The Debian package starts a cluster of its own on 5432; we never use it,
+    # each up.sh runs a throwaway cluster on a free port.
+    did+=("installed postgresql ($PG_BIN_DIR)")
+fi
+
+# --- tansu --------------------------------------------------------------------
+tansu_build_running() { pgrep -f "cargo install tansu" >/dev/null 2>&1; }
+
+if [[ -x "$TANSU_BIN" ]] && ! tansu_build_running; then
+    log "tansu: present ($TANSU_BIN)"
+else
+    if tansu_build_running; then
+        # Never start a second build next to one already running (same target
+        # dir, 2 cores): wait for it instead.
+        log "tansu: a 'cargo install tansu' is already running, waiting for it"
+        while tansu_build_running; do sleep 5; done
+    fi
+    if [[ -x "$TANSU_BIN" ]]; then
+        log "tansu: present ($TANSU_BIN)"
+        did+=("waited for a running tansu build")
+    else
+        command -v cargo >/dev/null || die "cargo not found: needed to build tansu"
+        mkdir -p "$CACHE"
+        build_log="$CACHE/tansu-build.log"
+        log "tansu: building tansu $TANSU_VERSION with cargo (~35 min on 2 cores), log: $build_log"
+        if ! cargo install tansu --version "$TANSU_VERSION" --locked \
+            --features "$TANSU_FEATURES" --root "$TANSU_ROOT" >"$build_log" 2>&1; then
+            log_tail "$build_log" 40
+            die "building tansu failed"
+        fi
+        [[ -x "$TANSU_BIN" ]] || die "cargo install finished but $TANSU_BIN is missing"
+        did+=("built tansu $TANSU_VERSION ($TANSU_BIN)")
+    fi
+fi
+
+# --- Python venv with kafka-python -------------------------------------------
+venv_ok() {
+    [[ -x "$VENV/bin/python" ]] &&
+        "$VENV/bin/python" -c 'import sys, kafka, lz4; sys.exit(kafka.__version__ != sys.argv[1])' \
+            "$KAFKA_PYTHON_VERSION" 2>/dev/null
+}
+
+if venv_ok; then
+    log "python venv: present ($VENV, kafka-python $KAFKA_PYTHON_VERSION)"
+else
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        log "python venv: creating $VENV"
+        mkdir -p "$CACHE"
+        if ! python3 -m venv "$VENV"; then
+            # Debian's own python3 ships venv separately.
+            [[ "$(id -u)" == 0 ]] || die "python3 -m venv failed: install python3-venv"
+            rm -rf "$VENV"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+            python3 -m venv "$VENV"
+        fi
+    fi
+    # lz4: the relay compresses with lz4 by default, and kafka-python needs it to decompress.
+    log "python venv: installing kafka-python==$KAFKA_PYTHON_VERSION lz4==$LZ4_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "kafka-python==$KAFKA_PYTHON_VERSION" "lz4==$LZ4_VERSION"
+    venv_ok || die "kafka-python $KAFKA_PYTHON_VERSION not importable from $VENV"
+    did+=("python venv $VENV with kafka-python $KAFKA_PYTHON_VERSION")
+fi
+
+if ((${#did[@]} == 0)); then
+    log "nothing to do: all dependencies present"
+else
+    for d in "${did[@]}"; do log "did: $d"; done
+fi
