@@ -5,4 +5,5 @@ mod common;
 mod failover;
 mod faults;
 mod lease_lock;
+mod order_flow;
 mod stream;

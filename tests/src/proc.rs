@@ -9,10 +9,63 @@ pub fn relay_binary() -> PathBuf {
     if let Ok(p) = std::env::var("OUTBOX_RELAY_BIN") {
         return p.into();
     }
+    workspace_binary("outbox-relay")
+}
+
+/// Path of a binary of this workspace's debug build.
+pub fn workspace_binary(name: &str) -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| crate::workspace_root().join("target"));
-    let p = target.join("debug/outbox-relay");
-    assert!(p.exists(), "{} is missing: run `cargo build --bins` first (make test does)", p.display());
+    let p = target.join("debug").join(name);
+    assert!(p.exists(), "{} is missing: run `cargo build --workspace --bins` first (make test does)", p.display());
     p
+}
+
+/// Any of the workspace's binaries as a child process with its output in a log file; killed
+/// when dropped.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    child: Child,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl ServiceProcess {
+    /// Starts workspace binary `bin` with `args` and extra environment `envs`.
+    pub fn start(bin: &str, name: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
+        let log = log_dir().join(format!("{name}-{:06x}.log", rand::random::<u32>() & 0xff_ffff));
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(workspace_binary(bin))
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+        Self { child, log }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// Directory for process logs of the tests.
