@@ -1,0 +1,37 @@
+# Makefile: developer entry points for the outbox relay.
+#
+#   make deps       install PostgreSQL, tansu and the Python venv (deploy/local/install-deps.sh)
+#   make env-up     deps + start PostgreSQL and tansu locally (deploy/local/up.sh)
+#   make env-down   stop them and remove the state directory (deploy/local/down.sh)
+#   make bench      relay benchmark (deploy/local/bench.sh); flags: make bench BENCH_ARGS=--quick
+#
+# STATE_DIR (default target/local-env) selects the environment's state directory;
+# `. target/local-env/env.sh` exports DATABASE_URL, KAFKA_BROKERS, ... afterwards.
+
+STATE_DIR ?= target/local-env
+
+.PHONY: deps env-up env-down
+
+deps:
+	bash deploy/local/install-deps.sh
+
+env-up: deps
+	bash deploy/local/up.sh "$(STATE_DIR)"
+
+env-down:
+	bash deploy/local/down.sh "$(STATE_DIR)"
+
+# The README's two commands.
+.PHONY: demo test
+demo:
+	bash deploy/local/demo.sh
+
+test:
+	bash deploy/local/run-tests.sh
+
+# Relay benchmark: release builds, PostgreSQL + tansu (memory storage) unless DATABASE_URL /
+# KAFKA_BROKERS are set; table on stdout, JSON in target/bench/relay-bench.json.
+BENCH_ARGS ?=
+.PHONY: bench
+bench:
+	bash deploy/local/bench.sh $(BENCH_ARGS)

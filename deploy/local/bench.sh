@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+#
+# deploy/local/bench.sh [relay-bench flags]: the relay benchmark (what `make bench` runs).
+#
+#  1. installs what is missing and starts PostgreSQL + tansu with MEMORY storage
+#     (deploy/local/up.sh), unless DATABASE_URL / KAFKA_BROKERS point at your own servers;
+#     tansu's memory:// engine is for throughput runs (sqlite:// is much slower, and nothing
+#     is durable either way in memory);
+#  2. builds the release relay and relay-bench;
+#  3. runs relay-bench with the given flags (e.g. --quick, --batch-size 10000; see
+#     `relay-bench --help`): table on stdout, JSON in target/bench/relay-bench.json;
+#  4. stops the servers it started.
+#
+# BENCH_BROKER_STORAGE names the broker's storage in the results; it is set here for the
+# broker this script starts, give it yourself for a broker of your own.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+STATE_DIR="${STATE_DIR:-target/bench-env}"
+TARGET="${CARGO_TARGET_DIR:-target}"
+
+own_broker=1
+[[ -n "${KAFKA_BROKERS:-}" ]] && own_broker=0
+
+bash deploy/local/install-deps.sh
+trap 'bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true' EXIT
+TOPICS="" TANSU_STORAGE=memory bash deploy/local/up.sh "$STATE_DIR"
+# shellcheck disable=SC1091
+. "$STATE_DIR/env.sh"
+export DATABASE_URL KAFKA_BROKERS
+if ((own_broker)); then
+    export BENCH_BROKER_STORAGE="memory://tansu/"
+else
+    export BENCH_BROKER_STORAGE="${BENCH_BROKER_STORAGE:-external (KAFKA_BROKERS)}"
+fi
+
+cargo build --release -p outbox-relay -p relay-bench
+"$TARGET/release/relay-bench" --relay-bin "$TARGET/release/outbox-relay" "$@"

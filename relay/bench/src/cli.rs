@@ -1,0 +1,209 @@
+//! Command-line settings of `relay-bench`, and the figures they resolve to (`--quick` changes
+//! the defaults, explicit flags still win).
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+/// Measures the outbox relay against the raw limits of one PostgreSQL and one broker, in one
+/// invocation: raw produce rate, raw database rate, the relay draining a backlog, a naive
+/// relay, and end-to-end latency at a fixed offered load.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "relay-bench", version, about, long_about = None)]
+pub struct Args {
+    /// Admin URL of the PostgreSQL server; every phase creates (and drops) a fresh database.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+
+    /// Kafka bootstrap servers; every phase uses fresh topics.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub kafka_brokers: String,
+
+    /// What the broker stores messages in, reported with the figures (e.g. `memory://tansu/`).
+    #[arg(long, env = "BENCH_BROKER_STORAGE", default_value = "unknown")]
+    pub broker_storage: String,
+
+    /// Smoke-run sizes: 20 000 events, naive 1 000, load 10 s (explicit flags still win).
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Events for the raw produce, raw database and relay drain phases [default: 200 000;
+    /// --quick: 20 000].
+    #[arg(long)]
+    pub events: Option<u64>,
+
+    /// Events for the naive relay [default: 5 000; --quick: 1 000].
+    #[arg(long)]
+    pub naive_events: Option<u64>,
+
+    /// Rows per batch, for the relay (`--batch-size`) and the raw database phase.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub batch_size: i64,
+
+    /// Distinct aggregates (Kafka keys).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub aggregates: u64,
+
+    /// Approximate size of a payload as JSON text, in bytes.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    pub payload_bytes: u64,
+
+    /// Partitions of every topic the bench creates.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
+    pub partitions: i32,
+
+    /// Offered load of the latency phase, events per second (all writers together).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub load_rate: u64,
+
+    /// Duration of the latency phase in seconds [default: 30; --quick: 10].
+    #[arg(long)]
+    pub load_seconds: Option<u64>,
+
+    /// Concurrent writer tasks of the latency phase (one event per transaction).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    pub writers: u64,
+
+    /// `linger.ms` of the naive relay's producer (librdkafka's default is 5).
+    #[arg(long, default_value_t = 5)]
+    pub naive_linger_ms: u64,
+
+    /// Phases to run, comma separated [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub phases: Vec<Phase>,
+
+    /// Extra argument for `outbox-relay run` (repeatable), e.g.
+    /// `--relay-arg=--kafka-config=linger.ms=1`.
+    #[arg(long = "relay-arg", allow_hyphen_values = true)]
+    pub relay_args: Vec<String>,
+
+    /// The relay binary [default: target/release/outbox-relay of this workspace].
+    #[arg(long, env = "OUTBOX_RELAY_BIN")]
+    pub relay_bin: Option<PathBuf>,
+
+    /// Where to write the JSON results [default: target/bench/relay-bench.json].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+
+    /// Longest a relay may take to drain its backlog, in seconds.
+    #[arg(long, default_value_t = 900)]
+    pub drain_timeout_secs: u64,
+}
+
+/// One part of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Raw produce rate (and the relay's publish path without a database).
+    Produce,
+    /// Raw database rate with the relay's SQL.
+    Db,
+    /// The relay binary draining a backlog.
+    Drain,
+    /// The naive one-row-at-a-time relay.
+    Naive,
+    /// End-to-end latency at a fixed offered load.
+    Latency,
+}
+
+/// The sizes in effect after `--quick` and explicit flags.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sizes {
+    /// Events of the produce, database and drain phases.
+    pub events: u64,
+    /// Events of the naive relay.
+    pub naive_events: u64,
+    /// Seconds of offered load.
+    pub load_seconds: u64,
+}
+
+impl Args {
+    /// Resolves the sizes.
+    pub fn sizes(&self) -> Sizes {
+        let (events, naive, secs) = if self.quick {
+            (20_000, 1_000, 10)
+        } else {
+            (200_000, 5_000, 30)
+        };
+        Sizes {
+            events: self.events.unwrap_or(events),
+            naive_events: self.naive_events.unwrap_or(naive),
+            load_seconds: self.load_seconds.unwrap_or(secs),
+        }
+    }
+
+    /// True when `phase` is selected.
+    pub fn runs(&self, phase: Phase) -> bool {
+        self.phases.is_empty() || self.phases.contains(&phase)
+    }
+
+    /// The relay binary to spawn.
+    pub fn relay_binary(&self) -> PathBuf {
+        self.relay_bin
+            .clone()
+            .unwrap_or_else(|| target_dir().join("release/outbox-relay"))
+    }
+
+    /// The JSON output path.
+    pub fn out_path(&self) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| target_dir().join("bench/relay-bench.json"))
+    }
+}
+
+/// The workspace's target directory (`CARGO_TARGET_DIR` or `<workspace>/target`).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+            std::fs::canonicalize(&p).unwrap_or(p)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        let mut argv = vec![
+            "relay-bench",
+            "--database-url",
+            "postgres://x/y",
+            "--kafka-brokers",
+            "k:9092",
+        ];
+        argv.extend_from_slice(args);
+        Args::try_parse_from(argv).unwrap()
+    }
+
+    #[test]
+    fn quick_changes_defaults_but_not_explicit_flags() {
+        let s = parse(&[]).sizes();
+        assert_eq!(
+            (s.events, s.naive_events, s.load_seconds),
+            (200_000, 5_000, 30)
+        );
+        let s = parse(&["--quick"]).sizes();
+        assert_eq!(
+            (s.events, s.naive_events, s.load_seconds),
+            (20_000, 1_000, 10)
+        );
+        let s = parse(&["--quick", "--events", "5000"]).sizes();
+        assert_eq!(s.events, 5000);
+    }
+
+    #[test]
+    fn phases_and_relay_args_parse() {
+        let a = parse(&[
+            "--phases",
+            "produce,drain",
+            "--relay-arg=--kafka-config=linger.ms=1",
+        ]);
+        assert!(a.runs(Phase::Drain) && !a.runs(Phase::Naive));
+        assert_eq!(a.relay_args, vec!["--kafka-config=linger.ms=1"]);
+        assert!(parse(&[]).runs(Phase::Latency));
+    }
+}

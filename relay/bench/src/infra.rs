@@ -1,0 +1,246 @@
+//! The servers under test: a fresh database and fresh topics for every phase (so no phase
+//! inherits another's dead rows, bloated indexes or partition logs), and the server settings
+//! reported with the figures.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::RDKafkaErrorCode;
+use serde::Serialize;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+
+/// Connection to the two servers, and a run id that names this run's databases and topics.
+pub struct Infra {
+    admin_url: String,
+    brokers: String,
+    partitions: i32,
+    run_id: String,
+    admin: AdminClient<DefaultClientContext>,
+}
+
+impl std::fmt::Debug for Infra {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Infra")
+            .field("brokers", &self.brokers)
+            .field("run_id", &self.run_id)
+            .finish()
+    }
+}
+
+/// A database created for one phase.
+#[derive(Debug, Clone)]
+pub struct BenchDb {
+    /// Database name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+    /// A pool on it.
+    pub pool: PgPool,
+}
+
+/// Server facts that change what the figures mean.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerSettings {
+    /// `SHOW synchronous_commit`.
+    pub synchronous_commit: String,
+    /// `SHOW fsync`.
+    pub fsync: String,
+    /// `SHOW server_version`.
+    pub server_version: String,
+    /// `SHOW shared_buffers`.
+    pub shared_buffers: String,
+}
+
+impl Infra {
+    /// Connects an admin client to the broker (nothing is sent yet).
+    ///
+    /// # Errors
+    /// Invalid broker settings.
+    pub fn new(admin_url: &str, brokers: &str, partitions: i32) -> anyhow::Result<Self> {
+        let admin = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.metrics.push", "false")
+            .create()
+            .context("creating the Kafka admin client")?;
+        Ok(Self {
+            admin_url: admin_url.to_owned(),
+            brokers: brokers.to_owned(),
+            partitions,
+            run_id: format!("{:08x}", rand::random::<u32>()),
+            admin,
+        })
+    }
+
+    /// Kafka bootstrap servers.
+    pub fn brokers(&self) -> &str {
+        &self.brokers
+    }
+
+    /// Partitions of the topics this run creates.
+    pub fn partitions(&self) -> i32 {
+        self.partitions
+    }
+
+    /// A topic prefix of this run for `phase`; the relay routes `order` events to
+    /// `<prefix>order`.
+    pub fn topic_prefix(&self, phase: &str) -> String {
+        format!("bench-{}.{phase}.", self.run_id)
+    }
+
+    /// Creates a database for `phase` and applies the outbox schema.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn fresh_database(&self, phase: &str) -> anyhow::Result<BenchDb> {
+        let name = format!("bench_{}_{phase}", self.run_id);
+        let mut admin = PgConnection::connect(&self.admin_url)
+            .await
+            .context("connecting to DATABASE_URL")?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .with_context(|| format!("creating database {name}"))?;
+        admin.close().await?;
+        let url = with_database(&self.admin_url, &name);
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect(&url)
+            .await
+            .with_context(|| format!("connecting to {name}"))?;
+        outbox_kit::schema::migrate(&pool)
+            .await
+            .context("applying the outbox schema")?;
+        Ok(BenchDb { name, url, pool })
+    }
+
+    /// Drops a phase's database (its pool is closed first).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn drop_database(&self, db: BenchDb) -> anyhow::Result<()> {
+        db.pool.close().await;
+        let mut admin = PgConnection::connect(&self.admin_url).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", db.name))
+            .execute(&mut admin)
+            .await
+            .with_context(|| format!("dropping database {}", db.name))?;
+        Ok(())
+    }
+
+    /// Flushes dirty buffers so the write-ahead log and checkpoints of preparing a backlog do
+    /// not land in the timed part. Needs superuser; skipped quietly otherwise.
+    pub async fn checkpoint(&self) {
+        if let Ok(mut c) = PgConnection::connect(&self.admin_url).await {
+            let _ = sqlx::query("CHECKPOINT").execute(&mut c).await;
+        }
+    }
+
+    /// Reads the server settings.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn server_settings(&self) -> anyhow::Result<ServerSettings> {
+        let mut c = PgConnection::connect(&self.admin_url)
+            .await
+            .context("connecting to DATABASE_URL")?;
+        let mut show = Vec::new();
+        for name in [
+            "synchronous_commit",
+            "fsync",
+            "server_version",
+            "shared_buffers",
+        ] {
+            let v: String = sqlx::query_scalar(&format!("SHOW {name}"))
+                .fetch_one(&mut c)
+                .await?;
+            show.push(v);
+        }
+        let [synchronous_commit, fsync, server_version, shared_buffers] =
+            <[String; 4]>::try_from(show).expect("four settings");
+        Ok(ServerSettings {
+            synchronous_commit,
+            fsync,
+            server_version,
+            shared_buffers,
+        })
+    }
+
+    /// Creates `topic` with this run's partition count (replication 1) and waits until the
+    /// broker's metadata shows all its partitions.
+    ///
+    /// # Errors
+    /// When the broker refuses or the topic does not show up within 30 s.
+    pub async fn create_topic(&self, topic: &str) -> anyhow::Result<()> {
+        let new = NewTopic::new(topic, self.partitions, TopicReplication::Fixed(1));
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        for r in self.admin.create_topics([&new], &opts).await? {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => bail!("creating topic {name}: {code}"),
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let md = tokio::task::block_in_place(|| {
+                self.admin
+                    .inner()
+                    .fetch_metadata(Some(topic), Duration::from_secs(5))
+            });
+            if let Ok(md) = md {
+                let ready = md
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == topic)
+                    .is_some_and(|t| {
+                        t.error().is_none() && t.partitions().len() == self.partitions as usize
+                    });
+                if ready {
+                    return Ok(());
+                }
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("topic {topic} did not appear in the broker's metadata within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Replaces the database name in a PostgreSQL URL.
+pub fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[scheme_end..].find('/') {
+        Some(i) => &base[..scheme_end + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{name}?{q}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn swaps_the_database_name() {
+        assert_eq!(
+            with_database("postgres://u@h:5/outbox", "x"),
+            "postgres://u@h:5/x"
+        );
+        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
+        assert_eq!(
+            with_database("postgres://u@h:5/a?sslmode=disable", "x"),
+            "postgres://u@h:5/x?sslmode=disable"
+        );
+    }
+}

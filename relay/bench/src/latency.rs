@@ -1,0 +1,346 @@
+//! Phase 5: end-to-end latency at a fixed offered load. Writer tasks commit one event per
+//! transaction through `outbox_kit::enqueue` on a fixed schedule and note each event's commit
+//! time; the release relay publishes them; an rdkafka consumer (all partitions assigned) notes
+//! when each event id arrives.
+//!
+//! Three views of the same events, all against the writer's commit time on one clock:
+//! - commit → handed to the producer: the message's `CreateTime`, which librdkafka stamps when
+//!   the relay calls produce (ms resolution); a lower bound of commit → ack;
+//! - commit → broker ack: the relay's `outbox_publish_latency_seconds` histogram (from
+//!   `created_at`, the transaction start, which precedes commit by the `txn_ms` shown);
+//!   bucket-interpolated;
+//! - commit → seen by a consumer: exact per event, an upper bound of commit → ack (adds the
+//!   consumer's fetch round trip, `fetch.wait.max.ms=10`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use outbox_kit::{enqueue, NewEvent};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde::Serialize;
+use sqlx::PgPool;
+use tokio::sync::{oneshot, watch};
+use uuid::Uuid;
+
+use crate::infra::Infra;
+use crate::relay_proc::{RelayProc, RelaySpec};
+use crate::stats::{self, Percentiles};
+use crate::workload::{Workload, AGGREGATE_TYPE, EVENT_TYPE};
+
+/// What the latency phase needs to know.
+#[derive(Debug, Clone)]
+pub struct LoadSpec<'a> {
+    /// Offered events per second, all writers together.
+    pub rate: u64,
+    /// Seconds of load.
+    pub seconds: u64,
+    /// Writer tasks.
+    pub writers: u64,
+    /// Relay binary.
+    pub binary: &'a std::path::Path,
+    /// `--batch-size`.
+    pub batch_size: i64,
+    /// Extra relay arguments.
+    pub extra: &'a [String],
+    /// Directory for the relay's log.
+    pub log_dir: &'a std::path::Path,
+}
+
+/// Quantiles read from the relay's latency histogram, ms.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct HistogramQuantiles {
+    /// Observations.
+    pub count: f64,
+    /// Median.
+    pub p50: Option<f64>,
+    /// 95th percentile.
+    pub p95: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// Share of events acknowledged within 50 ms (exact: 0.05 s is a bucket bound).
+    pub within_50ms: Option<f64>,
+}
+
+/// Figures of phase 5.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyFigures {
+    /// Offered events per second.
+    pub offered_per_s: u64,
+    /// Seconds of load.
+    pub seconds: u64,
+    /// Writer tasks.
+    pub writers: u64,
+    /// Events committed.
+    pub committed: u64,
+    /// Committed events per second actually achieved.
+    pub achieved_per_s: f64,
+    /// Committed events the consumer did not see within the deadline.
+    pub not_seen: u64,
+    /// Commit → seen by the consumer, ms.
+    pub commit_to_seen_ms: Option<Percentiles>,
+    /// Commit → handed to the producer (message `CreateTime`), ms.
+    pub commit_to_produce_ms: Option<Percentiles>,
+    /// Commit → broker acknowledgement, from the relay's histogram, ms.
+    pub commit_to_ack_ms: HistogramQuantiles,
+    /// Transaction start → commit returned, ms (how much earlier `created_at` is than commit).
+    pub txn_ms: Option<Percentiles>,
+    /// The relay's log.
+    pub relay_log: String,
+}
+
+/// An event as the consumer saw it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    at_ms: f64,
+    create_ms: Option<i64>,
+}
+
+/// An event as its writer committed it.
+#[derive(Debug, Clone, Copy)]
+struct Committed {
+    id: Uuid,
+    begin_ms: f64,
+    commit_ms: f64,
+}
+
+fn wall_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+        * 1000.0
+}
+
+/// Runs phase 5.
+///
+/// # Errors
+/// Database or broker errors, or the relay exiting.
+pub async fn run(
+    infra: &Infra,
+    w: &Workload,
+    spec: &LoadSpec<'_>,
+) -> anyhow::Result<LatencyFigures> {
+    let db = infra.fresh_database("latency").await?;
+    let prefix = infra.topic_prefix("latency");
+    let topic = format!("{prefix}{AGGREGATE_TYPE}");
+    infra.create_topic(&topic).await?;
+
+    let log = spec.log_dir.join("relay-latency.log");
+    let mut relay = RelayProc::spawn(&RelaySpec {
+        binary: spec.binary,
+        database_url: &db.url,
+        brokers: infra.brokers(),
+        topic_prefix: &prefix,
+        batch_size: spec.batch_size,
+        extra: spec.extra,
+        log: log.clone(),
+    })?;
+    relay.wait_until_leading(Duration::from_secs(30)).await?;
+
+    let seen: Arc<Mutex<HashMap<Uuid, Seen>>> = Arc::default();
+    let (count_tx, mut count_rx) = watch::channel(0usize);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let consumer = spawn_consumer(infra, &topic, seen.clone(), count_tx, stop_rx)?;
+
+    // Warm-up: one event all the way through, so connections are up before the clock runs.
+    let warm = write_one(&db.pool, w, 0).await?;
+    wait_seen(
+        &seen,
+        &[warm],
+        &mut count_rx,
+        &mut relay,
+        Duration::from_secs(60),
+    )
+    .await?;
+    let before = relay.metrics().await.unwrap_or_default();
+
+    let per_writer = spec.rate * spec.seconds / spec.writers;
+    let period = Duration::from_secs_f64(spec.writers as f64 / spec.rate as f64);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for wr in 0..spec.writers {
+        let pool = db.pool.clone();
+        let w = *w;
+        let writers = spec.writers;
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut out = Vec::with_capacity(per_writer as usize);
+            for k in 0..per_writer {
+                tick.tick().await;
+                out.push(write_one(&pool, &w, wr + writers * k).await?);
+            }
+            Ok::<_, anyhow::Error>(out)
+        }));
+    }
+    let mut committed = Vec::new();
+    for t in tasks {
+        committed.extend(t.await??);
+    }
+    let load_secs = started.elapsed().as_secs_f64();
+    let ids: Vec<Committed> = committed;
+    let not_seen = match wait_seen(
+        &seen,
+        &ids,
+        &mut count_rx,
+        &mut relay,
+        Duration::from_secs(60),
+    )
+    .await
+    {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("latency: {e}");
+            let seen = seen.lock().unwrap();
+            ids.iter().filter(|c| !seen.contains_key(&c.id)).count() as u64
+        }
+    };
+    let after = relay.metrics().await.unwrap_or_default();
+    let _ = stop_tx.send(());
+    let _ = consumer.await;
+    relay.stop().await?;
+    infra.drop_database(db).await?;
+
+    let name = "outbox_publish_latency_seconds";
+    let hist = stats::histogram_delta(
+        &stats::histogram(&after, name),
+        &stats::histogram(&before, name),
+    );
+    let ms = |q| stats::histogram_quantile(&hist, q).map(|s| s * 1000.0);
+    let seen = seen.lock().unwrap();
+    let (mut to_seen, mut to_produce, mut txn) = (Vec::new(), Vec::new(), Vec::new());
+    for c in &ids {
+        txn.push(c.commit_ms - c.begin_ms);
+        if let Some(s) = seen.get(&c.id) {
+            to_seen.push(s.at_ms - c.commit_ms);
+            if let Some(t) = s.create_ms {
+                to_produce.push(t as f64 - c.commit_ms);
+            }
+        }
+    }
+    Ok(LatencyFigures {
+        offered_per_s: spec.rate,
+        seconds: spec.seconds,
+        writers: spec.writers,
+        committed: ids.len() as u64,
+        achieved_per_s: ids.len() as f64 / load_secs,
+        not_seen,
+        commit_to_seen_ms: stats::percentiles(&to_seen),
+        commit_to_produce_ms: stats::percentiles(&to_produce),
+        commit_to_ack_ms: HistogramQuantiles {
+            count: hist.last().map_or(0.0, |b| b.1),
+            p50: ms(0.50),
+            p95: ms(0.95),
+            p99: ms(0.99),
+            within_50ms: stats::fraction_at_most(&hist, 0.05),
+        },
+        txn_ms: stats::percentiles(&txn),
+        relay_log: log.display().to_string(),
+    })
+}
+
+/// One event in its own transaction; returns its id and wall-clock begin and commit times.
+async fn write_one(pool: &PgPool, w: &Workload, i: u64) -> anyhow::Result<Committed> {
+    let id = Uuid::new_v4();
+    let payload: serde_json::Value = serde_json::from_str(&w.payload(i))?;
+    let aggregate = w.aggregate_id(i);
+    let event = NewEvent {
+        event_id: Some(id),
+        ..NewEvent::new(AGGREGATE_TYPE, &aggregate, EVENT_TYPE, &payload)
+    };
+    let begin_ms = wall_ms();
+    let mut tx = pool.begin().await?;
+    enqueue(&mut *tx, &event).await?;
+    tx.commit().await?;
+    Ok(Committed {
+        id,
+        begin_ms,
+        commit_ms: wall_ms(),
+    })
+}
+
+/// Waits until the consumer has seen every event of `ids`.
+async fn wait_seen(
+    seen: &Mutex<HashMap<Uuid, Seen>>,
+    ids: &[Committed],
+    count: &mut watch::Receiver<usize>,
+    relay: &mut RelayProc,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let missing = {
+            let seen = seen.lock().unwrap();
+            ids.iter().filter(|c| !seen.contains_key(&c.id)).count()
+        };
+        if missing == 0 {
+            return Ok(());
+        }
+        relay.check_running()?;
+        if Instant::now() > deadline {
+            bail!("{missing} committed events not seen by the consumer within {timeout:?}");
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), count.changed()).await;
+    }
+}
+
+/// A consumer reading every partition of `topic` from the beginning into `seen`.
+fn spawn_consumer(
+    infra: &Infra,
+    topic: &str,
+    seen: Arc<Mutex<HashMap<Uuid, Seen>>>,
+    count: watch::Sender<usize>,
+    mut stop: oneshot::Receiver<()>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", infra.brokers())
+        .set(
+            "group.id",
+            format!("relay-bench-{:08x}", rand::random::<u32>()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("fetch.wait.max.ms", "10")
+        .set("enable.metrics.push", "false")
+        .create()
+        .context("creating the consumer")?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..infra.partitions() {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    Ok(tokio::spawn(async move {
+        loop {
+            let msg = tokio::select! {
+                m = consumer.recv() => m,
+                _ = &mut stop => return,
+            };
+            let Ok(m) = msg else { continue };
+            let at_ms = wall_ms();
+            let id = m.headers().and_then(|h| {
+                h.iter()
+                    .find(|h| h.key == "event_id")
+                    .and_then(|h| h.value)
+                    .and_then(|v| std::str::from_utf8(v).ok())
+                    .and_then(|s| Uuid::parse_str(s).ok())
+            });
+            if let Some(id) = id {
+                let n = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.entry(id).or_insert(Seen {
+                        at_ms,
+                        create_ms: m.timestamp().to_millis(),
+                    });
+                    seen.len()
+                };
+                let _ = count.send(n);
+            }
+        }
+    }))
+}

@@ -1,0 +1,179 @@
+//! `relay-bench`: the outbox relay measured against the raw limits of one PostgreSQL and one
+//! broker, in one invocation, so that the ratios between the figures hold even on a noisy
+//! machine.
+//!
+//! - [`produce`]: phase 1, the broker's ceiling (and the relay's publish path without a database);
+//! - [`db`]: phase 2, the database's ceiling with the relay's own SQL;
+//! - [`drain`]: phase 3, the release relay binary draining a backlog, with its memory;
+//! - [`naive`]: phase 4, a one-row-at-a-time relay;
+//! - [`latency`]: phase 5, commit → ack / consumer latency at a fixed offered load;
+//! - [`report`]: the JSON report and the table.
+
+pub mod cli;
+pub mod db;
+pub mod drain;
+pub mod infra;
+pub mod latency;
+pub mod naive;
+pub mod produce;
+pub mod relay_proc;
+pub mod report;
+pub mod stats;
+pub mod workload;
+
+use std::future::Future;
+use std::time::Duration;
+
+use cli::{Args, Phase};
+use infra::Infra;
+use report::{Ratios, Report, Settings};
+use workload::Workload;
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Runs `phase` unless deselected; a failure is recorded in `errors` and the run goes on.
+async fn phase<T, F>(args: &Args, which: Phase, errors: &mut Vec<String>, f: F) -> Option<T>
+where
+    F: Future<Output = anyhow::Result<T>>,
+{
+    if !args.runs(which) {
+        return None;
+    }
+    let name = format!("{which:?}").to_lowercase();
+    eprintln!("[relay-bench] phase {name} ...");
+    let start = std::time::Instant::now();
+    match f.await {
+        Ok(v) => {
+            eprintln!(
+                "[relay-bench] phase {name} done in {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
+            Some(v)
+        }
+        Err(e) => {
+            eprintln!("[relay-bench] phase {name} FAILED: {e:#}");
+            errors.push(format!("phase {name}: {e:#}"));
+            None
+        }
+    }
+}
+
+/// Runs the selected phases and returns the report (also when some phases failed: see
+/// [`Report::errors`]).
+///
+/// # Errors
+/// When the servers cannot be reached at all.
+pub async fn run(args: &Args) -> anyhow::Result<Report> {
+    let sizes = args.sizes();
+    let infra = Infra::new(&args.database_url, &args.kafka_brokers, args.partitions)?;
+    let postgres = infra.server_settings().await?;
+    let w = Workload {
+        aggregates: args.aggregates,
+        payload_bytes: args.payload_bytes,
+    };
+    let relay_bin = args.relay_binary();
+    let log_dir = args
+        .out_path()
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    std::fs::create_dir_all(&log_dir)?;
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let load_start = loadavg();
+    let mut errors = Vec::new();
+
+    let raw_produce = phase(
+        args,
+        Phase::Produce,
+        &mut errors,
+        produce::run(&infra, &w, sizes.events, args.batch_size),
+    )
+    .await;
+    let raw_db = phase(
+        args,
+        Phase::Db,
+        &mut errors,
+        db::run(&infra, &w, sizes.events, args.batch_size),
+    )
+    .await;
+    let drain_spec = drain::DrainSpec {
+        events: sizes.events,
+        binary: &relay_bin,
+        batch_size: args.batch_size,
+        extra: &args.relay_args,
+        timeout: Duration::from_secs(args.drain_timeout_secs),
+        log_dir: &log_dir,
+    };
+    let relay_drain = phase(
+        args,
+        Phase::Drain,
+        &mut errors,
+        drain::run(&infra, &w, &drain_spec),
+    )
+    .await;
+    let naive = phase(
+        args,
+        Phase::Naive,
+        &mut errors,
+        naive::run(&infra, &w, sizes.naive_events, args.naive_linger_ms),
+    )
+    .await;
+    let load_spec = latency::LoadSpec {
+        rate: args.load_rate,
+        seconds: sizes.load_seconds,
+        writers: args.writers,
+        binary: &relay_bin,
+        batch_size: args.batch_size,
+        extra: &args.relay_args,
+        log_dir: &log_dir,
+    };
+    let latency = phase(
+        args,
+        Phase::Latency,
+        &mut errors,
+        latency::run(&infra, &w, &load_spec),
+    )
+    .await;
+
+    let mut report = Report {
+        settings: Settings {
+            started_at,
+            cpus: std::thread::available_parallelism().map_or(0, usize::from),
+            loadavg: (load_start, loadavg()),
+            batch_size: args.batch_size,
+            partitions: args.partitions,
+            replication: 1,
+            broker_storage: args.broker_storage.clone(),
+            postgres,
+            sizes,
+            aggregates: args.aggregates,
+            payload_bytes: args.payload_bytes,
+            load_rate: args.load_rate,
+            writers: args.writers,
+            relay_binary: relay_bin.display().to_string(),
+            relay_args: args.relay_args.clone(),
+            producer_settings: outbox_relay::publisher::PRODUCER_DEFAULTS
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .chain([
+                    ("enable.idempotence".to_owned(), "true".to_owned()),
+                    ("acks".to_owned(), "all".to_owned()),
+                ])
+                .collect(),
+        },
+        raw_produce,
+        raw_db,
+        relay_drain,
+        naive,
+        latency,
+        ratios: Ratios::default(),
+        serial_model: None,
+        errors,
+    };
+    report.derive();
+    Ok(report)
+}

@@ -1,0 +1,370 @@
+//! The results: one serializable report (written as JSON) and the table printed on stdout.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::cli::Sizes;
+use crate::db::DbFigures;
+use crate::drain::DrainFigures;
+use crate::infra::ServerSettings;
+use crate::latency::LatencyFigures;
+use crate::naive::NaiveFigures;
+use crate::produce::ProduceFigures;
+use crate::stats::Percentiles;
+
+/// How the figures were obtained.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    /// When the run started (UTC, RFC 3339).
+    pub started_at: String,
+    /// CPUs available to this process.
+    pub cpus: usize,
+    /// `/proc/loadavg` at the start and at the end (other work on the machine).
+    pub loadavg: (String, String),
+    /// Relay batch size (also the raw database phase's).
+    pub batch_size: i64,
+    /// Partitions of every topic.
+    pub partitions: i32,
+    /// Replication factor of every topic.
+    pub replication: i32,
+    /// Broker storage engine (`BENCH_BROKER_STORAGE`).
+    pub broker_storage: String,
+    /// PostgreSQL settings as read from the server.
+    pub postgres: ServerSettings,
+    /// Event counts and load duration.
+    pub sizes: Sizes,
+    /// Distinct aggregates (keys).
+    pub aggregates: u64,
+    /// Requested payload size, bytes.
+    pub payload_bytes: u64,
+    /// Offered load of the latency phase, events/s.
+    pub load_rate: u64,
+    /// Writer tasks of the latency phase.
+    pub writers: u64,
+    /// The relay binary.
+    pub relay_binary: String,
+    /// Extra relay arguments.
+    pub relay_args: Vec<String>,
+    /// The relay's librdkafka defaults (also used by the raw producer).
+    pub producer_settings: Vec<(String, String)>,
+}
+
+/// The headline ratios.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Ratios {
+    /// Relay drain rate / raw produce rate (target ≥ 0.6).
+    pub relay_over_raw_produce: Option<f64>,
+    /// Relay drain rate / naive relay rate (target ≥ 10).
+    pub relay_over_naive: Option<f64>,
+    /// Relay drain rate / raw database rate.
+    pub relay_over_raw_db: Option<f64>,
+}
+
+/// What a relay that runs claim, publish and mark one after the other could reach, from the
+/// separately measured parts: per event `claim + publish path + mark`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SerialModel {
+    /// Claim share of an event's time.
+    pub claim_share: f64,
+    /// Publish share.
+    pub publish_share: f64,
+    /// Mark share.
+    pub mark_share: f64,
+    /// Events per second predicted.
+    pub events_per_s: f64,
+}
+
+/// Every figure of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Settings.
+    pub settings: Settings,
+    /// Phase 1.
+    pub raw_produce: Option<ProduceFigures>,
+    /// Phase 2.
+    pub raw_db: Option<DbFigures>,
+    /// Phase 3.
+    pub relay_drain: Option<DrainFigures>,
+    /// Phase 4.
+    pub naive: Option<NaiveFigures>,
+    /// Phase 5.
+    pub latency: Option<LatencyFigures>,
+    /// Ratios of phase 3 to phases 1, 2 and 4.
+    pub ratios: Ratios,
+    /// Serial model from phases 1 and 2.
+    pub serial_model: Option<SerialModel>,
+    /// Phases that failed.
+    pub errors: Vec<String>,
+}
+
+impl Report {
+    /// Fills in the ratios and the serial model from the phase figures.
+    pub fn derive(&mut self) {
+        let relay = self.relay_drain.as_ref().map(|d| d.events_per_s);
+        let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+        self.ratios = Ratios {
+            relay_over_raw_produce: ratio(relay, self.raw_produce.as_ref().map(|p| p.msgs_per_s)),
+            relay_over_naive: ratio(relay, self.naive.as_ref().map(|n| n.events_per_s)),
+            relay_over_raw_db: ratio(relay, self.raw_db.as_ref().map(|d| d.rows_per_s)),
+        };
+        self.serial_model = match (&self.raw_produce, &self.raw_db) {
+            (Some(p), Some(d)) => {
+                let claim = d.claim_seconds / d.rows as f64;
+                let mark = d.mark_seconds / d.rows as f64;
+                let publish = 1.0 / p.publish_path_msgs_per_s;
+                let total = claim + mark + publish;
+                Some(SerialModel {
+                    claim_share: claim / total,
+                    publish_share: publish / total,
+                    mark_share: mark / total,
+                    events_per_s: 1.0 / total,
+                })
+            }
+            _ => None,
+        };
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let s = &self.settings;
+        let mut o = String::new();
+        let storage_note = if s.broker_storage.starts_with("memory") {
+            " (in memory: a throughput run, nothing is durable)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "relay-bench {} · {} CPUs, load avg at start {} · broker storage {}{}",
+            s.started_at, s.cpus, s.loadavg.0, s.broker_storage, storage_note
+        );
+        let _ = writeln!(
+            o,
+            "PostgreSQL {} synchronous_commit={} fsync={} · {} partitions, replication {} · batch {} · {} aggregates · ~{} B payloads",
+            s.postgres.server_version,
+            s.postgres.synchronous_commit,
+            s.postgres.fsync,
+            s.partitions,
+            s.replication,
+            s.batch_size,
+            s.aggregates,
+            s.payload_bytes
+        );
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9} {:>9} {:>12}",
+            "throughput", "events", "seconds", "per second"
+        );
+        let row = |o: &mut String, name: &str, n: u64, secs: f64, rate: f64, note: &str| {
+            let _ = writeln!(
+                o,
+                "{name:<52} {n:>9} {secs:>9.2} {:>12}  {note}",
+                group(rate)
+            );
+        };
+        if let Some(p) = &self.raw_produce {
+            row(
+                &mut o,
+                "raw produce (idempotent, all in flight)",
+                p.messages,
+                p.seconds,
+                p.msgs_per_s,
+                "",
+            );
+            row(
+                &mut o,
+                &format!("relay publish path, batches of {} (no DB)", s.batch_size),
+                p.messages,
+                p.publish_path_seconds,
+                p.publish_path_msgs_per_s,
+                &format!("{:.1} ms per batch", p.publish_path_ms_per_batch),
+            );
+        }
+        if let Some(d) = &self.raw_db {
+            row(
+                &mut o,
+                "raw db: one INSERT ... SELECT generate_series",
+                d.rows,
+                d.insert_seconds,
+                d.insert_rows_per_s,
+                &format!("{:.0} B payloads stored", d.payload_bytes),
+            );
+            row(
+                &mut o,
+                "raw db: claim_batch + mark_published (relay SQL)",
+                d.rows,
+                d.seconds,
+                d.rows_per_s,
+                &format!(
+                    "claim {:.1} ms + mark {:.1} ms per batch",
+                    d.claim_ms_per_batch, d.mark_ms_per_batch
+                ),
+            );
+        }
+        if let Some(d) = &self.relay_drain {
+            let steady = d
+                .steady_events_per_s
+                .map(|r| format!("steady {}/s", group(r)))
+                .unwrap_or_default();
+            let halves = match (d.first_half_events_per_s, d.second_half_events_per_s) {
+                (Some(a), Some(b)) => format!(", halves {} → {}/s", group(a), group(b)),
+                _ => String::new(),
+            };
+            row(
+                &mut o,
+                "relay (release binary) draining the backlog",
+                d.events,
+                d.seconds,
+                d.events_per_s,
+                &format!("{steady}{halves}"),
+            );
+        }
+        if let Some(n) = &self.naive {
+            row(
+                &mut o,
+                &format!("naive relay (row by row, linger.ms={})", n.linger_ms),
+                n.events,
+                n.seconds,
+                n.events_per_s,
+                "",
+            );
+        }
+        if let Some(m) = &self.serial_model {
+            let _ = writeln!(
+                o,
+                "{:<52} {:>9} {:>9} {:>12}  claim {:.0} % · publish {:.0} % · mark {:.0} %",
+                "serial model: claim + publish path + mark",
+                "",
+                "",
+                group(m.events_per_s),
+                m.claim_share * 100.0,
+                m.publish_share * 100.0,
+                m.mark_share * 100.0
+            );
+        }
+        let _ = writeln!(o);
+        let r = &self.ratios;
+        let pct = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{:.0} %", v * 100.0));
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9}   (target ≥ 60 %)",
+            "relay / raw produce",
+            pct(r.relay_over_raw_produce)
+        );
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9}   (target ≥ 10×)",
+            "relay / naive",
+            r.relay_over_naive
+                .map_or("-".to_owned(), |v| format!("{v:.1}×"))
+        );
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9}",
+            "relay / raw db",
+            pct(r.relay_over_raw_db)
+        );
+
+        if let Some(l) = &self.latency {
+            let _ = writeln!(o);
+            let _ = writeln!(
+                o,
+                "{:<52} {:>7} {:>7} {:>7} {:>7}",
+                format!(
+                    "latency, ms: {}/s offered ({} writers, {} s), {:.0}/s achieved",
+                    l.offered_per_s, l.writers, l.seconds, l.achieved_per_s
+                ),
+                "p50",
+                "p95",
+                "p99",
+                "max"
+            );
+            let prow = |o: &mut String, name: &str, p: &Option<Percentiles>| match p {
+                Some(p) => {
+                    let _ = writeln!(
+                        o,
+                        "{name:<52} {:>7.1} {:>7.1} {:>7.1} {:>7.1}",
+                        p.p50, p.p95, p.p99, p.max
+                    );
+                }
+                None => {
+                    let _ = writeln!(o, "{name:<52} {:>7}", "-");
+                }
+            };
+            prow(
+                &mut o,
+                "commit → handed to producer (message CreateTime)",
+                &l.commit_to_produce_ms,
+            );
+            let a = &l.commit_to_ack_ms;
+            let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                o,
+                "{:<52} {:>7} {:>7} {:>7} {:>7}  {} within 50 ms",
+                "commit → broker ack (relay histogram, interpolated)",
+                f(a.p50),
+                f(a.p95),
+                f(a.p99),
+                "",
+                a.within_50ms
+                    .map_or("-".to_owned(), |v| format!("{:.2} %", v * 100.0))
+            );
+            prow(&mut o, "commit → seen by consumer", &l.commit_to_seen_ms);
+            prow(
+                &mut o,
+                "(transaction start → commit, for reference)",
+                &l.txn_ms,
+            );
+            if l.not_seen > 0 {
+                let _ = writeln!(
+                    o,
+                    "!! {} committed events were not seen by the consumer",
+                    l.not_seen
+                );
+            }
+        }
+        if let Some(d) = &self.relay_drain {
+            let _ = writeln!(o);
+            let range = d.rss_range_kb.map_or("-".to_owned(), |(a, b)| {
+                format!("{:.1}–{:.1} MiB", a as f64 / 1024.0, b as f64 / 1024.0)
+            });
+            let _ = writeln!(
+                o,
+                "relay memory while draining: peak RSS (VmHWM) {:.1} MiB; RSS sampled every 0.5 s after the first second {range}",
+                d.peak_rss_kb as f64 / 1024.0
+            );
+        }
+        for e in &self.errors {
+            let _ = writeln!(o, "!! {e}");
+        }
+        let _ = writeln!(o, "load avg at end {}", s.loadavg.1);
+        o
+    }
+}
+
+/// `1234567.8` → `1 234 568`.
+pub fn group(v: f64) -> String {
+    let digits = format!("{:.0}", v.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group;
+
+    #[test]
+    fn groups_thousands() {
+        assert_eq!(group(1_234_567.8), "1 234 568");
+        assert_eq!(group(999.0), "999");
+        assert_eq!(group(0.2), "0");
+    }
+}

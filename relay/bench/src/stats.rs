@@ -1,0 +1,151 @@
+//! Percentiles of measured samples and of the relay's Prometheus histograms.
+
+use serde::Serialize;
+
+/// Percentiles of a set of samples (same unit as the samples).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: usize,
+    /// Median.
+    pub p50: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+/// Nearest-rank percentiles; `None` without samples.
+pub fn percentiles(samples: &[f64]) -> Option<Percentiles> {
+    if samples.is_empty() {
+        return None;
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Some(Percentiles {
+        count: v.len(),
+        p50: rank(0.50),
+        p95: rank(0.95),
+        p99: rank(0.99),
+        max: v[v.len() - 1],
+    })
+}
+
+/// The value of the first sample named `name` (any labels) in Prometheus text.
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.split([' ', '{']).next() == Some(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Cumulative buckets `(upper bound, count)` of histogram `name` in Prometheus text, in
+/// order, `+Inf` last.
+pub fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
+    let mut out: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            let count = l.rsplit(' ').next()?.parse().ok()?;
+            Some((le, count))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// Bucket-wise difference `after - before` (observations made in between).
+pub fn histogram_delta(after: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    after
+        .iter()
+        .map(|&(le, n)| {
+            let b = before
+                .iter()
+                .find(|(l, _)| *l == le)
+                .map_or(0.0, |(_, c)| *c);
+            (le, n - b)
+        })
+        .collect()
+}
+
+/// Quantile `q` of cumulative buckets, interpolated linearly inside the bucket (as
+/// Prometheus' `histogram_quantile` does); the `+Inf` bucket answers its lower bound.
+pub fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let target = q * total;
+    let mut prev = (0.0, 0.0);
+    for &(le, n) in buckets {
+        if n >= target {
+            if le.is_infinite() {
+                return Some(prev.0);
+            }
+            let width = n - prev.1;
+            let frac = if width > 0.0 {
+                (target - prev.1) / width
+            } else {
+                1.0
+            };
+            return Some(prev.0 + (le - prev.0) * frac);
+        }
+        prev = (le, n);
+    }
+    None
+}
+
+/// Fraction of observations at or below `bound` (which must be a bucket bound).
+pub fn fraction_at_most(buckets: &[(f64, f64)], bound: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    let at = buckets.iter().find(|(le, _)| *le == bound)?.1;
+    (total > 0.0).then(|| at / total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = percentiles(&v).unwrap();
+        assert_eq!((p.p50, p.p95, p.p99, p.max), (50.0, 95.0, 99.0, 100.0));
+        assert!(percentiles(&[]).is_none());
+    }
+
+    #[test]
+    fn histogram_quantiles_from_prometheus_text() {
+        let text = "# HELP x\n\
+            lat_bucket{le=\"0.01\"} 50\n\
+            lat_bucket{le=\"0.05\"} 90\n\
+            lat_bucket{le=\"0.1\"} 100\n\
+            lat_bucket{le=\"+Inf\"} 100\n\
+            lat_sum 3\nlat_count 100\n";
+        let h = histogram(text, "lat");
+        assert_eq!(h.len(), 4);
+        assert!((histogram_quantile(&h, 0.5).unwrap() - 0.01).abs() < 1e-9);
+        assert!((histogram_quantile(&h, 0.7).unwrap() - 0.03).abs() < 1e-9);
+        assert_eq!(fraction_at_most(&h, 0.05), Some(0.9));
+        let before = vec![
+            (0.01, 10.0),
+            (0.05, 10.0),
+            (0.1, 10.0),
+            (f64::INFINITY, 10.0),
+        ];
+        assert_eq!(histogram_delta(&h, &before)[0], (0.01, 40.0));
+        assert_eq!(metric_value(text, "lat_count"), Some(100.0));
+        assert_eq!(metric_value(text, "lat"), None);
+    }
+}

@@ -1,0 +1,129 @@
+//! The errors of the service core, one variant per way a request can fail. The HTTP layer
+//! maps each to a status and a stable `code` (`http::error`); every one of them leaves the
+//! database unchanged, because the transaction it happened in is rolled back.
+
+use crate::domain::{OrderStatus, ValidationError};
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A field of the request is invalid (422).
+    #[error("invalid request: {0}")]
+    Validation(#[from] ValidationError),
+    /// The body is not JSON of the expected shape (400).
+    #[error("malformed JSON body")]
+    MalformedJson(#[source] serde_json::Error),
+    /// The body could not be read (400, or 413 when too large).
+    #[error("unreadable body")]
+    UnreadableBody(#[source] axum::extract::rejection::BytesRejection),
+    /// The `Idempotency-Key` header is missing or not 1–128 printable characters (400).
+    #[error("invalid Idempotency-Key header: {0}")]
+    InvalidIdempotencyKey(String),
+    /// The idempotency key was used before with a different request (422).
+    #[error("this Idempotency-Key was already used with a different request")]
+    IdempotencyKeyReused,
+    /// The order refers to a SKU that is not in the catalog (422).
+    #[error("unknown SKU `{0}`")]
+    UnknownSku(String),
+    /// A callback's `X-Signature` is missing or wrong (401).
+    #[error("missing or invalid signature")]
+    InvalidSignature,
+    /// No order has this id (404).
+    #[error("order not found")]
+    OrderNotFound,
+    /// No refund has this number (404).
+    #[error("refund not found")]
+    RefundNotFound,
+    /// A payment's amount differs from the order's (400).
+    #[error("payment amount {received_cents} does not match the order amount {expected_cents}")]
+    AmountMismatch {
+        /// The order amount.
+        expected_cents: i64,
+        /// What the notification says was paid.
+        received_cents: i64,
+    },
+    /// The order's current state does not allow the requested change (409).
+    #[error("order is {current}; cannot {action}")]
+    IllegalTransition {
+        /// The order's state now.
+        current: OrderStatus,
+        /// What was asked (`cancel`, `refund`).
+        action: &'static str,
+    },
+    /// The payment transaction id is already recorded for another order (409).
+    #[error("transaction id already recorded for another order")]
+    TransactionIdReused,
+    /// The refund number exists with a different order, amount or reason (422).
+    #[error("refund_no already used for a different refund")]
+    RefundNoReused,
+    /// The refund asks for more than was paid minus earlier refunds (422).
+    #[error("refund exceeds the refundable amount of {refundable_cents} cents")]
+    RefundExceedsPaid {
+        /// What may still be refunded.
+        refundable_cents: i64,
+    },
+    /// Another request with the same idempotency key kept the key busy; retry (503).
+    #[error("a request with this Idempotency-Key is still being processed; retry")]
+    KeyBusy,
+    /// Stored data contradicts an invariant the service keeps; a bug (500).
+    #[error("invariant violated: {0}")]
+    Invariant(&'static str),
+    /// The database failed or refused a statement.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    /// Writing the outbox event failed.
+    #[error("outbox write failed")]
+    Outbox(#[from] outbox_kit::OutboxError),
+    /// A response or event could not be serialized.
+    #[error("serialization failed")]
+    Serialize(#[source] serde_json::Error),
+}
+
+/// SQLSTATEs after which the same request may simply be sent again.
+const RETRYABLE_SQLSTATES: [&str; 3] = [
+    "40001", // serialization_failure
+    "40P01", // deadlock_detected
+    "55P03", // lock_not_available
+];
+
+impl Error {
+    /// Whether the client may retry the same request unchanged and expect it to work: the
+    /// database was unreachable, busy or chose this transaction as a deadlock victim.
+    pub fn is_retryable(&self) -> bool {
+        let db = match self {
+            Self::Database(e) => e,
+            Self::Outbox(outbox_kit::OutboxError::Database(e)) => e,
+            Self::KeyBusy => return true,
+            _ => return false,
+        };
+        match db {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
+            sqlx::Error::Database(e) => e
+                .code()
+                .is_some_and(|c| RETRYABLE_SQLSTATES.contains(&c.as_ref())),
+            _ => false,
+        }
+    }
+
+    /// The constraint a database error names, if any (e.g. a unique violation's index).
+    pub fn constraint(&self) -> Option<&str> {
+        match self {
+            Self::Database(sqlx::Error::Database(e))
+            | Self::Outbox(outbox_kit::OutboxError::Database(sqlx::Error::Database(e))) => {
+                e.constraint()
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the database refused a write because a unique key or check already holds
+    /// something else: the request conflicts with the state, it is not a server fault.
+    pub fn is_constraint_violation(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Database(e)) => {
+                e.is_unique_violation() || e.is_check_violation() || e.is_foreign_key_violation()
+            }
+            _ => false,
+        }
+    }
+}

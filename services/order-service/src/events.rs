@@ -1,0 +1,102 @@
+//! The order events this service publishes through the outbox (aggregate type `order`,
+//! aggregate id = order id). Each payload is a full snapshot of the order after the change,
+//! plus the payment or refund that caused it, so a consumer can act on one message alone.
+
+use serde::Serialize;
+use sqlx::PgConnection;
+
+use crate::error::Error;
+use crate::views::{OrderView, PaymentView, RefundView};
+
+/// Aggregate type of every event here: routes to topic `outbox.event.order`.
+pub const AGGREGATE_TYPE: &str = "order";
+
+/// The kinds of order events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// A new order waits for payment.
+    OrderCreated,
+    /// The order was paid (once).
+    OrderPaid,
+    /// The order was cancelled before payment.
+    OrderCancelled,
+    /// A refund was asked for.
+    RefundRequested,
+    /// A refund was paid out.
+    RefundSucceeded,
+    /// A refund was closed without paying out.
+    RefundClosed,
+}
+
+impl EventType {
+    /// The `event_type` column and header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OrderCreated => "OrderCreated",
+            Self::OrderPaid => "OrderPaid",
+            Self::OrderCancelled => "OrderCancelled",
+            Self::RefundRequested => "RefundRequested",
+            Self::RefundSucceeded => "RefundSucceeded",
+            Self::RefundClosed => "RefundClosed",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Payload<'a> {
+    event_type: &'static str,
+    #[serde(flatten)]
+    order: &'a OrderView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment: Option<&'a PaymentView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refund: Option<&'a RefundView>,
+}
+
+/// What caused an event besides the order itself.
+#[derive(Debug, Clone, Copy)]
+pub enum Cause<'a> {
+    /// Nothing else (created, cancelled).
+    None,
+    /// The payment that paid the order.
+    Payment(&'a PaymentView),
+    /// The refund that was requested or finished.
+    Refund(&'a RefundView),
+}
+
+/// Appends an event to the outbox in the caller's transaction. The caller must hold the
+/// order's row lock (or have inserted the order in this transaction), so that the events of
+/// one order get outbox ids in commit order.
+///
+/// # Errors
+/// When the payload cannot be serialized or the insert fails.
+pub async fn append(
+    conn: &mut PgConnection,
+    event_type: EventType,
+    order: &OrderView,
+    cause: Cause<'_>,
+) -> Result<outbox_kit::EnqueuedEvent, Error> {
+    let (payment, refund) = match cause {
+        Cause::None => (None, None),
+        Cause::Payment(p) => (Some(p), None),
+        Cause::Refund(r) => (None, Some(r)),
+    };
+    let payload = serde_json::to_value(Payload {
+        event_type: event_type.as_str(),
+        order,
+        payment,
+        refund,
+    })
+    .map_err(Error::Serialize)?;
+    let aggregate_id = order.order_id.to_string();
+    let event =
+        outbox_kit::NewEvent::new(AGGREGATE_TYPE, &aggregate_id, event_type.as_str(), &payload);
+    let enqueued = outbox_kit::enqueue(&mut *conn, &event).await?;
+    tracing::debug!(
+        order.id = %order.order_id,
+        event.id = %enqueued.event_id,
+        event.name = event_type.as_str(),
+        "Appended order event to the outbox"
+    );
+    Ok(enqueued)
+}

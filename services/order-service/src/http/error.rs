@@ -1,0 +1,108 @@
+//! Errors as responses: `{"error": {"code", "message", ...}}` with a fitting status. Server
+//! faults are logged here, once, with their source chain; clients get no internals.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::error::Error;
+
+impl Error {
+    /// Status and stable machine-readable code.
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            Self::MalformedJson(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
+            Self::UnreadableBody(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+            }
+            Self::UnreadableBody(_) => (StatusCode::BAD_REQUEST, "unreadable_body"),
+            Self::InvalidIdempotencyKey(_) => (StatusCode::BAD_REQUEST, "invalid_idempotency_key"),
+            Self::IdempotencyKeyReused => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+            }
+            Self::UnknownSku(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_sku"),
+            Self::InvalidSignature => (StatusCode::UNAUTHORIZED, "invalid_signature"),
+            Self::OrderNotFound => (StatusCode::NOT_FOUND, "order_not_found"),
+            Self::RefundNotFound => (StatusCode::NOT_FOUND, "refund_not_found"),
+            Self::AmountMismatch { .. } => (StatusCode::BAD_REQUEST, "amount_mismatch"),
+            Self::IllegalTransition { .. } => (StatusCode::CONFLICT, "illegal_transition"),
+            Self::TransactionIdReused => (StatusCode::CONFLICT, "transaction_id_reused"),
+            Self::RefundNoReused => (StatusCode::UNPROCESSABLE_ENTITY, "refund_no_reused"),
+            Self::RefundExceedsPaid { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "refund_exceeds_paid")
+            }
+            e if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            e if e.is_constraint_violation() => (StatusCode::CONFLICT, "conflict"),
+            Self::KeyBusy
+            | Self::Invariant(_)
+            | Self::Database(_)
+            | Self::Outbox(_)
+            | Self::Serialize(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+/// `error` and its sources, joined: what a log line needs to be read on its own.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        source = e.source();
+    }
+    out
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let message = if status.is_server_error() {
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                tracing::warn!(error = %chain(&self), "Request failed on a transient error; client may retry");
+                "temporarily unavailable; retry the same request".to_owned()
+            } else {
+                tracing::error!(error = %chain(&self), "Request failed");
+                "internal error".to_owned()
+            }
+        } else if code == "conflict" {
+            tracing::info!(
+                error = %chain(&self),
+                constraint = self.constraint().unwrap_or(""),
+                "Request refused by a database constraint"
+            );
+            "the request conflicts with the current state".to_owned()
+        } else if let Self::MalformedJson(e) = &self {
+            format!("malformed JSON body: {e}")
+        } else {
+            self.to_string()
+        };
+        let mut detail = json!({ "code": code, "message": message });
+        match &self {
+            Self::Validation(v) => detail["field"] = Value::from(v.field.clone()),
+            Self::IllegalTransition { current, .. } => {
+                detail["current_status"] = Value::from(current.as_str());
+            }
+            Self::AmountMismatch {
+                expected_cents,
+                received_cents,
+            } => {
+                detail["expected_cents"] = Value::from(*expected_cents);
+                detail["received_cents"] = Value::from(*received_cents);
+            }
+            Self::RefundExceedsPaid { refundable_cents } => {
+                detail["refundable_cents"] = Value::from(*refundable_cents);
+            }
+            _ => {}
+        }
+        let mut response = (status, Json(json!({ "error": detail }))).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

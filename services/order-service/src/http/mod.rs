@@ -1,0 +1,97 @@
+//! The HTTP API: routes, request parsing at the edge, and the mapping of outcomes and errors to
+//! responses. Handlers parse and validate, call the core ([`crate::orders`],
+//! [`crate::payments`], [`crate::refunds`], [`crate::catalog`]) and count outcomes once the
+//! core's transaction committed.
+
+mod callbacks;
+mod catalog;
+mod error;
+mod ops;
+mod orders;
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post, put};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use sqlx::PgPool;
+
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::signature::CallbackSecret;
+
+pub use ops::OPENAPI_JSON;
+
+/// Header with the client's idempotency key on `POST /orders`.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Response header set to `true` on answers replayed from an earlier request.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+/// Header with a callback's signature.
+pub const SIGNATURE: &str = "x-signature";
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The service's database (business tables and outbox).
+    pub pool: PgPool,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Secret that signs payment and refund callbacks.
+    pub secret: CallbackSecret,
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/skus/{sku_id}", put(catalog::put_sku))
+        .route("/orders", post(orders::create_order))
+        .route("/orders/{order_id}", get(orders::get_order))
+        .route("/orders/{order_id}/cancel", post(orders::cancel_order))
+        .route("/orders/{order_id}/refunds", post(orders::request_refund))
+        .route("/payments/callback", post(callbacks::payment_callback))
+        .route("/refunds/callback", post(callbacks::refund_callback))
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.metrics.clone(), track))
+        .with_state(state)
+}
+
+/// Counts and logs every request under its route template (never the raw path with ids).
+async fn track(State(metrics): State<Metrics>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = req.method().clone();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    metrics.observe_http(method.as_str(), &route, status, elapsed);
+    let duration_ms = elapsed.as_secs_f64() * 1000.0;
+    // Probes and scrapes arrive every few seconds; keep them out of the info log.
+    if matches!(route.as_str(), "/healthz" | "/metrics") {
+        tracing::debug!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
+    } else {
+        tracing::info!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
+    }
+    response
+}
+
+/// The body bytes, or the reason they could not be read.
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Error> {
+    body.map_err(Error::UnreadableBody)
+}
+
+/// Parses a JSON body whatever its content type.
+fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(body).map_err(Error::MalformedJson)
+}

@@ -1,0 +1,29 @@
+//! The order service: orders, payments and refunds, each state change committed together with
+//! its event in the transactional outbox (`outbox-kit`).
+//!
+//! - [`domain`]: validated newtypes and the state machines.
+//! - [`orders`], [`payments`], [`refunds`], [`catalog`]: the rules, each owning its
+//!   transactions; [`store`] holds their SQL and [`events`] the outbox payloads.
+//! - [`http`]: the API (parsing at the edge, errors as JSON); [`signature`] checks callbacks.
+//! - [`config`], [`server`], [`metrics`]: what the binary needs to run.
+
+pub mod catalog;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod events;
+pub mod http;
+pub mod metrics;
+pub mod orders;
+pub mod payments;
+pub mod refunds;
+pub mod server;
+pub mod signature;
+pub mod store;
+pub mod views;
+
+pub use error::Error;
+pub use http::{router, AppState};
+pub use metrics::Metrics;
+pub use server::{connect_lazy, migrate, serve};
+pub use signature::CallbackSecret;

@@ -1,0 +1,172 @@
+//! The service's Prometheus metrics, in their own registry. Label values come from small
+//! fixed sets (routes, outcomes, reasons), never from ids.
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+/// All order-service metrics.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// HTTP requests by method, matched route and status.
+    pub http_requests: IntCounterVec,
+    /// HTTP request latency by matched route.
+    pub http_duration: HistogramVec,
+    /// Orders created (replays not counted).
+    pub orders_created: IntCounter,
+    /// `POST /orders` answered from a stored response.
+    pub idempotent_replays: IntCounter,
+    /// Orders cancelled.
+    pub orders_cancelled: IntCounter,
+    /// Payment notifications by outcome (`applied`, `duplicate`, `flagged_for_refund`).
+    pub payment_callbacks: IntCounterVec,
+    /// Payments recorded for orders that could not take them, by reason (`order_cancelled`,
+    /// `already_paid`): money an operator must send back.
+    pub payments_flagged_for_refund: IntCounterVec,
+    /// Refunds requested (replays not counted).
+    pub refunds_requested: IntCounter,
+    /// Refund notifications by outcome (`applied`, `duplicate`, `stale`, `conflicting`).
+    pub refund_callbacks: IntCounterVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "order_http_requests_total",
+                "HTTP requests by method, route and status",
+            ),
+            &["method", "route", "status"],
+        )
+        .unwrap();
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "order_http_request_duration_seconds",
+                "HTTP request latency by route",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["route"],
+        )
+        .unwrap();
+        let orders_created =
+            IntCounter::new("order_orders_created_total", "Orders created").unwrap();
+        let idempotent_replays = IntCounter::new(
+            "order_idempotent_replays_total",
+            "Order creations answered from the stored response of an earlier request with the same Idempotency-Key",
+        )
+        .unwrap();
+        let orders_cancelled =
+            IntCounter::new("order_orders_cancelled_total", "Orders cancelled").unwrap();
+        let payment_callbacks = IntCounterVec::new(
+            Opts::new(
+                "order_payment_callbacks_total",
+                "Accepted payment notifications by outcome",
+            ),
+            &["outcome"],
+        )
+        .unwrap();
+        let payments_flagged_for_refund = IntCounterVec::new(
+            Opts::new(
+                "order_payments_flagged_for_refund_total",
+                "Payments recorded for orders that could not take them (cancelled, already paid); the money must be refunded",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        let refunds_requested =
+            IntCounter::new("order_refunds_requested_total", "Refunds requested").unwrap();
+        let refund_callbacks = IntCounterVec::new(
+            Opts::new(
+                "order_refund_callbacks_total",
+                "Accepted refund notifications by outcome",
+            ),
+            &["outcome"],
+        )
+        .unwrap();
+        for c in [
+            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_duration.clone()),
+            Box::new(orders_created.clone()),
+            Box::new(idempotent_replays.clone()),
+            Box::new(orders_cancelled.clone()),
+            Box::new(payment_callbacks.clone()),
+            Box::new(payments_flagged_for_refund.clone()),
+            Box::new(refunds_requested.clone()),
+            Box::new(refund_callbacks.clone()),
+        ] {
+            registry.register(c).unwrap();
+        }
+        // Show the refund flags at 0 from the start, so alerts can use `increase()`.
+        for reason in ["order_cancelled", "already_paid"] {
+            payments_flagged_for_refund.with_label_values(&[reason]);
+        }
+        Self {
+            registry,
+            http_requests,
+            http_duration,
+            orders_created,
+            idempotent_replays,
+            orders_cancelled,
+            payment_callbacks,
+            payments_flagged_for_refund,
+            refunds_requested,
+            refund_callbacks,
+        }
+    }
+
+    /// Records one HTTP request.
+    pub fn observe_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.http_requests
+            .with_label_values(&[method, route, &status.to_string()])
+            .inc();
+        self.http_duration
+            .with_label_values(&[route])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .unwrap();
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposes_metric_names_with_units() {
+        let m = Metrics::new();
+        m.observe_http("POST", "/orders", 201, Duration::from_millis(3));
+        m.payments_flagged_for_refund
+            .with_label_values(&["order_cancelled"])
+            .inc();
+        let text = m.render();
+        for name in [
+            "order_http_requests_total{method=\"POST\",route=\"/orders\",status=\"201\"} 1",
+            "order_http_request_duration_seconds_bucket",
+            "order_payments_flagged_for_refund_total{reason=\"order_cancelled\"} 1",
+            "order_payments_flagged_for_refund_total{reason=\"already_paid\"} 0",
+            "order_orders_created_total 0",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Orders: idempotent creation, cancellation before payment, and reading.
+//!
+//! Creation is idempotent per `(user_id, Idempotency-Key)`. The key row is claimed first in
+//! the request's transaction (`store::idempotency`), so concurrent duplicates queue behind the
+//! first one on the unique index and then replay its stored response; a request that fails
+//! rolls back its key with everything else, so the key is never poisoned.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use sqlx::{PgConnection, PgPool};
+
+use crate::domain::{
+    Cents, IdempotencyKey, OrderId, OrderStatus, Quantity, SkuId, UserId, ValidationError,
+};
+use crate::error::Error;
+use crate::events::{self, Cause, EventType};
+use crate::store::{idempotency, orders, payments, refunds, skus};
+use crate::views::{OrderDetail, OrderView, PaymentView, RefundView};
+
+/// Most lines in one order.
+pub const MAX_ITEMS: usize = 100;
+
+/// HTTP status of a created order; stored with the key and replayed.
+const CREATED: u16 = 201;
+
+/// `POST /orders` body as received.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CreateOrderBody {
+    /// The buyer.
+    pub user_id: String,
+    /// What to buy.
+    pub items: Vec<CreateOrderItemBody>,
+}
+
+/// One line of a [`CreateOrderBody`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct CreateOrderItemBody {
+    /// Catalog SKU.
+    pub sku_id: String,
+    /// Units.
+    pub quantity: i64,
+}
+
+/// A validated order request. Prices are not part of it: they come from the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NewOrder {
+    /// The buyer; scopes the idempotency key.
+    pub user_id: UserId,
+    /// Lines, each SKU at most once.
+    pub items: Vec<OrderLine>,
+}
+
+/// A validated order line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OrderLine {
+    /// Catalog SKU.
+    pub sku_id: SkuId,
+    /// Units.
+    pub quantity: Quantity,
+}
+
+impl TryFrom<CreateOrderBody> for NewOrder {
+    type Error = ValidationError;
+
+    fn try_from(body: CreateOrderBody) -> Result<Self, Self::Error> {
+        let user_id = UserId::parse("user_id", body.user_id)?;
+        if body.items.is_empty() {
+            return Err(ValidationError::new("items", "must not be empty"));
+        }
+        if body.items.len() > MAX_ITEMS {
+            return Err(ValidationError::new(
+                "items",
+                format!("must have at most {MAX_ITEMS} lines"),
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut items = Vec::with_capacity(body.items.len());
+        for (i, item) in body.items.into_iter().enumerate() {
+            let sku_id = SkuId::parse(&format!("items[{i}].sku_id"), item.sku_id)?;
+            let quantity = Quantity::parse(&format!("items[{i}].quantity"), item.quantity)?;
+            if !seen.insert(sku_id.clone()) {
+                return Err(ValidationError::new(
+                    format!("items[{i}].sku_id"),
+                    "each SKU may appear once; add up the quantities",
+                ));
+            }
+            items.push(OrderLine { sku_id, quantity });
+        }
+        Ok(Self { user_id, items })
+    }
+}
+
+impl NewOrder {
+    /// SHA-256 of the canonical request (user and lines in the given order, versioned): equal
+    /// for the same request whatever the JSON formatting, different for any other request.
+    pub fn request_hash(&self) -> Vec<u8> {
+        let mut hasher = Sha256::new();
+        hasher.update(b"POST /orders v1\n");
+        // Serializing plain structs of strings and integers cannot fail.
+        hasher.update(serde_json::to_vec(self).unwrap_or_default());
+        hasher.finalize().to_vec()
+    }
+}
+
+/// The response to `POST /orders`, new or replayed.
+#[derive(Debug, Clone)]
+pub struct Created {
+    /// HTTP status of the original response.
+    pub status: u16,
+    /// Body of the original response.
+    pub body: serde_json::Value,
+    /// `true` when this is a replay of an earlier request with the same key.
+    pub replayed: bool,
+}
+
+/// Creates an order, or replays the response of the earlier request with the same user and
+/// key. Waits for a concurrent request with the same key to finish instead of failing.
+///
+/// # Errors
+/// [`Error::IdempotencyKeyReused`] when the key was used with another request,
+/// [`Error::UnknownSku`] / [`Error::Validation`] for a bad order (nothing is stored and the key
+/// stays free), [`Error::KeyBusy`] when the key could not be settled (retry), database errors.
+pub async fn create(
+    pool: &PgPool,
+    key: &IdempotencyKey,
+    order: &NewOrder,
+) -> Result<Created, Error> {
+    let hash = order.request_hash();
+    // A second round is only needed if a key row vanished between our failed claim and our
+    // read (a retention job deleting it); the claim itself waits for in-flight owners.
+    for _ in 0..2 {
+        let mut tx = pool.begin().await?;
+        if idempotency::claim(&mut tx, &order.user_id, key, &hash).await? {
+            let (order_id, body) = insert_order(&mut tx, order).await?;
+            idempotency::complete(&mut tx, &order.user_id, key, order_id, CREATED, &body).await?;
+            tx.commit().await?;
+            tracing::info!(order.id = %order_id, user.id = %order.user_id, "Created order");
+            return Ok(Created {
+                status: CREATED,
+                body,
+                replayed: false,
+            });
+        }
+        let stored = idempotency::find(&mut tx, &order.user_id, key).await?;
+        tx.rollback().await?;
+        let Some(stored) = stored else { continue };
+        if stored.request_hash != hash {
+            return Err(Error::IdempotencyKeyReused);
+        }
+        let (Some(status), Some(body)) = (stored.response_status, stored.response_body) else {
+            return Err(Error::Invariant(
+                "committed idempotency key without a response",
+            ));
+        };
+        tracing::info!(user.id = %order.user_id, "Replayed order creation for a repeated Idempotency-Key");
+        return Ok(Created {
+            status: u16::try_from(status).unwrap_or(CREATED),
+            body,
+            replayed: true,
+        });
+    }
+    Err(Error::KeyBusy)
+}
+
+/// Prices the lines from the catalog and inserts the order, its lines and `OrderCreated`.
+async fn insert_order(
+    conn: &mut PgConnection,
+    order: &NewOrder,
+) -> Result<(OrderId, serde_json::Value), Error> {
+    let ids: Vec<&str> = order.items.iter().map(|l| l.sku_id.as_str()).collect();
+    let catalog: HashMap<String, skus::SkuRow> = skus::find_many(conn, &ids)
+        .await?
+        .into_iter()
+        .map(|s| (s.sku_id.clone(), s))
+        .collect();
+    let mut lines = Vec::with_capacity(order.items.len());
+    let mut total: Option<Cents> = None;
+    for (i, line) in order.items.iter().enumerate() {
+        let sku = catalog
+            .get(line.sku_id.as_str())
+            .ok_or_else(|| Error::UnknownSku(line.sku_id.to_string()))?;
+        let price = Cents::parse("price_cents", sku.price_cents)?;
+        let too_large = || ValidationError::new(format!("items[{i}]"), "order total is too large");
+        let line_total = price.times(line.quantity).ok_or_else(too_large)?;
+        total = Some(match total {
+            None => line_total,
+            Some(t) => t.plus(line_total).ok_or_else(too_large)?,
+        });
+        lines.push(orders::NewItem {
+            sku_id: line.sku_id.as_str(),
+            name: &sku.name,
+            quantity: line.quantity.get(),
+            unit_price_cents: price.get(),
+            line_total_cents: line_total.get(),
+        });
+    }
+    let total = total.ok_or_else(|| ValidationError::new("items", "must not be empty"))?;
+    // The new row is invisible to everyone else until commit: no lock needed for its event.
+    let row = orders::insert(conn, &order.user_id, total.get()).await?;
+    let order_id = OrderId::from(row.order_id);
+    let items = orders::insert_items(conn, order_id, &lines).await?;
+    let view = OrderView::new(row, items);
+    events::append(conn, EventType::OrderCreated, &view, Cause::None).await?;
+    let body = serde_json::to_value(&view).map_err(Error::Serialize)?;
+    Ok((order_id, body))
+}
+
+/// Result of a cancel request.
+#[derive(Debug, Clone)]
+pub struct Cancelled {
+    /// The order after the request.
+    pub order: OrderView,
+    /// `false` when it was already cancelled (nothing changed, no event).
+    pub changed: bool,
+}
+
+/// Cancels an order that is waiting for payment and emits `OrderCancelled`; cancelling a
+/// cancelled order returns it unchanged.
+///
+/// # Errors
+/// [`Error::OrderNotFound`], [`Error::IllegalTransition`] once the order is paid, database
+/// errors.
+pub async fn cancel(pool: &PgPool, order_id: OrderId) -> Result<Cancelled, Error> {
+    let mut tx = pool.begin().await?;
+    let row = orders::lock(&mut tx, order_id)
+        .await?
+        .ok_or(Error::OrderNotFound)?;
+    match row.status {
+        OrderStatus::Cancelled => {
+            let items = orders::items(&mut tx, order_id).await?;
+            tx.rollback().await?;
+            Ok(Cancelled {
+                order: OrderView::new(row, items),
+                changed: false,
+            })
+        }
+        OrderStatus::PendingPayment => {
+            let row = orders::transition(
+                &mut tx,
+                order_id,
+                OrderStatus::PendingPayment,
+                OrderStatus::Cancelled,
+            )
+            .await?
+            .ok_or(Error::Invariant("locked order changed status"))?;
+            let items = orders::items(&mut tx, order_id).await?;
+            let view = OrderView::new(row, items);
+            events::append(&mut tx, EventType::OrderCancelled, &view, Cause::None).await?;
+            tx.commit().await?;
+            tracing::info!(order.id = %order_id, "Cancelled order");
+            Ok(Cancelled {
+                order: view,
+                changed: true,
+            })
+        }
+        current => Err(Error::IllegalTransition {
+            current,
+            action: "cancel",
+        }),
+    }
+}
+
+/// Reads an order with its lines, payments and refunds.
+///
+/// # Errors
+/// [`Error::OrderNotFound`], database errors.
+pub async fn get(pool: &PgPool, order_id: OrderId) -> Result<OrderDetail, Error> {
+    // One snapshot for all four reads.
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let row = orders::find(&mut tx, order_id)
+        .await?
+        .ok_or(Error::OrderNotFound)?;
+    let items = orders::items(&mut tx, order_id).await?;
+    let payments = payments::for_order(&mut tx, order_id).await?;
+    let refunds = refunds::for_order(&mut tx, order_id).await?;
+    tx.commit().await?;
+    let refunds: Vec<RefundView> = refunds.into_iter().map(RefundView::from).collect();
+    let refunded_cents = refunds
+        .iter()
+        .filter(|r| r.status == crate::domain::RefundStatus::Succeeded)
+        .map(|r| r.amount_cents)
+        .sum();
+    Ok(OrderDetail {
+        order: OrderView::new(row, items),
+        refunded_cents,
+        payments: payments.into_iter().map(PaymentView::from).collect(),
+        refunds,
+    })
+}
+
+/// Loads the view of an order whose row the caller holds.
+///
+/// # Errors
+/// Database errors.
+pub(crate) async fn view_of(
+    conn: &mut PgConnection,
+    row: orders::OrderRow,
+) -> Result<OrderView, Error> {
+    let items = orders::items(conn, OrderId::from(row.order_id)).await?;
+    Ok(OrderView::new(row, items))
+}
+
+/// An order id from its text form (path or body).
+///
+/// # Errors
+/// [`Error::OrderNotFound`] when it is not a UUID: no order has such an id.
+pub fn parse_order_id(text: &str) -> Result<OrderId, Error> {
+    OrderId::parse(text).ok_or(Error::OrderNotFound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(json: serde_json::Value) -> CreateOrderBody {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn request_hash_ignores_formatting_but_not_content() {
+        let a = NewOrder::try_from(body(serde_json::json!({
+            "user_id": "u1", "items": [{"sku_id": "A", "quantity": 2}]
+        })))
+        .unwrap();
+        let b: CreateOrderBody = serde_json::from_str(
+            r#"{ "items" : [ {"quantity":2, "sku_id":"A"} ], "user_id":"u1" }"#,
+        )
+        .unwrap();
+        let b = NewOrder::try_from(b).unwrap();
+        assert_eq!(a.request_hash(), b.request_hash());
+        let c = NewOrder::try_from(body(serde_json::json!({
+            "user_id": "u1", "items": [{"sku_id": "A", "quantity": 3}]
+        })))
+        .unwrap();
+        assert_ne!(a.request_hash(), c.request_hash());
+    }
+
+    #[test]
+    fn orders_are_validated_at_the_edge() {
+        let bad = [
+            (serde_json::json!({"user_id": "u", "items": []}), "items"),
+            (
+                serde_json::json!({"user_id": "u", "items": [{"sku_id": "A", "quantity": 0}]}),
+                "items[0].quantity",
+            ),
+            (
+                serde_json::json!({"user_id": "", "items": [{"sku_id": "A", "quantity": 1}]}),
+                "user_id",
+            ),
+            (
+                serde_json::json!({"user_id": "u", "items": [
+                    {"sku_id": "A", "quantity": 1}, {"sku_id": "A", "quantity": 2}]}),
+                "items[1].sku_id",
+            ),
+        ];
+        for (json, field) in bad {
+            let err = NewOrder::try_from(body(json)).unwrap_err();
+            assert_eq!(err.field, field);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Payment notifications from the provider (`POST /payments/callback`).
+//!
+//! The provider repeats a notification until it gets a success answer, so a duplicate is
+//! normal and answered as success. The order moves `PENDING_PAYMENT -> PAID` exactly once: the
+//! order row is locked, the transaction id is stored under a unique key, and the status change
+//! is a conditional update. Money that arrives for an order that cannot take it (cancelled, or
+//! already paid by another transaction) is recorded and flagged for a refund, never used to
+//! revive the order.
+
+use serde::Deserialize;
+use sqlx::PgPool;
+
+use crate::domain::{Cents, OrderId, OrderStatus, TransactionId, ValidationError};
+use crate::error::Error;
+use crate::events::{self, Cause, EventType};
+use crate::orders::{parse_order_id, view_of};
+use crate::store::orders;
+use crate::store::payments::{self, Disposition};
+use crate::views::PaymentView;
+
+/// `POST /payments/callback` body as received (after its signature was checked).
+#[derive(Debug, Clone, Deserialize)]
+pub struct PaymentCallbackBody {
+    /// The order paid for.
+    pub order_id: String,
+    /// The provider's transaction id.
+    pub transaction_id: String,
+    /// Amount paid.
+    pub amount_cents: i64,
+    /// Only `SUCCESS` is sent by the provider.
+    pub status: String,
+}
+
+/// A validated payment notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PaymentNotice {
+    /// The order paid for.
+    pub order_id: OrderId,
+    /// The provider's transaction id.
+    pub transaction_id: TransactionId,
+    /// Amount paid.
+    pub amount: Cents,
+}
+
+impl TryFrom<PaymentCallbackBody> for PaymentNotice {
+    type Error = Error;
+
+    fn try_from(body: PaymentCallbackBody) -> Result<Self, Error> {
+        let transaction_id = TransactionId::parse("transaction_id", body.transaction_id)?;
+        let amount = Cents::parse("amount_cents", body.amount_cents)?;
+        if body.status != "SUCCESS" {
+            return Err(
+                ValidationError::new("status", "only SUCCESS notifications are accepted").into(),
+            );
+        }
+        let order_id = parse_order_id(&body.order_id)?;
+        Ok(Self {
+            order_id,
+            transaction_id,
+            amount,
+        })
+    }
+}
+
+/// Why a received payment must be refunded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlagReason {
+    /// The order was cancelled before the money arrived.
+    OrderCancelled,
+    /// The order was already paid by another transaction.
+    AlreadyPaid,
+}
+
+impl FlagReason {
+    /// As stored and used as a metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OrderCancelled => "order_cancelled",
+            Self::AlreadyPaid => "already_paid",
+        }
+    }
+}
+
+/// What a payment notification did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PaymentOutcome {
+    /// It paid the order: `PAID` and `OrderPaid`.
+    Applied,
+    /// The transaction was already recorded: nothing changed.
+    Duplicate,
+    /// Recorded, but the order could not take it: flagged for a refund.
+    FlaggedForRefund(FlagReason),
+}
+
+impl PaymentOutcome {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied => "applied",
+            Self::Duplicate => "duplicate",
+            Self::FlaggedForRefund(_) => "flagged_for_refund",
+        }
+    }
+}
+
+/// Applies a payment notification.
+///
+/// # Errors
+/// [`Error::OrderNotFound`], [`Error::AmountMismatch`] (nothing changes),
+/// [`Error::TransactionIdReused`] when the transaction id was recorded for another order,
+/// database errors.
+pub async fn apply(pool: &PgPool, notice: &PaymentNotice) -> Result<PaymentOutcome, Error> {
+    let order_id = notice.order_id;
+    let mut tx = pool.begin().await?;
+    // Serializes every writer of this order, duplicates of this notification included.
+    let order = orders::lock(&mut tx, order_id)
+        .await?
+        .ok_or(Error::OrderNotFound)?;
+    if notice.amount.get() != order.amount_cents {
+        return Err(Error::AmountMismatch {
+            expected_cents: order.amount_cents,
+            received_cents: notice.amount.get(),
+        });
+    }
+    let (disposition, flag) = match order.status {
+        OrderStatus::PendingPayment => (Disposition::Applied, None),
+        OrderStatus::Cancelled => (
+            Disposition::RefundRequired,
+            Some(FlagReason::OrderCancelled),
+        ),
+        OrderStatus::Paid | OrderStatus::Shipped | OrderStatus::Completed => {
+            (Disposition::RefundRequired, Some(FlagReason::AlreadyPaid))
+        }
+    };
+    let inserted = payments::insert(
+        &mut tx,
+        &notice.transaction_id,
+        order_id,
+        notice.amount,
+        disposition,
+        flag.map(FlagReason::as_str),
+    )
+    .await?;
+    if !inserted {
+        let existing = payments::find(&mut tx, &notice.transaction_id)
+            .await?
+            .ok_or(Error::Invariant("conflicting payment row vanished"))?;
+        tx.rollback().await?;
+        if existing.order_id != order_id.uuid() {
+            return Err(Error::TransactionIdReused);
+        }
+        tracing::info!(
+            order.id = %order_id,
+            payment.transaction_id = %notice.transaction_id,
+            "Ignored duplicate payment notification"
+        );
+        return Ok(PaymentOutcome::Duplicate);
+    }
+    if let Some(reason) = flag {
+        tx.commit().await?;
+        tracing::warn!(
+            order.id = %order_id,
+            order.status = %order.status,
+            payment.transaction_id = %notice.transaction_id,
+            amount_cents = notice.amount.get(),
+            reason = reason.as_str(),
+            "Payment received for an order that cannot take it; flagged for refund"
+        );
+        return Ok(PaymentOutcome::FlaggedForRefund(reason));
+    }
+    let paid = orders::transition(
+        &mut tx,
+        order_id,
+        OrderStatus::PendingPayment,
+        OrderStatus::Paid,
+    )
+    .await?
+    .ok_or(Error::Invariant("locked order changed status"))?;
+    let payment: PaymentView = payments::find(&mut tx, &notice.transaction_id)
+        .await?
+        .ok_or(Error::Invariant("payment row vanished"))?
+        .into();
+    let view = view_of(&mut tx, paid).await?;
+    events::append(
+        &mut tx,
+        EventType::OrderPaid,
+        &view,
+        Cause::Payment(&payment),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(
+        order.id = %order_id,
+        payment.transaction_id = %notice.transaction_id,
+        amount_cents = notice.amount.get(),
+        "Order paid"
+    );
+    Ok(PaymentOutcome::Applied)
+}

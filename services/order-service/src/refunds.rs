@@ -1,0 +1,303 @@
+//! Refunds: requests against paid orders (`POST /orders/{id}/refunds`) and the provider's
+//! outcome notifications (`POST /refunds/callback`).
+//!
+//! A refund number is the refund's identity: repeating it returns the same refund. The amount
+//! is reserved on the order row under a conditional update (`refund_reserved_cents + amount <=
+//! paid_cents`, also a CHECK), and released when the provider closes the refund.
+//!
+//! Provider notifications are snapshots stamped with `modified` (epoch ms): a snapshot only
+//! applies if it is newer than the one applied before, and a refund reaches `SUCCEEDED` or
+//! `CLOSED` once. Money that went back cannot come back, so a final state is never left: a
+//! newer snapshot that contradicts it is logged and counted for operators, not applied.
+
+use serde::Deserialize;
+use sqlx::PgPool;
+
+use crate::domain::{
+    Cents, OrderId, RefundNo, RefundOutcome, RefundReason, RefundStatus, ValidationError,
+};
+use crate::error::Error;
+use crate::events::{self, Cause, EventType};
+use crate::orders::view_of;
+use crate::store::{orders, refunds};
+use crate::views::RefundView;
+
+/// `POST /orders/{id}/refunds` body as received.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RefundBody {
+    /// The merchant's refund number.
+    pub refund_no: String,
+    /// Amount to give back.
+    pub amount_cents: i64,
+    /// Why.
+    pub reason: String,
+}
+
+/// A validated refund request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundRequest {
+    /// The merchant's refund number.
+    pub refund_no: RefundNo,
+    /// Amount to give back.
+    pub amount: Cents,
+    /// Why.
+    pub reason: RefundReason,
+}
+
+impl TryFrom<RefundBody> for RefundRequest {
+    type Error = ValidationError;
+
+    fn try_from(body: RefundBody) -> Result<Self, Self::Error> {
+        Ok(Self {
+            refund_no: RefundNo::parse("refund_no", body.refund_no)?,
+            amount: Cents::parse("amount_cents", body.amount_cents)?,
+            reason: RefundReason::parse("reason", body.reason)?,
+        })
+    }
+}
+
+/// The answer to a refund request.
+#[derive(Debug, Clone)]
+pub struct RefundCreated {
+    /// The refund.
+    pub refund: RefundView,
+    /// `true` when the refund number existed already (same refund returned, nothing changed).
+    pub replayed: bool,
+}
+
+/// Requests a refund and emits `RefundRequested`, or returns the existing refund with the
+/// same number and content.
+///
+/// # Errors
+/// [`Error::OrderNotFound`], [`Error::RefundNoReused`] when the number exists with other
+/// content, [`Error::IllegalTransition`] when the order is not paid,
+/// [`Error::RefundExceedsPaid`], database errors.
+pub async fn request(
+    pool: &PgPool,
+    order_id: OrderId,
+    req: &RefundRequest,
+) -> Result<RefundCreated, Error> {
+    let mut tx = pool.begin().await?;
+    let order = orders::lock(&mut tx, order_id)
+        .await?
+        .ok_or(Error::OrderNotFound)?;
+    if let Some(existing) = refunds::find(&mut tx, &req.refund_no).await? {
+        tx.rollback().await?;
+        return replay(existing, order_id, req);
+    }
+    if !order.status.is_paid() {
+        return Err(Error::IllegalTransition {
+            current: order.status,
+            action: "refund",
+        });
+    }
+    if !orders::reserve_refund(&mut tx, order_id, req.amount.get()).await? {
+        return Err(Error::RefundExceedsPaid {
+            refundable_cents: order.paid_cents - order.refund_reserved_cents,
+        });
+    }
+    let Some(row) =
+        refunds::insert(&mut tx, &req.refund_no, order_id, req.amount, &req.reason).await?
+    else {
+        // The same number was just committed for another order (this order's writers are
+        // serialized by the lock). Undo the reservation and answer from that refund.
+        tx.rollback().await?;
+        let mut conn = pool.acquire().await?;
+        let existing = refunds::find(&mut conn, &req.refund_no)
+            .await?
+            .ok_or(Error::Invariant("conflicting refund row vanished"))?;
+        return replay(existing, order_id, req);
+    };
+    let refund = RefundView::from(row);
+    let order = orders::find(&mut tx, order_id)
+        .await?
+        .ok_or(Error::Invariant("locked order vanished"))?;
+    let view = view_of(&mut tx, order).await?;
+    events::append(
+        &mut tx,
+        EventType::RefundRequested,
+        &view,
+        Cause::Refund(&refund),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(
+        order.id = %order_id,
+        refund.no = %req.refund_no,
+        amount_cents = req.amount.get(),
+        "Refund requested"
+    );
+    Ok(RefundCreated {
+        refund,
+        replayed: false,
+    })
+}
+
+fn replay(
+    existing: refunds::RefundRow,
+    order_id: OrderId,
+    req: &RefundRequest,
+) -> Result<RefundCreated, Error> {
+    let same = existing.order_id == order_id.uuid()
+        && existing.amount_cents == req.amount.get()
+        && existing.reason == req.reason.as_str();
+    if !same {
+        return Err(Error::RefundNoReused);
+    }
+    Ok(RefundCreated {
+        refund: existing.into(),
+        replayed: true,
+    })
+}
+
+/// `POST /refunds/callback` body as received (after its signature was checked).
+#[derive(Debug, Clone, Deserialize)]
+pub struct RefundCallbackBody {
+    /// The merchant's refund number.
+    pub refund_no: String,
+    /// `SUCCESS` or `CLOSED`.
+    pub status: String,
+    /// When the provider last changed the refund (epoch milliseconds).
+    pub modified: i64,
+}
+
+/// A validated refund notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundNotice {
+    /// The merchant's refund number.
+    pub refund_no: RefundNo,
+    /// What the provider reports.
+    pub outcome: RefundOutcome,
+    /// Snapshot time (epoch milliseconds); larger wins.
+    pub modified_ms: i64,
+}
+
+impl TryFrom<RefundCallbackBody> for RefundNotice {
+    type Error = ValidationError;
+
+    fn try_from(body: RefundCallbackBody) -> Result<Self, Self::Error> {
+        let outcome = match body.status.as_str() {
+            "SUCCESS" => RefundOutcome::Success,
+            "CLOSED" => RefundOutcome::Closed,
+            _ => return Err(ValidationError::new("status", "must be SUCCESS or CLOSED")),
+        };
+        if body.modified < 0 {
+            return Err(ValidationError::new(
+                "modified",
+                "must be epoch milliseconds (>= 0)",
+            ));
+        }
+        Ok(Self {
+            refund_no: RefundNo::parse("refund_no", body.refund_no)?,
+            outcome,
+            modified_ms: body.modified,
+        })
+    }
+}
+
+/// What a refund notification did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundNoticeOutcome {
+    /// The refund reached this final state; its event was emitted.
+    Applied(RefundStatus),
+    /// The refund is already in the reported state.
+    Duplicate,
+    /// The snapshot is older than (or as old as) the one applied: nothing changed.
+    Stale,
+    /// A newer snapshot contradicts the final state reached: nothing changed, operators look.
+    Conflicting,
+}
+
+impl RefundNoticeOutcome {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied(_) => "applied",
+            Self::Duplicate => "duplicate",
+            Self::Stale => "stale",
+            Self::Conflicting => "conflicting",
+        }
+    }
+}
+
+/// Applies a refund notification.
+///
+/// # Errors
+/// [`Error::RefundNotFound`], database errors.
+pub async fn apply_notice(
+    pool: &PgPool,
+    notice: &RefundNotice,
+) -> Result<RefundNoticeOutcome, Error> {
+    let mut tx = pool.begin().await?;
+    let order_id = refunds::find(&mut tx, &notice.refund_no)
+        .await?
+        .map(|r| OrderId::from(r.order_id))
+        .ok_or(Error::RefundNotFound)?;
+    orders::lock(&mut tx, order_id)
+        .await?
+        .ok_or(Error::Invariant("refund without order"))?;
+    // Read again under the order lock: another notification may have applied meanwhile.
+    let refund = refunds::find(&mut tx, &notice.refund_no)
+        .await?
+        .ok_or(Error::Invariant("refund vanished"))?;
+    let target = notice.outcome.status();
+    if refund.status.is_terminal() {
+        tx.rollback().await?;
+        let applied_ms = refund.provider_modified_ms.unwrap_or(i64::MIN);
+        let outcome = if refund.status == target {
+            RefundNoticeOutcome::Duplicate
+        } else if notice.modified_ms <= applied_ms {
+            RefundNoticeOutcome::Stale
+        } else {
+            RefundNoticeOutcome::Conflicting
+        };
+        if outcome == RefundNoticeOutcome::Conflicting {
+            tracing::warn!(
+                order.id = %order_id,
+                refund.no = %notice.refund_no,
+                refund.status = %refund.status,
+                reported = target.as_str(),
+                modified_ms = notice.modified_ms,
+                applied_modified_ms = applied_ms,
+                "Newer refund notification contradicts the final state; not applied, needs a look"
+            );
+        } else {
+            tracing::info!(
+                order.id = %order_id,
+                refund.no = %notice.refund_no,
+                outcome = outcome.as_str(),
+                "Ignored refund notification"
+            );
+        }
+        return Ok(outcome);
+    }
+    let Some(row) =
+        refunds::apply_snapshot(&mut tx, &notice.refund_no, target, notice.modified_ms).await?
+    else {
+        tx.rollback().await?;
+        return Ok(RefundNoticeOutcome::Stale);
+    };
+    if target == RefundStatus::Closed
+        && !orders::release_refund(&mut tx, order_id, row.amount_cents).await?
+    {
+        return Err(Error::Invariant("closed refund was not reserved"));
+    }
+    let refund = RefundView::from(row);
+    let order = orders::find(&mut tx, order_id)
+        .await?
+        .ok_or(Error::Invariant("locked order vanished"))?;
+    let view = view_of(&mut tx, order).await?;
+    let event = match target {
+        RefundStatus::Succeeded => EventType::RefundSucceeded,
+        _ => EventType::RefundClosed,
+    };
+    events::append(&mut tx, event, &view, Cause::Refund(&refund)).await?;
+    tx.commit().await?;
+    tracing::info!(
+        order.id = %order_id,
+        refund.no = %notice.refund_no,
+        refund.status = %target,
+        "Refund finished"
+    );
+    Ok(RefundNoticeOutcome::Applied(target))
+}

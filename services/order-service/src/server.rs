@@ -1,0 +1,75 @@
+//! Start-up and shutdown: database pool, migrations, and the HTTP server with a drain deadline.
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{router, AppState};
+
+/// The order service's own migrations (`migrations/order`). Their versions differ from the
+/// outbox's, and both sets share sqlx's bookkeeping table, so each migrator ignores the
+/// other's versions.
+pub fn migrator() -> sqlx::migrate::Migrator {
+    let mut m = sqlx::migrate!("../../migrations/order");
+    m.set_ignore_missing(true);
+    m
+}
+
+/// Applies the outbox migrations, then the order service's.
+///
+/// # Errors
+/// When the database is unreachable or a migration fails.
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    outbox_kit::schema::migrate(pool).await?;
+    migrator().run(pool).await
+}
+
+/// A lazily connecting pool: the process starts even while the database is still coming up;
+/// requests fail with 503 until it is reachable.
+///
+/// # Errors
+/// When the URL is invalid.
+pub fn connect_lazy(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy(database_url)
+}
+
+/// Serves the API on `listener` until `shutdown` is cancelled, then lets requests in flight
+/// finish for at most `drain_timeout`.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+    drain_timeout: Duration,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(addr = %addr, "Serving the order API");
+    }
+    let graceful = shutdown.clone();
+    let server = axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { graceful.cancelled().await })
+        .into_future();
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(drain_timeout).await;
+    };
+    tokio::select! {
+        result = server => result,
+        () = deadline => {
+            tracing::warn!(
+                drain_timeout_ms = u64::try_from(drain_timeout.as_millis()).unwrap_or(u64::MAX),
+                "Requests still in flight at the drain deadline; stopping anyway"
+            );
+            Ok(())
+        }
+    }
+}

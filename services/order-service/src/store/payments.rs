@@ -1,0 +1,105 @@
+//! Payment notifications, one row per provider transaction id.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::domain::{Cents, OrderId, TransactionId};
+
+/// What a received payment did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// It paid the order.
+    Applied,
+    /// The order could not take it (cancelled, or paid by another transaction): the money
+    /// must go back.
+    RefundRequired,
+}
+
+impl Disposition {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Applied => "APPLIED",
+            Self::RefundRequired => "REFUND_REQUIRED",
+        }
+    }
+}
+
+/// One `payments` row.
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+pub struct PaymentRow {
+    /// The provider's transaction id.
+    pub transaction_id: String,
+    /// The order it was for.
+    pub order_id: Uuid,
+    /// Amount received.
+    pub amount_cents: i64,
+    /// `APPLIED` or `REFUND_REQUIRED`.
+    pub disposition: String,
+    /// Why a refund is required (`order_cancelled`, `already_paid`).
+    pub flag_reason: Option<String>,
+    /// When the notification was first received.
+    pub received_at: DateTime<Utc>,
+}
+
+/// Records a payment; `false` when the transaction id is already recorded (nothing written).
+/// Blocks while another transaction holds an uncommitted row for the same transaction id.
+///
+/// # Errors
+/// When the query fails.
+pub async fn insert(
+    conn: &mut PgConnection,
+    transaction_id: &TransactionId,
+    order_id: OrderId,
+    amount: Cents,
+    disposition: Disposition,
+    flag_reason: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO payments (transaction_id, order_id, amount_cents, disposition, flag_reason) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (transaction_id) DO NOTHING",
+    )
+    .bind(transaction_id.as_str())
+    .bind(order_id.uuid())
+    .bind(amount.get())
+    .bind(disposition.as_str())
+    .bind(flag_reason)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Reads a payment by transaction id.
+///
+/// # Errors
+/// When the query fails.
+pub async fn find(
+    conn: &mut PgConnection,
+    transaction_id: &TransactionId,
+) -> Result<Option<PaymentRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT transaction_id, order_id, amount_cents, disposition, flag_reason, received_at \
+         FROM payments WHERE transaction_id = $1",
+    )
+    .bind(transaction_id.as_str())
+    .fetch_optional(conn)
+    .await
+}
+
+/// An order's payments, oldest first.
+///
+/// # Errors
+/// When the query fails.
+pub async fn for_order(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<Vec<PaymentRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT transaction_id, order_id, amount_cents, disposition, flag_reason, received_at \
+         FROM payments WHERE order_id = $1 ORDER BY received_at, transaction_id",
+    )
+    .bind(order_id.uuid())
+    .fetch_all(conn)
+    .await
+}

@@ -1,0 +1,114 @@
+//! Refunds of paid orders.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::domain::{Cents, OrderId, RefundNo, RefundReason, RefundStatus};
+
+const REFUND_COLUMNS: &str =
+    "refund_no, order_id, amount_cents, reason, status, provider_modified_ms, created_at, updated_at";
+
+/// One `refunds` row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RefundRow {
+    /// The merchant's refund number.
+    pub refund_no: String,
+    /// The refunded order.
+    pub order_id: Uuid,
+    /// Amount to give back.
+    pub amount_cents: i64,
+    /// Why.
+    pub reason: String,
+    /// Current state.
+    #[sqlx(try_from = "String")]
+    pub status: RefundStatus,
+    /// `modified` of the provider snapshot that was applied (epoch milliseconds).
+    pub provider_modified_ms: Option<i64>,
+    /// When it was requested.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Inserts a `REQUESTED` refund; `None` when the refund number already exists (nothing
+/// written). Blocks while another transaction holds an uncommitted row for the same number.
+///
+/// # Errors
+/// When the query fails.
+pub async fn insert(
+    conn: &mut PgConnection,
+    refund_no: &RefundNo,
+    order_id: OrderId,
+    amount: Cents,
+    reason: &RefundReason,
+) -> Result<Option<RefundRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "INSERT INTO refunds (refund_no, order_id, amount_cents, reason, status) \
+         VALUES ($1, $2, $3, $4, 'REQUESTED') ON CONFLICT (refund_no) DO NOTHING \
+         RETURNING {REFUND_COLUMNS}"
+    ))
+    .bind(refund_no.as_str())
+    .bind(order_id.uuid())
+    .bind(amount.get())
+    .bind(reason.as_str())
+    .fetch_optional(conn)
+    .await
+}
+
+/// Reads a refund by number.
+///
+/// # Errors
+/// When the query fails.
+pub async fn find(
+    conn: &mut PgConnection,
+    refund_no: &RefundNo,
+) -> Result<Option<RefundRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {REFUND_COLUMNS} FROM refunds WHERE refund_no = $1"
+    ))
+    .bind(refund_no.as_str())
+    .fetch_optional(conn)
+    .await
+}
+
+/// An order's refunds, oldest first.
+///
+/// # Errors
+/// When the query fails.
+pub async fn for_order(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<Vec<RefundRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {REFUND_COLUMNS} FROM refunds WHERE order_id = $1 ORDER BY created_at, refund_no"
+    ))
+    .bind(order_id.uuid())
+    .fetch_all(conn)
+    .await
+}
+
+/// Applies a provider snapshot: moves a `REQUESTED` refund to `to` if the snapshot is newer
+/// than the one applied before (if any). Returns the updated row, or `None` when nothing
+/// changed.
+///
+/// # Errors
+/// When the query fails.
+pub async fn apply_snapshot(
+    conn: &mut PgConnection,
+    refund_no: &RefundNo,
+    to: RefundStatus,
+    modified_ms: i64,
+) -> Result<Option<RefundRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE refunds SET status = $2, provider_modified_ms = $3, updated_at = now() \
+         WHERE refund_no = $1 AND status = 'REQUESTED' \
+           AND (provider_modified_ms IS NULL OR provider_modified_ms < $3) \
+         RETURNING {REFUND_COLUMNS}"
+    ))
+    .bind(refund_no.as_str())
+    .bind(to.as_str())
+    .bind(modified_ms)
+    .fetch_optional(conn)
+    .await
+}

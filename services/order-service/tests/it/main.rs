@@ -1,0 +1,11 @@
+//! Integration tests of the order service against a real PostgreSQL: the axum app runs
+//! in-process on 127.0.0.1:0 and is driven over HTTP. Each test gets a fresh database, created
+//! through the admin URL in `DATABASE_URL`.
+
+mod callbacks;
+mod lifecycle;
+mod ops;
+mod orders;
+mod refunds;
+mod support;
+mod validation;

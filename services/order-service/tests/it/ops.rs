@@ -1,0 +1,122 @@
+//! `/healthz`, `/metrics`, `/openapi.json`, and shutdown.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::support::TestApp;
+
+#[tokio::test]
+async fn health_and_metrics_are_served() {
+    let app = TestApp::spawn().await;
+    let r = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "ok");
+    app.sku("MUG", 1_000).await;
+    let text = app.metrics().await;
+    for name in [
+        "order_http_requests_total{method=\"PUT\",route=\"/skus/{sku_id}\",status=\"200\"} 1",
+        "order_http_request_duration_seconds_bucket",
+        "order_payments_flagged_for_refund_total{reason=\"order_cancelled\"} 0",
+        "order_orders_created_total 0",
+    ] {
+        assert!(text.contains(name), "missing {name} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn openapi_describes_every_endpoint() {
+    let app = TestApp::spawn().await;
+    let r = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let doc: Value = r.json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    for (path, method) in [
+        ("/skus/{sku_id}", "put"),
+        ("/orders", "post"),
+        ("/orders/{order_id}", "get"),
+        ("/orders/{order_id}/cancel", "post"),
+        ("/orders/{order_id}/refunds", "post"),
+        ("/payments/callback", "post"),
+        ("/refunds/callback", "post"),
+        ("/healthz", "get"),
+        ("/metrics", "get"),
+        ("/openapi.json", "get"),
+    ] {
+        let op = &doc["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} is not described");
+        assert!(
+            op["responses"].is_object(),
+            "{method} {path} has no responses"
+        );
+    }
+    assert_eq!(doc["paths"].as_object().unwrap().len(), 10);
+    // Every schema reference resolves.
+    let text = doc.to_string();
+    for part in text.split("#/components/schemas/").skip(1) {
+        let name: String = part.chars().take_while(|c| c.is_alphanumeric()).collect();
+        assert!(
+            doc["components"]["schemas"][&name].is_object(),
+            "dangling $ref {name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_drains_a_request_in_flight_and_stops_accepting() {
+    let app = TestApp::spawn().await;
+    app.sku("MUG", 1_000).await;
+    let order = app.order("u1", "MUG", 1).await;
+    let id = order["order_id"].as_str().unwrap().to_owned();
+
+    // Hold the order's row lock so the cancel request stays in flight.
+    let mut blocker = app.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM orders WHERE order_id = $1::uuid FOR UPDATE")
+        .bind(&id)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let in_flight = tokio::spawn({
+        let (client, url) = (app.client.clone(), app.url(&format!("/orders/{id}/cancel")));
+        async move { client.post(url).send().await }
+    });
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (n,): (i64,) = sqlx::query_as(waiting).fetch_one(&app.pool).await.unwrap();
+        if n > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cancel never reached the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    app.shutdown();
+    blocker.commit().await.unwrap();
+    let r = in_flight
+        .await
+        .unwrap()
+        .expect("the request in flight is answered");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        app.event_types(&id).await,
+        ["OrderCreated", "OrderCancelled"]
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while app.client.get(app.url("/healthz")).send().await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still accepting after shutdown"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
