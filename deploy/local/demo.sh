@@ -9,7 +9,10 @@
 #     deploy/local/demo-writes.sql) while the relay publishes them;
 #  4. shows `outbox-relay status` falling to zero and the events on the broker, read back
 #     with an independent client (kafka-python);
-#  5. stops the relay with SIGTERM and the servers it started.
+#  5. runs the order service with its own relay: duplicate orders and callbacks, a cancel, a
+#     refund with out-of-order notifications, and the outcome on the service and the broker
+#     (deploy/local/demo-orders.sh);
+#  6. stops the relays with SIGTERM and the servers it started.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -19,14 +22,21 @@ DURATION="${DEMO_SECONDS:-10}"
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 bash deploy/local/install-deps.sh
-trap 'kill "${RELAY_PID:-}" 2>/dev/null || true; bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true' EXIT
+cleanup() {
+    kill "${RELAY_PID:-}" 2>/dev/null || true
+    for p in "$STATE_DIR"/order-service.pid "$STATE_DIR"/orders-relay.pid; do
+        [[ -f "$p" ]] && kill "$(cat "$p")" 2>/dev/null || true
+    done
+    bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
 TOPICS="outbox.event.order" bash deploy/local/up.sh "$STATE_DIR"
 # shellcheck disable=SC1091
 . "$STATE_DIR/env.sh"
-export DATABASE_URL KAFKA_BROKERS
+export DATABASE_URL KAFKA_BROKERS PYTHON STATE_DIR
 
 say "Building"
-cargo build --release -p outbox-relay
+cargo build --release -p outbox-relay -p order-service
 RELAY=target/release/outbox-relay
 PGBENCH="$PG_BIN_DIR/pgbench"
 
@@ -72,3 +82,5 @@ kill -TERM "$RELAY_PID"
 wait "$RELAY_PID" && echo "relay exited cleanly"
 RELAY_PID=
 tail -3 "$STATE_DIR/relay.log"
+
+bash deploy/local/demo-orders.sh

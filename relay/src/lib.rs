@@ -13,6 +13,7 @@ pub mod lease;
 pub mod metrics;
 pub mod outage;
 pub mod publisher;
+pub mod quarantine;
 pub mod relay;
 pub mod status;
 pub mod store;

@@ -59,6 +59,23 @@ pub enum PublishError {
 }
 
 impl PublishError {
+    /// True for errors caused by the message itself (too large, invalid), not by the broker
+    /// or the connection: only its aggregate has to wait.
+    pub fn is_message_specific(&self) -> bool {
+        use RDKafkaErrorCode as C;
+        match self {
+            Self::Rejected(code) => *code != C::Fatal,
+            Self::Delivery(code) => matches!(
+                code,
+                C::MessageSizeTooLarge
+                    | C::InvalidRecord
+                    | C::InvalidMessage
+                    | C::InvalidMessageSize
+            ),
+            Self::Cancelled | Self::HeldBack => false,
+        }
+    }
+
     /// True for errors that leave the producer unusable (fatal idempotence errors): the relay
     /// builds a new producer.
     pub fn is_fatal(&self) -> bool {

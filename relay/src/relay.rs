@@ -28,6 +28,7 @@ use crate::lease::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::outage::Outage;
 use crate::publisher::{PublishError, Publisher, RowOutcome};
+use crate::quarantine::Quarantine;
 use crate::store::{Claim, LeaseToken, Marked, Store};
 use crate::topics::TopicCreator;
 
@@ -214,6 +215,7 @@ impl Relay {
         let mut backoff = new_backoff();
         let mut db = Outage::new("database");
         let mut kafka = Outage::new("kafka publish");
+        let mut quarantine = Quarantine::default();
         loop {
             if shutdown.is_cancelled() {
                 return LeadEnd::Shutdown;
@@ -221,7 +223,12 @@ impl Relay {
             if !guard.is_valid() {
                 return LeadEnd::LeaseLost;
             }
-            let claim = match self.store.claim_batch(token, s.batch_size).await {
+            let held = quarantine.held(Instant::now());
+            let claim = match self
+                .store
+                .claim_batch_excluding(token, s.batch_size, &held)
+                .await
+            {
                 Ok(c) => {
                     db.recovered();
                     self.metrics.set_healthy(!kafka.is_failing());
@@ -306,11 +313,53 @@ impl Relay {
                 }
             }
 
+            if !quarantine.is_empty() {
+                for row in rows.iter().filter(|r| settled.acked_set.contains(&r.id)) {
+                    quarantine.release(&row.aggregate_id);
+                }
+            }
             if settled.failed.is_empty() {
                 kafka.recovered();
                 publisher.context().mark_broker_up();
                 backoff.reset();
                 continue;
+            }
+            // Failures specific to some aggregates (others were acknowledged, or the message
+            // itself was refused) hold back just those aggregates; when every event of the
+            // batch failed for another reason (broker, topic), the whole relay backs off.
+            let mut global = settled.acked.is_empty()
+                && settled
+                    .failed
+                    .iter()
+                    .any(|(_, e)| *e != PublishError::HeldBack && !e.is_message_specific());
+            if !global {
+                let now = Instant::now();
+                for (id, err) in &settled.failed {
+                    if *err == PublishError::HeldBack {
+                        continue;
+                    }
+                    let Some(row) = rows.iter().find(|r| r.id == *id) else {
+                        continue;
+                    };
+                    match quarantine.hold(&row.aggregate_id, now) {
+                        Some((delay, failures)) if failures > 1 => tracing::debug!(
+                            aggregate.id = %row.aggregate_id,
+                            outbox.id = row.id,
+                            failures,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "Event still not published"
+                        ),
+                        Some((delay, _)) => tracing::warn!(
+                            aggregate.id = %row.aggregate_id,
+                            event.id = %row.event_id,
+                            outbox.id = row.id,
+                            error = %err,
+                            retry_in_ms = delay.as_millis() as u64,
+                            "Event not published; holding back its aggregate, other aggregates continue"
+                        ),
+                        None => global = true,
+                    }
+                }
             }
             for (reason, n) in &settled.failure_counts {
                 self.metrics
@@ -337,7 +386,7 @@ impl Relay {
                 }
             }
             self.metrics.set_healthy(false);
-            if !sleep_unless(backoff.next_backoff().unwrap_or(max_poll), shutdown).await {
+            if global && !sleep_unless(backoff.next_backoff().unwrap_or(max_poll), shutdown).await {
                 return LeadEnd::Shutdown;
             }
         }

@@ -102,6 +102,20 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn claim_batch(&self, lease: &LeaseToken, limit: i64) -> Result<Claim, sqlx::Error> {
+        self.claim_batch_excluding(lease, limit, &[]).await
+    }
+
+    /// [`Store::claim_batch`], leaving out the events of `held_aggregates` (aggregates waiting
+    /// after a failure, see `quarantine`), so they neither block nor fill the batch.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn claim_batch_excluding(
+        &self,
+        lease: &LeaseToken,
+        limit: i64,
+        held_aggregates: &[String],
+    ) -> Result<Claim, sqlx::Error> {
         // One round trip: the lateral join yields one all-NULL row when the lease is held and
         // the outbox is empty, and nothing from the outbox when the lease is lost.
         let sql = format!(
@@ -110,7 +124,7 @@ impl Store {
              FROM (SELECT {LEASE_HELD} AS held) l \
              LEFT JOIN LATERAL ( \
                  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at \
-                 FROM outbox WHERE l.held ORDER BY id LIMIT $4 \
+                 FROM outbox WHERE l.held AND aggregate_id <> ALL($5) ORDER BY id LIMIT $4 \
              ) o ON true"
         );
         let rows = sqlx::query(&sql)
@@ -118,6 +132,7 @@ impl Store {
             .bind(&lease.holder)
             .bind(lease.epoch)
             .bind(limit)
+            .bind(held_aggregates)
             .fetch_all(&self.pool)
             .await?;
         let held = rows

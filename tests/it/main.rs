@@ -6,4 +6,5 @@ mod failover;
 mod faults;
 mod lease_lock;
 mod order_flow;
+mod poison;
 mod stream;
