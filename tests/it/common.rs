@@ -10,14 +10,22 @@ pub const AGGREGATE_TYPE: &str = "order";
 
 /// Waits (with a deadline) until the outbox is empty, i.e. every committed row was
 /// acknowledged and marked, then reads the topic with kafka-python and compares.
-pub async fn drain_and_check(pool: &PgPool, brokers: &str, prefix: &str, written: &Written, deadline: Duration) -> Report {
+pub async fn drain_and_check(
+    pool: &PgPool,
+    brokers: &str,
+    prefix: &str,
+    written: &Written,
+    deadline: Duration,
+) -> Report {
     e2e::wait_for("the outbox to drain", deadline, || async {
         matches!(e2e::db::backlog(pool).await, Ok(0)).then_some(())
     })
     .await;
     let topic = format!("{prefix}{AGGREGATE_TYPE}");
     let brokers = brokers.to_owned();
-    let records = tokio::task::spawn_blocking(move || dump(&brokers, &[topic])).await.unwrap();
+    let records = tokio::task::spawn_blocking(move || dump(&brokers, &[topic]))
+        .await
+        .unwrap();
     let report = check(written, &records, AGGREGATE_TYPE);
     eprintln!(
         "broker check: {} messages, {} of {} committed events delivered, {} duplicates, {} missing, \
@@ -32,9 +40,20 @@ pub async fn drain_and_check(pool: &PgPool, brokers: &str, prefix: &str, written
         report.header_errors.len(),
         written.unknown.len(),
     );
-    assert!(report.order_violations.len() < 20, "order violations: {:?}", report.order_violations);
-    assert!(report.header_errors.len() < 20, "header errors: {:?}", &report.header_errors[..report.header_errors.len().min(10)]);
-    assert!(report.is_clean(), "broker does not match the committed stream: {report:?}");
+    assert!(
+        report.order_violations.len() < 20,
+        "order violations: {:?}",
+        report.order_violations
+    );
+    assert!(
+        report.header_errors.len() < 20,
+        "header errors: {:?}",
+        &report.header_errors[..report.header_errors.len().min(10)]
+    );
+    assert!(
+        report.is_clean(),
+        "broker does not match the committed stream: {report:?}"
+    );
     report
 }
 

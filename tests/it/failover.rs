@@ -13,7 +13,11 @@ async fn standby_takes_over_after_sigkill_and_sigterm_hands_over() {
     let db = e2e::db::fresh_database().await;
     let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
-    let spec = StreamSpec { events: 8_000, pause: Duration::from_millis(60), ..StreamSpec::default() };
+    let spec = StreamSpec {
+        events: 8_000,
+        pause: Duration::from_millis(60),
+        ..StreamSpec::default()
+    };
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
@@ -21,34 +25,52 @@ async fn standby_takes_over_after_sigkill_and_sigterm_hands_over() {
         RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-a")),
         RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-b")),
     ];
-    let (holder, epoch) = e2e::wait_for("a relay to take the lease", Duration::from_secs(30), || lease_holder(&db.pool)).await;
+    let (holder, epoch) =
+        e2e::wait_for("a relay to take the lease", Duration::from_secs(30), || {
+            lease_holder(&db.pool)
+        })
+        .await;
     let leader = if holder == "relay-a" { 0 } else { 1 };
     let standby = 1 - leader;
     e2e::wait_for("the leader to publish", Duration::from_secs(60), || async {
         (published(&relays[leader]).await >= 300.0).then_some(())
     })
     .await;
-    assert_eq!(published(&relays[standby]).await, 0.0, "the standby must not publish");
+    assert_eq!(
+        published(&relays[standby]).await,
+        0.0,
+        "the standby must not publish"
+    );
 
     relays[leader].kill();
     let killed_at = Instant::now();
     let standby_name = if standby == 0 { "relay-a" } else { "relay-b" };
-    let (new_holder, new_epoch) = e2e::wait_for("the standby to take over", Duration::from_secs(10), || async {
-        lease_holder(&db.pool).await.filter(|(h, _)| h == standby_name)
-    })
+    let (new_holder, new_epoch) = e2e::wait_for(
+        "the standby to take over",
+        Duration::from_secs(10),
+        || async {
+            lease_holder(&db.pool)
+                .await
+                .filter(|(h, _)| h == standby_name)
+        },
+    )
     .await;
     let takeover = killed_at.elapsed();
     eprintln!("standby {new_holder} took over {takeover:?} after the SIGKILL (epoch {epoch} -> {new_epoch})");
     assert!(new_epoch > epoch, "a takeover must raise the fencing epoch");
-    e2e::wait_for("the new leader to publish", Duration::from_secs(30), || async {
-        (published(&relays[standby]).await > 0.0).then_some(())
-    })
+    e2e::wait_for(
+        "the new leader to publish",
+        Duration::from_secs(30),
+        || async { (published(&relays[standby]).await > 0.0).then_some(()) },
+    )
     .await;
 
     // SIGTERM the new leader mid-stream: it exits within 10 s and releases the lease, so a
     // fresh standby takes over at once rather than after the lease's time-to-live.
     let c = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-c"));
-    let (took, status) = relays[standby].terminate(Duration::from_secs(10)).expect("SIGTERM must stop the relay within 10 s");
+    let (took, status) = relays[standby]
+        .terminate(Duration::from_secs(10))
+        .expect("SIGTERM must stop the relay within 10 s");
     eprintln!("SIGTERM: relay exited in {took:?} with {status}");
     assert!(status.success(), "SIGTERM is a clean exit, got {status}");
     e2e::wait_for("relay-c to take over", Duration::from_secs(5), || async {
@@ -57,7 +79,14 @@ async fn standby_takes_over_after_sigkill_and_sigterm_hands_over() {
     .await;
 
     let written = writers.await.unwrap();
-    let report = drain_and_check(&db.pool, &brokers, &prefix, &written, Duration::from_secs(180)).await;
+    let report = drain_and_check(
+        &db.pool,
+        &brokers,
+        &prefix,
+        &written,
+        Duration::from_secs(180),
+    )
+    .await;
     eprintln!("failover: {} duplicates", report.duplicates);
     drop(c);
 }

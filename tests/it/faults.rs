@@ -20,10 +20,15 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     let brokers = tansu.brokers();
     let db = e2e::db::fresh_database().await;
     let prefix = e2e::unique_topic_prefix();
-    let mut relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "broker-outage"));
+    let mut relay =
+        RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "broker-outage"));
 
     // Keep the stream small: tansu's sqlite engine is slow, and the checking client reads it all.
-    let spec = StreamSpec { events: 3_000, pause: Duration::from_millis(80), ..StreamSpec::default() };
+    let spec = StreamSpec {
+        events: 3_000,
+        pause: Duration::from_millis(80),
+        ..StreamSpec::default()
+    };
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
@@ -36,20 +41,43 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     // The outage itself: 20 s without a broker while writers keep committing.
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert!(relay.is_running(), "the relay must survive a broker outage");
-    assert!(e2e::db::backlog(&db.pool).await.unwrap() > 0, "events committed during the outage wait in the outbox");
+    assert!(
+        e2e::db::backlog(&db.pool).await.unwrap() > 0,
+        "events committed during the outage wait in the outbox"
+    );
     let after = published(&relay).await;
-    assert!(after - during < 2_000.0, "nothing can be acknowledged without a broker");
+    assert!(
+        after - during < 2_000.0,
+        "nothing can be acknowledged without a broker"
+    );
     tansu.start_again();
 
     let written = writers.await.unwrap();
-    let report = drain_and_check(&db.pool, &brokers, &prefix, &written, Duration::from_secs(240)).await;
+    let report = drain_and_check(
+        &db.pool,
+        &brokers,
+        &prefix,
+        &written,
+        Duration::from_secs(240),
+    )
+    .await;
     eprintln!("broker outage: {} duplicates", report.duplicates);
     let log = relay.log_text();
     let unreachable = count(&log, "Kafka broker unreachable");
     eprintln!("relay logged the broker outage {unreachable} time(s)");
-    assert!(unreachable <= 3, "the outage should be logged once, not per retry:\n{log}");
-    let loud: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
-    assert!(loud.len() <= 6, "a broker outage should not flood the log with warnings:\n{}", loud.join("\n"));
+    assert!(
+        unreachable <= 3,
+        "the outage should be logged once, not per retry:\n{log}"
+    );
+    let loud: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    assert!(
+        loud.len() <= 6,
+        "a broker outage should not flood the log with warnings:\n{}",
+        loud.join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -60,7 +88,11 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     let prefix = e2e::unique_topic_prefix();
     let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "pg-restart"));
 
-    let spec = StreamSpec { events: 4_000, pause: Duration::from_millis(40), ..StreamSpec::default() };
+    let spec = StreamSpec {
+        events: 4_000,
+        pause: Duration::from_millis(40),
+        ..StreamSpec::default()
+    };
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
@@ -73,8 +105,18 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     pg.start_again();
 
     let written = writers.await.unwrap();
-    assert!(written.failed_txns + written.unknown.len() > 0, "the restart should have hit some writer transactions");
-    let report = drain_and_check(&db.pool, &brokers, &prefix, &written, Duration::from_secs(180)).await;
+    assert!(
+        written.failed_txns + written.unknown.len() > 0,
+        "the restart should have hit some writer transactions"
+    );
+    let report = drain_and_check(
+        &db.pool,
+        &brokers,
+        &prefix,
+        &written,
+        Duration::from_secs(180),
+    )
+    .await;
     eprintln!(
         "postgres restart: {} duplicates, {} writer transactions failed, {} events with unknown commit outcome",
         report.duplicates,
@@ -83,6 +125,12 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     );
     let log = relay.log_text();
     let failures = count(&log, "Operation failed; retrying with backoff");
-    assert!(failures <= 10, "each outage should be logged once per component, got {failures}:\n{log}");
-    assert!(log.contains("Recovered"), "the relay should log its recovery:\n{log}");
+    assert!(
+        failures <= 10,
+        "each outage should be logged once per component, got {failures}:\n{log}"
+    );
+    assert!(
+        log.contains("Recovered"),
+        "the relay should log its recovery:\n{log}"
+    );
 }

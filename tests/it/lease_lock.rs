@@ -13,7 +13,12 @@ async fn insert_events(pool: &sqlx::PgPool, n: usize) {
     let payload = serde_json::json!({"k": "v"});
     let mut tx = pool.begin().await.unwrap();
     for i in 0..n {
-        enqueue(&mut *tx, &NewEvent::new("order", &format!("o{i}"), "E", &payload)).await.unwrap();
+        enqueue(
+            &mut *tx,
+            &NewEvent::new("order", &format!("o{i}"), "E", &payload),
+        )
+        .await
+        .unwrap();
     }
     tx.commit().await.unwrap();
 }
@@ -39,42 +44,75 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     for t in tasks {
         tokens.extend(t.await.unwrap());
     }
-    assert_eq!(tokens.len(), 1, "exactly one relay gets the lease: {tokens:?}");
+    assert_eq!(
+        tokens.len(),
+        1,
+        "exactly one relay gets the lease: {tokens:?}"
+    );
     let owner = tokens.pop().unwrap();
     let other_name = if owner.holder == "r1" { "r2" } else { "r1" };
     let a = Store::from_pool(db.pool.clone());
     let b = Store::from_pool(db.pool.clone());
 
     // The owner claims a batch and holds it (no mark yet).
-    let Claim::Rows(batch) = a.claim_batch(&owner, 100).await.unwrap() else { panic!("owner lost its lease") };
+    let Claim::Rows(batch) = a.claim_batch(&owner, 100).await.unwrap() else {
+        panic!("owner lost its lease")
+    };
     assert_eq!(batch.len(), 10);
 
     // Meanwhile the other relay can neither take the lease nor claim with a forged token.
-    assert!(b.try_acquire_lease("default", other_name, ttl).await.unwrap().is_none());
+    assert!(b
+        .try_acquire_lease("default", other_name, ttl)
+        .await
+        .unwrap()
+        .is_none());
     let mut forged = owner.clone();
     forged.holder = other_name.to_owned();
-    assert!(matches!(b.claim_batch(&forged, 100).await.unwrap(), Claim::LeaseLost));
-    assert_eq!(b.mark_published(&forged, &[batch[0].id]).await.unwrap(), Marked::LeaseLost);
+    assert!(matches!(
+        b.claim_batch(&forged, 100).await.unwrap(),
+        Claim::LeaseLost
+    ));
+    assert_eq!(
+        b.mark_published(&forged, &[batch[0].id]).await.unwrap(),
+        Marked::LeaseLost
+    );
 
     // The owner stops renewing; once the lease expires the other takes it with a new epoch.
     let taken = e2e::wait_for("the lease to expire", Duration::from_secs(10), || async {
-        b.try_acquire_lease("default", other_name, ttl).await.unwrap()
+        b.try_acquire_lease("default", other_name, ttl)
+            .await
+            .unwrap()
     })
     .await;
     assert_eq!(taken.epoch, owner.epoch + 1);
 
     // The old owner is fenced: it can neither claim nor mark its acknowledged batch...
-    assert!(matches!(a.claim_batch(&owner, 100).await.unwrap(), Claim::LeaseLost));
+    assert!(matches!(
+        a.claim_batch(&owner, 100).await.unwrap(),
+        Claim::LeaseLost
+    ));
     let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
-    assert_eq!(a.mark_published(&owner, &ids).await.unwrap(), Marked::LeaseLost);
-    assert_eq!(e2e::db::backlog(&db.pool).await.unwrap(), 10, "a fenced mark deletes nothing");
+    assert_eq!(
+        a.mark_published(&owner, &ids).await.unwrap(),
+        Marked::LeaseLost
+    );
+    assert_eq!(
+        e2e::db::backlog(&db.pool).await.unwrap(),
+        10,
+        "a fenced mark deletes nothing"
+    );
     // ...not even by renewing: the lease changed hands.
     assert!(!a.renew_lease(&owner, ttl).await.unwrap());
 
     // The new owner sees the same rows, in the same order, and marks them.
-    let Claim::Rows(again) = b.claim_batch(&taken, 100).await.unwrap() else { panic!("new owner lost its lease") };
+    let Claim::Rows(again) = b.claim_batch(&taken, 100).await.unwrap() else {
+        panic!("new owner lost its lease")
+    };
     assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
-    assert_eq!(b.mark_published(&taken, &ids).await.unwrap(), Marked::Deleted(10));
+    assert_eq!(
+        b.mark_published(&taken, &ids).await.unwrap(),
+        Marked::Deleted(10)
+    );
     assert_eq!(e2e::db::backlog(&db.pool).await.unwrap(), 0);
 }
 
@@ -82,23 +120,44 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
 async fn a_late_commit_with_a_smaller_id_is_still_claimed() {
     let db = e2e::db::fresh_database().await;
     let store = Store::from_pool(db.pool.clone());
-    let lease = store.try_acquire_lease("default", "r", Duration::from_secs(30)).await.unwrap().unwrap();
+    let lease = store
+        .try_acquire_lease("default", "r", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     let payload = serde_json::json!({});
 
     // T1 takes a small id and holds its commit; T2 takes a larger id and commits first.
     let mut t1 = db.pool.begin().await.unwrap();
-    let early = enqueue(&mut *t1, &NewEvent::new("order", "a", "E", &payload)).await.unwrap();
+    let early = enqueue(&mut *t1, &NewEvent::new("order", "a", "E", &payload))
+        .await
+        .unwrap();
     let mut t2 = db.pool.begin().await.unwrap();
-    let late = enqueue(&mut *t2, &NewEvent::new("order", "b", "E", &payload)).await.unwrap();
+    let late = enqueue(&mut *t2, &NewEvent::new("order", "b", "E", &payload))
+        .await
+        .unwrap();
     assert!(early.id < late.id);
     t2.commit().await.unwrap();
 
-    let Claim::Rows(first) = store.claim_batch(&lease, 100).await.unwrap() else { panic!() };
-    assert_eq!(first.iter().map(|r| r.id).collect::<Vec<_>>(), vec![late.id]);
-    assert_eq!(store.mark_published(&lease, &[late.id]).await.unwrap(), Marked::Deleted(1));
+    let Claim::Rows(first) = store.claim_batch(&lease, 100).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        first.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![late.id]
+    );
+    assert_eq!(
+        store.mark_published(&lease, &[late.id]).await.unwrap(),
+        Marked::Deleted(1)
+    );
 
     // T1 commits after a larger id was already published: it must still be found.
     t1.commit().await.unwrap();
-    let Claim::Rows(second) = store.claim_batch(&lease, 100).await.unwrap() else { panic!() };
-    assert_eq!(second.iter().map(|r| r.id).collect::<Vec<_>>(), vec![early.id]);
+    let Claim::Rows(second) = store.claim_batch(&lease, 100).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        second.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![early.id]
+    );
 }

@@ -25,19 +25,38 @@ async fn created_then_paid_order_arrives_on_the_broker_in_order_once() {
     let _relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "order-relay"));
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
-    e2e::wait_for("the order service to serve", Duration::from_secs(30), || async {
-        http.get(format!("{base}/healthz")).send().await.ok().filter(|r| r.status().is_success())
-    })
+    e2e::wait_for(
+        "the order service to serve",
+        Duration::from_secs(30),
+        || async {
+            http.get(format!("{base}/healthz"))
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+        },
+    )
     .await;
 
-    let put = http.put(format!("{base}/skus/sku-1")).json(&json!({"name": "Lamp", "price_cents": 2500})).send().await.unwrap();
+    let put = http
+        .put(format!("{base}/skus/sku-1"))
+        .json(&json!({"name": "Lamp", "price_cents": 2500}))
+        .send()
+        .await
+        .unwrap();
     assert!(put.status().is_success(), "PUT /skus: {}", put.status());
 
     // A double-clicked order: the same key twice gives one order.
     let order_body = json!({"user_id": "u-1", "items": [{"sku_id": "sku-1", "quantity": 2}]});
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let r = http.post(format!("{base}/orders")).header("Idempotency-Key", "req-1").json(&order_body).send().await.unwrap();
+        let r = http
+            .post(format!("{base}/orders"))
+            .header("Idempotency-Key", "req-1")
+            .json(&order_body)
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success(), "POST /orders: {}", r.status());
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["amount_cents"], 5000);
@@ -75,15 +94,29 @@ async fn created_then_paid_order_arrives_on_the_broker_in_order_once() {
     })
     .await
     .unwrap();
-    let mine: Vec<_> = records.iter().filter(|r| r.key.as_deref() == Some(order_id.as_str())).collect();
-    let types: Vec<&str> = mine.iter().map(|r| r.headers["event_type"].as_str()).collect();
-    assert_eq!(types, ["OrderCreated", "OrderPaid"], "exactly one of each, in order");
+    let mine: Vec<_> = records
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(order_id.as_str()))
+        .collect();
+    let types: Vec<&str> = mine
+        .iter()
+        .map(|r| r.headers["event_type"].as_str())
+        .collect();
+    assert_eq!(
+        types,
+        ["OrderCreated", "OrderPaid"],
+        "exactly one of each, in order"
+    );
     for r in &mine {
         let h = &r.headers;
         assert_eq!(h["id"], h["event_id"]);
         assert_eq!(h["aggregate_type"], "order");
         assert_eq!(h["aggregate_id"], order_id);
-        assert!(chrono::DateTime::parse_from_rfc3339(&h["occurred_at"]).is_ok(), "occurred_at {:?}", h["occurred_at"]);
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(&h["occurred_at"]).is_ok(),
+            "occurred_at {:?}",
+            h["occurred_at"]
+        );
         let payload: Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
         assert_eq!(payload["order_id"], order_id);
     }

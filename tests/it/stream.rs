@@ -15,14 +15,31 @@ async fn committed_events_reach_the_broker_in_order_and_rolled_back_ones_never()
     let prefix = e2e::unique_topic_prefix();
     let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "stream"));
 
-    let spec = StreamSpec { events: 12_000, ..StreamSpec::default() };
+    let spec = StreamSpec {
+        events: 12_000,
+        ..StreamSpec::default()
+    };
     let written = write_stream(&db.pool, AGGREGATE_TYPE, &spec).await;
-    assert!(written.committed.len() >= 10_000, "only {} committed", written.committed.len());
+    assert!(
+        written.committed.len() >= 10_000,
+        "only {} committed",
+        written.committed.len()
+    );
     assert!(!written.rolled_back.is_empty());
 
-    let report = drain_and_check(&db.pool, &brokers, &prefix, &written, Duration::from_secs(180)).await;
+    let report = drain_and_check(
+        &db.pool,
+        &brokers,
+        &prefix,
+        &written,
+        Duration::from_secs(180),
+    )
+    .await;
     assert_eq!(report.delivered, written.committed.len());
-    assert_eq!(report.duplicates, 0, "no failure happened, so no event may be sent twice");
+    assert_eq!(
+        report.duplicates, 0,
+        "no failure happened, so no event may be sent twice"
+    );
     drop(relay);
 }
 
@@ -33,9 +50,18 @@ async fn sigkilled_relay_restarts_without_loss_or_reordering() {
     let prefix = e2e::unique_topic_prefix();
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "kill");
     // A short lease so the restarted process does not wait long for its dead predecessor's.
-    args.extra = vec!["--lease-ttl-ms".into(), "1500".into(), "--batch-size".into(), "500".into()];
+    args.extra = vec![
+        "--lease-ttl-ms".into(),
+        "1500".into(),
+        "--batch-size".into(),
+        "500".into(),
+    ];
 
-    let spec = StreamSpec { events: 10_000, pause: Duration::from_millis(60), ..StreamSpec::default() };
+    let spec = StreamSpec {
+        events: 10_000,
+        pause: Duration::from_millis(60),
+        ..StreamSpec::default()
+    };
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
@@ -54,8 +80,22 @@ async fn sigkilled_relay_restarts_without_loss_or_reordering() {
     let written = writers.await.unwrap();
     assert!(kills >= 3, "the stream ended after only {kills} kills");
 
-    let report = drain_and_check(&db.pool, &brokers, &prefix, &written, Duration::from_secs(180)).await;
-    eprintln!("SIGKILLed the relay {kills} times: {} duplicates (events in flight at a kill)", report.duplicates);
-    assert!(report.duplicates <= kills * 500, "more duplicates than events in flight: {}", report.duplicates);
+    let report = drain_and_check(
+        &db.pool,
+        &brokers,
+        &prefix,
+        &written,
+        Duration::from_secs(180),
+    )
+    .await;
+    eprintln!(
+        "SIGKILLed the relay {kills} times: {} duplicates (events in flight at a kill)",
+        report.duplicates
+    );
+    assert!(
+        report.duplicates <= kills * 500,
+        "more duplicates than events in flight: {}",
+        report.duplicates
+    );
     drop(relay);
 }

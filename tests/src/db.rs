@@ -32,10 +32,19 @@ pub fn with_database(url: &str, name: &str) -> String {
 /// Creates a database with a random name on the server of `admin_url` and migrates it.
 pub async fn fresh_database_on(admin_url: &str) -> TestDb {
     let name = format!("t_{:016x}", rand::random::<u64>());
-    let mut admin = PgConnection::connect(admin_url).await.expect("connect to DATABASE_URL");
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.unwrap();
+    let mut admin = PgConnection::connect(admin_url)
+        .await
+        .expect("connect to DATABASE_URL");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await
+        .unwrap();
     let url = with_database(admin_url, &name);
-    let pool = PgPoolOptions::new().max_connections(20).connect(&url).await.unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(20)
+        .connect(&url)
+        .await
+        .unwrap();
     outbox_kit::schema::migrate(&pool).await.unwrap();
     TestDb { url, pool }
 }
@@ -51,7 +60,9 @@ pub async fn fresh_database() -> TestDb {
 
 /// Unpublished rows left in the outbox.
 pub async fn backlog(pool: &PgPool) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar("SELECT count(*) FROM outbox").fetch_one(pool).await
+    sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(pool)
+        .await
 }
 
 #[cfg(test)]
@@ -60,8 +71,14 @@ mod tests {
 
     #[test]
     fn swaps_the_database_name() {
-        assert_eq!(with_database("postgres://u@h:5/outbox", "x"), "postgres://u@h:5/x");
+        assert_eq!(
+            with_database("postgres://u@h:5/outbox", "x"),
+            "postgres://u@h:5/x"
+        );
         assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-        assert_eq!(with_database("postgres://u@h:5/a?sslmode=disable", "x"), "postgres://u@h:5/x?sslmode=disable");
+        assert_eq!(
+            with_database("postgres://u@h:5/a?sslmode=disable", "x"),
+            "postgres://u@h:5/x?sslmode=disable"
+        );
     }
 }

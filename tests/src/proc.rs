@@ -14,9 +14,15 @@ pub fn relay_binary() -> PathBuf {
 
 /// Path of a binary of this workspace's debug build.
 pub fn workspace_binary(name: &str) -> PathBuf {
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| crate::workspace_root().join("target"));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| crate::workspace_root().join("target"));
     let p = target.join("debug").join(name);
-    assert!(p.exists(), "{} is missing: run `cargo build --workspace --bins` first (make test does)", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (make test does)",
+        p.display()
+    );
     p
 }
 
@@ -32,7 +38,10 @@ pub struct ServiceProcess {
 impl ServiceProcess {
     /// Starts workspace binary `bin` with `args` and extra environment `envs`.
     pub fn start(bin: &str, name: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
-        let log = log_dir().join(format!("{name}-{:06x}.log", rand::random::<u32>() & 0xff_ffff));
+        let log = log_dir().join(format!(
+            "{name}-{:06x}.log",
+            rand::random::<u32>() & 0xff_ffff
+        ));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(workspace_binary(bin))
             .args(args)
@@ -117,7 +126,11 @@ impl RelayProcess {
     /// Starts `outbox-relay run` with the given arguments.
     pub fn start(args: &RelayArgs) -> Self {
         let metrics_addr = format!("127.0.0.1:{}", crate::free_port());
-        let log = log_dir().join(format!("{}-{:06x}.log", args.name, rand::random::<u32>() & 0xff_ffff));
+        let log = log_dir().join(format!(
+            "{}-{:06x}.log",
+            args.name,
+            rand::random::<u32>() & 0xff_ffff
+        ));
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(relay_binary())
             .arg("run")
@@ -134,7 +147,11 @@ impl RelayProcess {
             .stderr(out)
             .spawn()
             .expect("start outbox-relay");
-        Self { child, log, metrics_addr }
+        Self {
+            child,
+            log,
+            metrics_addr,
+        }
     }
 
     /// The process id.
@@ -187,7 +204,11 @@ impl Drop for RelayProcess {
 
 /// Sends a signal (`TERM`, `KILL`, `STOP`, `CONT`) to a process with kill(1).
 pub fn signal(pid: i32, sig: &str) {
-    let ok = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status().map(|s| s.success());
+    let ok = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .map(|s| s.success());
     assert!(matches!(ok, Ok(true)), "kill -{sig} {pid} failed");
 }
 
@@ -195,11 +216,15 @@ pub fn signal(pid: i32, sig: &str) {
 pub async fn http_get(addr: &str, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.ok()?;
     let (head, body) = buf.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_owned()).or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_owned())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
 }
 
 /// Reads a Prometheus sample value (first line starting with `name`).

@@ -7,7 +7,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0\n")).unwrap_or(false)
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
 }
 
 fn pg_bin_dir() -> PathBuf {
@@ -15,10 +19,16 @@ fn pg_bin_dir() -> PathBuf {
         return d.into();
     }
     let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path().join("bin")).filter(|p| p.join("initdb").exists()).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .filter(|p| p.join("initdb").exists())
+                .collect()
+        })
         .unwrap_or_default();
     dirs.sort();
-    dirs.pop().expect("no PostgreSQL binaries: set PG_BIN_DIR or install postgresql")
+    dirs.pop()
+        .expect("no PostgreSQL binaries: set PG_BIN_DIR or install postgresql")
 }
 
 fn as_pg_user(program: &Path) -> Command {
@@ -32,8 +42,16 @@ fn as_pg_user(program: &Path) -> Command {
 }
 
 fn run_ok(mut c: Command, what: &str) {
-    let out = c.stdin(Stdio::null()).output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(out.status.success(), "{what} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = c
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A throwaway PostgreSQL cluster.
@@ -62,9 +80,14 @@ impl PgCluster {
             );
         }
         let mut init = as_pg_user(&bin.join("initdb"));
-        init.args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"]).arg(dir.join("data"));
+        init.args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+            .arg(dir.join("data"));
         run_ok(init, "initdb");
-        let me = Self { dir, bin, port: crate::free_port() };
+        let me = Self {
+            dir,
+            bin,
+            port: crate::free_port(),
+        };
         me.pg_ctl_start();
         me
     }
@@ -74,7 +97,11 @@ impl PgCluster {
         c.arg("-D")
             .arg(self.dir.join("data"))
             .arg("-o")
-            .arg(format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.display()))
+            .arg(format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1",
+                self.port,
+                self.dir.display()
+            ))
             .arg("-l")
             .arg(self.dir.join("log"))
             .args(["-w", "-t", "60", "start"]);
@@ -89,7 +116,9 @@ impl PgCluster {
     /// Stops the server abruptly (`-m immediate`: like a crash; recovery runs on start).
     pub fn stop_immediate(&self) {
         let mut c = as_pg_user(&self.bin.join("pg_ctl"));
-        c.arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "-w", "stop"]);
+        c.arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"]);
         run_ok(c, "pg_ctl stop");
     }
 
@@ -102,7 +131,9 @@ impl PgCluster {
 impl Drop for PgCluster {
     fn drop(&mut self) {
         let mut c = as_pg_user(&self.bin.join("pg_ctl"));
-        c.arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "stop"]);
+        c.arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "stop"]);
         let _ = c.stdout(Stdio::null()).stderr(Stdio::null()).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -115,9 +146,15 @@ pub fn tansu_binary() -> PathBuf {
     }
     let cache = std::env::var("OUTBOX_CACHE")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay"));
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay")
+        });
     let p = cache.join("tansu-0.6.0/bin/tansu");
-    assert!(p.exists(), "{} is missing: run deploy/local/install-deps.sh or set TANSU_BIN", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run deploy/local/install-deps.sh or set TANSU_BIN",
+        p.display()
+    );
     p
 }
 
@@ -135,7 +172,11 @@ impl Tansu {
     pub fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut me = Self { dir, child: None, port: crate::free_port() };
+        let mut me = Self {
+            dir,
+            child: None,
+            port: crate::free_port(),
+        };
         me.start_again();
         me
     }
@@ -149,11 +190,26 @@ impl Tansu {
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "already running");
         let url = format!("tcp://127.0.0.1:{}", self.port);
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("tansu.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("tansu.log"))
+            .unwrap();
         let child = Command::new(tansu_binary())
             .current_dir(&self.dir)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-            .args(["--storage-engine", "sqlite://tansu.db", "--cluster-id", "outbox-e2e"])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+            ])
+            .args([
+                "--storage-engine",
+                "sqlite://tansu.db",
+                "--cluster-id",
+                "outbox-e2e",
+            ])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -162,7 +218,11 @@ impl Tansu {
         self.child = Some(child);
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "tansu did not start; see {}", self.dir.join("tansu.log").display());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tansu did not start; see {}",
+                self.dir.join("tansu.log").display()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

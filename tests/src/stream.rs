@@ -87,7 +87,9 @@ pub async fn write_stream(pool: &PgPool, aggregate_type: &str, spec: &StreamSpec
         let pool = pool.clone();
         let spec = spec.clone();
         let aggregate_type = aggregate_type.to_owned();
-        tasks.push(tokio::spawn(async move { writer(pool, &aggregate_type, w, per_writer, &spec).await }));
+        tasks.push(tokio::spawn(async move {
+            writer(pool, &aggregate_type, w, per_writer, &spec).await
+        }));
     }
     let mut all = Written::default();
     for t in tasks {
@@ -96,7 +98,13 @@ pub async fn write_stream(pool: &PgPool, aggregate_type: &str, spec: &StreamSpec
     all
 }
 
-async fn writer(pool: PgPool, aggregate_type: &str, w: usize, events: usize, spec: &StreamSpec) -> Written {
+async fn writer(
+    pool: PgPool,
+    aggregate_type: &str,
+    w: usize,
+    events: usize,
+    spec: &StreamSpec,
+) -> Written {
     let mut out = Written::default();
     let mut seqs: HashMap<String, u64> = HashMap::new();
     let mut attempted = 0;
@@ -107,7 +115,8 @@ async fn writer(pool: PgPool, aggregate_type: &str, w: usize, events: usize, spe
         let (size, late, rollback) = {
             let mut rng = rand::thread_rng();
             (
-                rng.gen_range(1..=spec.max_txn_events).min(events - attempted),
+                rng.gen_range(1..=spec.max_txn_events)
+                    .min(events - attempted),
                 txn_no % spec.late_every == 0,
                 txn_no % spec.rollback_every == 0,
             )
@@ -122,14 +131,22 @@ async fn writer(pool: PgPool, aggregate_type: &str, w: usize, events: usize, spe
                 // cannot make a later event look out of order.
                 let seq = seqs.entry(agg.clone()).or_default();
                 *seq += 1;
-                let payload = serde_json::json!({"aggregate": agg, "seq": *seq, "writer": w, "pad": pad});
-                let ev = enqueue(&mut *tx, &NewEvent::new(aggregate_type, &agg, "StreamEvent", &payload))
-                    .await
-                    .map_err(|e| match e {
-                        outbox_kit::OutboxError::Database(e) => e,
-                        other => panic!("{other}"),
-                    })?;
-                batch.push(WrittenEvent { event_id: ev.event_id, aggregate_id: agg, seq: *seq });
+                let payload =
+                    serde_json::json!({"aggregate": agg, "seq": *seq, "writer": w, "pad": pad});
+                let ev = enqueue(
+                    &mut *tx,
+                    &NewEvent::new(aggregate_type, &agg, "StreamEvent", &payload),
+                )
+                .await
+                .map_err(|e| match e {
+                    outbox_kit::OutboxError::Database(e) => e,
+                    other => panic!("{other}"),
+                })?;
+                batch.push(WrittenEvent {
+                    event_id: ev.event_id,
+                    aggregate_id: agg,
+                    seq: *seq,
+                });
             }
             if late {
                 let hold = Duration::from_millis(rand::thread_rng().gen_range(100..400));
@@ -141,19 +158,26 @@ async fn writer(pool: PgPool, aggregate_type: &str, w: usize, events: usize, spe
             }
             match tx.commit().await {
                 Ok(()) => Ok(()),
-                Err(e) => Err(sqlx::Error::Protocol(format!("commit outcome unknown: {e}"))),
+                Err(e) => Err(sqlx::Error::Protocol(format!(
+                    "commit outcome unknown: {e}"
+                ))),
             }
         }
         .await;
         attempted += batch.len().max(1);
         match result {
-            Ok(()) if rollback => out.rolled_back.extend(batch.into_iter().map(|e| e.event_id)),
+            Ok(()) if rollback => out
+                .rolled_back
+                .extend(batch.into_iter().map(|e| e.event_id)),
             Ok(()) => out.committed.extend(batch),
-            Err(sqlx::Error::Protocol(m)) if m.starts_with("commit outcome unknown") => out.unknown.extend(batch),
+            Err(sqlx::Error::Protocol(m)) if m.starts_with("commit outcome unknown") => {
+                out.unknown.extend(batch)
+            }
             Err(_) => {
                 // Failed before commit: the server rolled it back. Wait for the database.
                 out.failed_txns += 1;
-                out.rolled_back.extend(batch.into_iter().map(|e| e.event_id));
+                out.rolled_back
+                    .extend(batch.into_iter().map(|e| e.event_id));
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }

@@ -33,9 +33,15 @@ fn python() -> PathBuf {
     }
     let cache = std::env::var("OUTBOX_CACHE")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay"));
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay")
+        });
     let venv = cache.join("venv/bin/python");
-    assert!(venv.exists(), "{} missing: run deploy/local/install-deps.sh or set PYTHON", venv.display());
+    assert!(
+        venv.exists(),
+        "{} missing: run deploy/local/install-deps.sh or set PYTHON",
+        venv.display()
+    );
     venv
 }
 
@@ -43,12 +49,19 @@ fn python() -> PathBuf {
 pub fn dump(brokers: &str, topics: &[String]) -> Vec<Record> {
     let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
     let mut cmd = Command::new(python());
-    cmd.arg(tool).arg("dump").args(["--brokers", brokers]).args(["--timeout", "300"]);
+    cmd.arg(tool)
+        .arg("dump")
+        .args(["--brokers", brokers])
+        .args(["--timeout", "300"]);
     for t in topics {
         cmd.args(["--topic", t]);
     }
     let out = cmd.output().expect("run kafka_tool.py");
-    assert!(out.status.success(), "kafka_tool.py dump failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kafka_tool.py dump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -94,10 +107,15 @@ impl Report {
 
 /// Compares what the writers committed with the messages on the broker.
 pub fn check(written: &Written, records: &[Record], aggregate_type: &str) -> Report {
-    let committed: HashMap<Uuid, &crate::stream::WrittenEvent> = written.committed.iter().map(|e| (e.event_id, e)).collect();
-    let unknown: HashMap<Uuid, &crate::stream::WrittenEvent> = written.unknown.iter().map(|e| (e.event_id, e)).collect();
+    let committed: HashMap<Uuid, &crate::stream::WrittenEvent> =
+        written.committed.iter().map(|e| (e.event_id, e)).collect();
+    let unknown: HashMap<Uuid, &crate::stream::WrittenEvent> =
+        written.unknown.iter().map(|e| (e.event_id, e)).collect();
     let rolled: HashSet<Uuid> = written.rolled_back.iter().copied().collect();
-    let mut r = Report { messages: records.len(), ..Default::default() };
+    let mut r = Report {
+        messages: records.len(),
+        ..Default::default()
+    };
 
     let mut sorted: Vec<&Record> = records.iter().collect();
     sorted.sort_by_key(|m| (m.topic.clone(), m.partition, m.offset));
@@ -105,8 +123,15 @@ pub fn check(written: &Written, records: &[Record], aggregate_type: &str) -> Rep
     let mut last_seq: HashMap<String, u64> = HashMap::new();
     let mut partitions: HashMap<String, (String, i32)> = HashMap::new();
     for m in sorted {
-        let Some(id) = m.headers.get("event_id").and_then(|s| Uuid::parse_str(s).ok()) else {
-            r.header_errors.push(format!("{}:{}@{} has no event_id header", m.topic, m.partition, m.offset));
+        let Some(id) = m
+            .headers
+            .get("event_id")
+            .and_then(|s| Uuid::parse_str(s).ok())
+        else {
+            r.header_errors.push(format!(
+                "{}:{}@{} has no event_id header",
+                m.topic, m.partition, m.offset
+            ));
             continue;
         };
         let ev = match (committed.get(&id), unknown.get(&id)) {
@@ -128,11 +153,19 @@ pub fn check(written: &Written, records: &[Record], aggregate_type: &str) -> Rep
         ];
         for (k, v) in expect {
             if m.headers.get(k) != Some(&v) {
-                r.header_errors.push(format!("{id}: header {k} = {:?}, expected {v}", m.headers.get(k)));
+                r.header_errors.push(format!(
+                    "{id}: header {k} = {:?}, expected {v}",
+                    m.headers.get(k)
+                ));
             }
         }
-        if !m.headers.contains_key("occurred_at") || m.key.as_deref() != Some(ev.aggregate_id.as_str()) {
-            r.header_errors.push(format!("{id}: missing occurred_at or wrong key {:?}", m.key));
+        if !m.headers.contains_key("occurred_at")
+            || m.key.as_deref() != Some(ev.aggregate_id.as_str())
+        {
+            r.header_errors.push(format!(
+                "{id}: missing occurred_at or wrong key {:?}",
+                m.key
+            ));
         }
         let place = (m.topic.clone(), m.partition);
         if let Some(p) = partitions.insert(ev.aggregate_id.clone(), place.clone()) {
@@ -146,12 +179,24 @@ pub fn check(written: &Written, records: &[Record], aggregate_type: &str) -> Rep
         }
         let last = last_seq.entry(ev.aggregate_id.clone()).or_default();
         if ev.seq <= *last {
-            r.order_violations.push(format!("{}: seq {} after {}", ev.aggregate_id, ev.seq, last));
+            r.order_violations.push(format!(
+                "{}: seq {} after {}",
+                ev.aggregate_id, ev.seq, last
+            ));
         } else {
             *last = ev.seq;
         }
     }
-    r.delivered = written.committed.iter().filter(|e| seen.contains(&e.event_id)).count();
-    r.missing = written.committed.iter().filter(|e| !seen.contains(&e.event_id)).map(|e| e.event_id).collect();
+    r.delivered = written
+        .committed
+        .iter()
+        .filter(|e| seen.contains(&e.event_id))
+        .count();
+    r.missing = written
+        .committed
+        .iter()
+        .filter(|e| !seen.contains(&e.event_id))
+        .map(|e| e.event_id)
+        .collect();
     r
 }
