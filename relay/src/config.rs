@@ -82,7 +82,7 @@ pub struct RunArgs {
 
     /// Most rows read and published per batch. Larger batches raise throughput; every row of
     /// a batch is in flight at once.
-    #[arg(long, env = "OUTBOX_BATCH_SIZE", default_value_t = 2000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    #[arg(long, env = "OUTBOX_BATCH_SIZE", default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub batch_size: i64,
 
     /// Longest wait between two polls of an idle outbox, in milliseconds. After a non-empty
@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(r.db.database_url, "postgres://x/db");
         assert_eq!(r.kafka.kafka_brokers, "k:9092");
         assert_eq!(r.kafka.topic_prefix, "outbox.event.");
-        assert_eq!(r.batch_size, 2000);
+        assert_eq!(r.batch_size, 10_000);
         assert!(!r.kafka.create_missing_topics);
         assert_eq!(r.kafka.topic_partitions, 6);
         assert_eq!(r.lease_name, "default");

@@ -28,7 +28,8 @@ use crate::kafka_context::RelayContext;
 /// Connect, kafka-python) do, so a key lands on the same partition whoever produced it.
 pub const PRODUCER_DEFAULTS: [(&str, &str); 10] = [
     ("partitioner", "murmur2_random"),
-    ("linger.ms", "5"),
+    // The relay hands over whole batches at once; lingering only idles at a batch's end.
+    ("linger.ms", "1"),
     ("batch.num.messages", "10000"),
     ("batch.size", "1000000"),
     ("compression.type", "lz4"),

@@ -120,7 +120,7 @@ impl Store {
         // the outbox is empty, and nothing from the outbox when the lease is lost.
         let sql = format!(
             "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
-                    o.payload::text AS payload, o.headers, o.topic, o.created_at \
+                    o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at \
              FROM (SELECT {LEASE_HELD} AS held) l \
              LEFT JOIN LATERAL ( \
                  SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at \
@@ -135,28 +135,31 @@ impl Store {
             .bind(held_aggregates)
             .fetch_all(&self.pool)
             .await?;
-        let held = rows
-            .first()
-            .map(|r| r.get::<bool, _>("held"))
-            .unwrap_or(false);
+        // Columns by position (the order of the SELECT list): this loop runs per row.
+        let held = rows.first().map(|r| r.get::<bool, _>(0)).unwrap_or(false);
         if !held {
             return Ok(Claim::LeaseLost);
         }
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
-            let Some(id) = r.get::<Option<i64>, _>("id") else {
+            let Some(id) = r.get::<Option<i64>, _>(1) else {
                 continue;
             };
+            let headers: &str = r.get(7);
             out.push(EventEnvelope {
                 id,
-                event_id: r.get::<Uuid, _>("event_id"),
-                aggregate_type: r.get("aggregate_type"),
-                aggregate_id: r.get("aggregate_id"),
-                event_type: r.get("event_type"),
-                payload: r.get("payload"),
-                headers: r.get("headers"),
-                topic: r.get("topic"),
-                created_at: r.get::<DateTime<Utc>, _>("created_at"),
+                event_id: r.get::<Uuid, _>(2),
+                aggregate_type: r.get(3),
+                aggregate_id: r.get(4),
+                event_type: r.get(5),
+                payload: r.get(6),
+                headers: if headers == "{}" {
+                    serde_json::Value::Object(Default::default())
+                } else {
+                    serde_json::from_str(headers).map_err(|e| sqlx::Error::Decode(Box::new(e)))?
+                },
+                topic: r.get(8),
+                created_at: r.get::<DateTime<Utc>, _>(9),
             });
         }
         Ok(Claim::Rows(out))
