@@ -69,6 +69,11 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     pub naive_linger_ms: u64,
 
+    /// Rounds of the throughput phases (produce, db, drain, interleaved); each figure is the
+    /// best round, all rounds are in the JSON. Use 3 or more on a busy machine.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
+
     /// Phases to run, comma separated [default: all].
     #[arg(long, value_delimiter = ',')]
     pub phases: Vec<Phase>,

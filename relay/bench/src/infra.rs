@@ -2,6 +2,7 @@
 //! inherits another's dead rows, bloated indexes or partition logs), and the server settings
 //! reported with the figures.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -19,6 +20,7 @@ pub struct Infra {
     brokers: String,
     partitions: i32,
     run_id: String,
+    seq: AtomicU32,
     admin: AdminClient<DefaultClientContext>,
 }
 
@@ -71,6 +73,7 @@ impl Infra {
             brokers: brokers.to_owned(),
             partitions,
             run_id: format!("{:08x}", rand::random::<u32>()),
+            seq: AtomicU32::new(1),
             admin,
         })
     }
@@ -85,10 +88,11 @@ impl Infra {
         self.partitions
     }
 
-    /// A topic prefix of this run for `phase`; the relay routes `order` events to
+    /// A new topic prefix of this run for `phase`; the relay routes `order` events to
     /// `<prefix>order`.
     pub fn topic_prefix(&self, phase: &str) -> String {
-        format!("bench-{}.{phase}.", self.run_id)
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        format!("bench-{}.{phase}{seq}.", self.run_id)
     }
 
     /// Creates a database for `phase` and applies the outbox schema.
@@ -96,7 +100,8 @@ impl Infra {
     /// # Errors
     /// Database errors.
     pub async fn fresh_database(&self, phase: &str) -> anyhow::Result<BenchDb> {
-        let name = format!("bench_{}_{phase}", self.run_id);
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let name = format!("bench_{}_{phase}{seq}", self.run_id);
         let mut admin = PgConnection::connect(&self.admin_url)
             .await
             .context("connecting to DATABASE_URL")?;

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use cli::{Args, Phase};
 use infra::Infra;
-use report::{Ratios, Report, Settings};
+use report::{Ratios, Report, Rounds, Settings};
 use workload::Workload;
 
 fn loadavg() -> String {
@@ -62,6 +62,20 @@ where
     }
 }
 
+/// Keeps the faster of `best` and `new` (by `rate`), noting `new`'s rate in `rates`.
+fn keep_best<T>(
+    best: &mut Option<T>,
+    new: Option<T>,
+    rates: &mut Vec<f64>,
+    rate: impl Fn(&T) -> f64,
+) {
+    let Some(new) = new else { return };
+    rates.push(rate(&new));
+    if best.as_ref().is_none_or(|b| rate(&new) > rate(b)) {
+        *best = Some(new);
+    }
+}
+
 /// Runs the selected phases and returns the report (also when some phases failed: see
 /// [`Report::errors`]).
 ///
@@ -86,20 +100,6 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let load_start = loadavg();
     let mut errors = Vec::new();
 
-    let raw_produce = phase(
-        args,
-        Phase::Produce,
-        &mut errors,
-        produce::run(&infra, &w, sizes.events, args.batch_size),
-    )
-    .await;
-    let raw_db = phase(
-        args,
-        Phase::Db,
-        &mut errors,
-        db::run(&infra, &w, sizes.events, args.batch_size),
-    )
-    .await;
     let drain_spec = drain::DrainSpec {
         events: sizes.events,
         binary: &relay_bin,
@@ -108,13 +108,39 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         timeout: Duration::from_secs(args.drain_timeout_secs),
         log_dir: &log_dir,
     };
-    let relay_drain = phase(
-        args,
-        Phase::Drain,
-        &mut errors,
-        drain::run(&infra, &w, &drain_spec),
-    )
-    .await;
+    // Rounds interleave the throughput phases so that each sees the same passing noise.
+    let mut rounds = Rounds::default();
+    let (mut raw_produce, mut raw_db, mut relay_drain) = (None, None, None);
+    for _ in 0..args.repeat {
+        let p = phase(
+            args,
+            Phase::Produce,
+            &mut errors,
+            produce::run(&infra, &w, sizes.events, args.batch_size),
+        )
+        .await;
+        keep_best(&mut raw_produce, p, &mut rounds.raw_produce, |p| {
+            p.msgs_per_s
+        });
+        let d = phase(
+            args,
+            Phase::Db,
+            &mut errors,
+            db::run(&infra, &w, sizes.events, args.batch_size),
+        )
+        .await;
+        keep_best(&mut raw_db, d, &mut rounds.raw_db, |d| d.rows_per_s);
+        let r = phase(
+            args,
+            Phase::Drain,
+            &mut errors,
+            drain::run(&infra, &w, &drain_spec),
+        )
+        .await;
+        keep_best(&mut relay_drain, r, &mut rounds.relay_drain, |r| {
+            r.events_per_s
+        });
+    }
     let naive = phase(
         args,
         Phase::Naive,
@@ -170,6 +196,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         relay_drain,
         naive,
         latency,
+        rounds,
         ratios: Ratios::default(),
         serial_model: None,
         errors,

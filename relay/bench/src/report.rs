@@ -75,6 +75,17 @@ pub struct SerialModel {
     pub events_per_s: f64,
 }
 
+/// Rates of every round of the throughput phases (`--repeat`), per second.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Rounds {
+    /// Raw produce, msgs/s.
+    pub raw_produce: Vec<f64>,
+    /// Raw database, rows/s.
+    pub raw_db: Vec<f64>,
+    /// Relay drain, events/s.
+    pub relay_drain: Vec<f64>,
+}
+
 /// Every figure of one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -90,6 +101,8 @@ pub struct Report {
     pub naive: Option<NaiveFigures>,
     /// Phase 5.
     pub latency: Option<LatencyFigures>,
+    /// Every round's rate; the phase figures above are the best round.
+    pub rounds: Rounds,
     /// Ratios of phase 3 to phases 1, 2 and 4.
     pub ratios: Ratios,
     /// Serial model from phases 1 and 2.
@@ -242,6 +255,17 @@ impl Report {
                 m.claim_share * 100.0,
                 m.publish_share * 100.0,
                 m.mark_share * 100.0
+            );
+        }
+        let rs = &self.rounds;
+        if rs.raw_produce.len() > 1 || rs.relay_drain.len() > 1 || rs.raw_db.len() > 1 {
+            let list = |v: &[f64]| v.iter().map(|r| group(*r)).collect::<Vec<_>>().join(", ");
+            let _ = writeln!(
+                o,
+                "rounds (best shown above): produce [{}] · db [{}] · relay [{}]",
+                list(&rs.raw_produce),
+                list(&rs.raw_db),
+                list(&rs.relay_drain)
             );
         }
         let _ = writeln!(o);
