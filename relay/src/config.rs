@@ -86,8 +86,8 @@ pub struct RunArgs {
     pub batch_size: i64,
 
     /// Longest wait between two polls of an idle outbox, in milliseconds. After a non-empty
-    /// batch the relay polls again at once; while the outbox stays empty the wait doubles from
-    /// `--min-poll-interval-ms` up to this value. A NOTIFY on channel `outbox_relay` wakes it
+    /// batch the relay polls again at once, and keeps polling every `--min-poll-interval-ms`
+    /// for 2 s; once the outbox has been empty that long, the wait doubles up to this value. A NOTIFY on channel `outbox_relay` wakes it
     /// at once (optional for writers).
     #[arg(long, env = "OUTBOX_POLL_INTERVAL_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     pub poll_interval_ms: u64,

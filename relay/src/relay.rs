@@ -73,6 +73,9 @@ pub struct Relay {
     wake: Arc<Notify>,
 }
 
+/// How long after the last non-empty batch the relay keeps polling at the shortest interval.
+const HOT_WINDOW: Duration = Duration::from_secs(2);
+
 fn new_backoff() -> ExponentialBackoff {
     ExponentialBackoff {
         initial_interval: Duration::from_millis(100),
@@ -212,6 +215,7 @@ impl Relay {
         let token = guard.token();
         let (min_poll, max_poll) = s.poll;
         let mut idle = min_poll;
+        let mut last_rows = Instant::now();
         let mut backoff = new_backoff();
         let mut db = Outage::new("database");
         let mut kafka = Outage::new("kafka publish");
@@ -255,10 +259,16 @@ impl Relay {
                     _ = shutdown.cancelled() => return LeadEnd::Shutdown,
                     _ = guard.lost() => return LeadEnd::LeaseLost,
                 }
-                idle = (idle * 2).min(max_poll);
+                // Stay at the shortest interval while events keep coming (a probe of an empty
+                // index costs well under a millisecond); back off only once the outbox has been
+                // quiet for a while, so an idle relay does not busy-poll.
+                if last_rows.elapsed() >= HOT_WINDOW {
+                    idle = (idle * 2).min(max_poll);
+                }
                 continue;
             }
             idle = min_poll;
+            last_rows = Instant::now();
             self.metrics.batch_size.observe(rows.len() as f64);
 
             if let Some(tc) = topics.as_mut() {

@@ -38,7 +38,7 @@ pub struct Args {
     pub naive_events: Option<u64>,
 
     /// Rows per batch, for the relay (`--batch-size`) and the raw database phase.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub batch_size: i64,
 
     /// Distinct aggregates (Kafka keys).
