@@ -21,7 +21,7 @@ async fn standby_takes_over_after_sigkill_and_sigterm_hands_over() {
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
-    let mut relays = vec![
+    let mut relays = [
         RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-a")),
         RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-b")),
     ];

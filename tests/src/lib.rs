@@ -7,6 +7,7 @@
 //! a private one of their own ([`servers`]).
 
 pub mod db;
+pub mod fulfilment;
 pub mod proc;
 pub mod servers;
 pub mod stream;

@@ -117,8 +117,8 @@ async fn writer(
             (
                 rng.gen_range(1..=spec.max_txn_events)
                     .min(events - attempted),
-                txn_no % spec.late_every == 0,
-                txn_no % spec.rollback_every == 0,
+                txn_no.is_multiple_of(spec.late_every),
+                txn_no.is_multiple_of(spec.rollback_every),
             )
         };
         let mut batch = Vec::with_capacity(size);

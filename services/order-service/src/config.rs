@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::builder::NonEmptyStringValueParser;
 use clap::Parser;
+use outbox_kit::consumer::{ConsumerArgs, RuntimeConfig};
 
 /// HTTP order service: idempotent orders, signed payment and refund callbacks, events through
 /// the transactional outbox.
@@ -38,12 +39,34 @@ pub struct Config {
     /// milliseconds. Their transactions roll back; clients retry with the same keys.
     #[arg(long, env = "SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
+
+    /// Kafka bootstrap servers, comma separated. When set, the service also consumes the
+    /// fulfilment events (`OutboundShipped`, `StockReservationRejected`) that move orders;
+    /// without it, it only serves HTTP.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub kafka_brokers: Option<String>,
+
+    /// Consumer settings (used with `--kafka-brokers`).
+    #[command(flatten)]
+    pub consumer: ConsumerArgs,
 }
 
 impl Config {
     /// The drain deadline on SIGTERM.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.shutdown_timeout_ms)
+    }
+
+    /// The fulfilment consumer's configuration (default group `order-service`), when
+    /// `--kafka-brokers` is set.
+    pub fn runtime_config(&self) -> Option<RuntimeConfig> {
+        let brokers = self.kafka_brokers.as_deref()?;
+        Some(self.consumer.runtime_config(
+            crate::fulfilment::CONSUMER_NAME,
+            brokers,
+            "order-service",
+            &crate::fulfilment::CONSUMED_AGGREGATES,
+        ))
     }
 }
 

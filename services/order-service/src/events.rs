@@ -18,7 +18,8 @@ pub enum EventType {
     OrderCreated,
     /// The order was paid (once).
     OrderPaid,
-    /// The order was cancelled before payment.
+    /// The order was cancelled: before payment, or after it when its stock could not be
+    /// reserved (the payment is then flagged for refund).
     OrderCancelled,
     /// A refund was asked for.
     RefundRequested,
@@ -26,6 +27,8 @@ pub enum EventType {
     RefundSucceeded,
     /// A refund was closed without paying out.
     RefundClosed,
+    /// The warehouse shipped the order.
+    OrderShipped,
 }
 
 impl EventType {
@@ -38,6 +41,7 @@ impl EventType {
             Self::RefundRequested => "RefundRequested",
             Self::RefundSucceeded => "RefundSucceeded",
             Self::RefundClosed => "RefundClosed",
+            Self::OrderShipped => "OrderShipped",
         }
     }
 }
@@ -51,6 +55,19 @@ struct Payload<'a> {
     payment: Option<&'a PaymentView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refund: Option<&'a RefundView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shipment: Option<&'a ShipmentView>,
+}
+
+/// The warehouse's shipment of an order, as `OutboundShipped` reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ShipmentView {
+    /// The WMS's outbound number.
+    pub outbound_no: String,
+    /// The carrier.
+    pub carrier: String,
+    /// The parcel's tracking number.
+    pub tracking_no: String,
 }
 
 /// What caused an event besides the order itself.
@@ -62,6 +79,8 @@ pub enum Cause<'a> {
     Payment(&'a PaymentView),
     /// The refund that was requested or finished.
     Refund(&'a RefundView),
+    /// The shipment that shipped the order.
+    Shipment(&'a ShipmentView),
 }
 
 /// Appends an event to the outbox in the caller's transaction. The caller must hold the
@@ -76,16 +95,18 @@ pub async fn append(
     order: &OrderView,
     cause: Cause<'_>,
 ) -> Result<outbox_kit::EnqueuedEvent, Error> {
-    let (payment, refund) = match cause {
-        Cause::None => (None, None),
-        Cause::Payment(p) => (Some(p), None),
-        Cause::Refund(r) => (None, Some(r)),
+    let (payment, refund, shipment) = match cause {
+        Cause::None => (None, None, None),
+        Cause::Payment(p) => (Some(p), None, None),
+        Cause::Refund(r) => (None, Some(r), None),
+        Cause::Shipment(s) => (None, None, Some(s)),
     };
     let payload = serde_json::to_value(Payload {
         event_type: event_type.as_str(),
         order,
         payment,
         refund,
+        shipment,
     })
     .map_err(Error::Serialize)?;
     let aggregate_id = order.order_id.to_string();

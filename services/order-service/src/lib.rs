@@ -5,6 +5,7 @@
 //! - [`orders`], [`payments`], [`refunds`], [`catalog`]: the rules, each owning its
 //!   transactions; [`store`] holds their SQL and [`events`] the outbox payloads.
 //! - [`http`]: the API (parsing at the edge, errors as JSON); [`signature`] checks callbacks.
+//! - [`fulfilment`]: consumed events that move orders (shipped, stock rejected).
 //! - [`config`], [`server`], [`metrics`]: what the binary needs to run.
 
 pub mod catalog;
@@ -12,6 +13,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod events;
+pub mod fulfilment;
 pub mod http;
 pub mod metrics;
 pub mod orders;
@@ -23,6 +25,7 @@ pub mod store;
 pub mod views;
 
 pub use error::Error;
+pub use fulfilment::FulfilmentHandler;
 pub use http::{router, AppState};
 pub use metrics::Metrics;
 pub use server::{connect_lazy, migrate, serve};

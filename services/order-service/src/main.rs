@@ -1,27 +1,16 @@
-//! `order-service`: parse configuration, migrate, serve until SIGTERM.
+//! `order-service`: parse configuration, migrate, serve until SIGTERM; with `--kafka-brokers`,
+//! also consume the fulfilment events that move orders.
+
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
 use order_service::config::Config;
-use order_service::{AppState, CallbackSecret, Metrics};
-use tokio_util::sync::CancellationToken;
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
+use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
+    outbox_kit::service::init_tracing();
     let config = Config::parse();
     let secret = CallbackSecret::new(&config.payment_callback_secret)
         .context("invalid PAYMENT_CALLBACK_SECRET")?;
@@ -29,31 +18,51 @@ async fn main() -> anyhow::Result<()> {
         .context("invalid DATABASE_URL")?;
     order_service::migrate(&pool)
         .await
-        .context("applying the outbox and order migrations")?;
+        .context("applying the outbox, inbox and order migrations")?;
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    let shutdown = CancellationToken::new();
-    tokio::spawn(wait_for_signal(shutdown.clone()));
+    let shutdown = outbox_kit::service::shutdown_on_signal();
+    let metrics = Metrics::new();
+    let consumer = match config.runtime_config() {
+        Some(runtime) => {
+            let consumed = outbox_kit::consumer::run(
+                runtime,
+                pool.clone(),
+                Arc::new(FulfilmentHandler::new(metrics.clone())),
+                metrics.consumer.clone(),
+                shutdown.clone(),
+            );
+            let stop = shutdown.clone();
+            Some(tokio::spawn(async move {
+                let result = consumed.await;
+                // The consumer returns early only on a fatal error: stop serving too.
+                stop.cancel();
+                result
+            }))
+        }
+        None => {
+            tracing::warn!("KAFKA_BROKERS is not set: not consuming fulfilment events (orders will not move to SHIPPED)");
+            None
+        }
+    };
     let state = AppState {
         pool: pool.clone(),
-        metrics: Metrics::new(),
+        metrics,
         secret,
     };
-    order_service::serve(listener, state, shutdown, config.shutdown_timeout())
+    let served = order_service::serve(listener, state, shutdown.clone(), config.shutdown_timeout())
         .await
-        .context("serving HTTP")?;
+        .context("serving HTTP");
+    shutdown.cancel();
+    if let Some(consumer) = consumer {
+        consumer
+            .await
+            .context("consumer task")?
+            .context("running the consumer")?;
+    }
     pool.close().await;
+    served?;
     tracing::info!("Stopped");
     Ok(())
-}
-
-async fn wait_for_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received; draining requests"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; draining requests"),
-    }
-    shutdown.cancel();
 }

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub refunds_requested: IntCounter,
     /// Refund notifications by outcome (`applied`, `duplicate`, `stale`, `conflicting`).
     pub refund_callbacks: IntCounterVec,
+    /// The fulfilment consumer's metrics (messages, inbox duplicates, retries, dead letters).
+    pub consumer: outbox_kit::consumer::ConsumerMetrics,
 }
 
 impl Default for Metrics {
@@ -109,8 +111,13 @@ impl Metrics {
         ] {
             registry.register(c).unwrap();
         }
+        let consumer = outbox_kit::consumer::ConsumerMetrics::register(
+            &registry,
+            crate::fulfilment::CONSUMER_NAME,
+        )
+        .unwrap();
         // Show the refund flags at 0 from the start, so alerts can use `increase()`.
-        for reason in ["order_cancelled", "already_paid"] {
+        for reason in ["order_cancelled", "already_paid", "stock_rejected"] {
             payments_flagged_for_refund.with_label_values(&[reason]);
         }
         Self {
@@ -124,6 +131,7 @@ impl Metrics {
             payments_flagged_for_refund,
             refunds_requested,
             refund_callbacks,
+            consumer,
         }
     }
 

@@ -69,6 +69,8 @@ pub enum FlagReason {
     OrderCancelled,
     /// The order was already paid by another transaction.
     AlreadyPaid,
+    /// The paid order was cancelled because its stock could not be reserved.
+    StockRejected,
 }
 
 impl FlagReason {
@@ -77,6 +79,7 @@ impl FlagReason {
         match self {
             Self::OrderCancelled => "order_cancelled",
             Self::AlreadyPaid => "already_paid",
+            Self::StockRejected => "stock_rejected",
         }
     }
 }

@@ -19,12 +19,13 @@ pub fn migrator() -> sqlx::migrate::Migrator {
     m
 }
 
-/// Applies the outbox migrations, then the order service's.
+/// Applies the outbox and inbox migrations, then the order service's.
 ///
 /// # Errors
 /// When the database is unreachable or a migration fails.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     outbox_kit::schema::migrate(pool).await?;
+    outbox_kit::schema::migrate_inbox(pool).await?;
     migrator().run(pool).await
 }
 

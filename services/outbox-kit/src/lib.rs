@@ -4,11 +4,21 @@
 //! - [`outbox`]: write an event inside the caller's database transaction ([`outbox::enqueue`]).
 //! - [`envelope`]: how an outbox row maps onto a Kafka message (topic, key, headers); the relay
 //!   and the consumers both use it, so the contract lives in one place.
-//! - [`schema`]: the outbox migrations, embedded.
+//! - [`schema`]: the outbox and inbox migrations, embedded.
+//! - [`inbox`]: the consumers' dedupe table, written in the business transaction.
+//! - `consumer` (feature `consumer`): the Kafka consumer runtime (inbox, manual offsets,
+//!   retries, dead letters).
+//! - `service` (feature `service`): logging, SIGTERM, HTTP serving and `/healthz` / `/metrics`
+//!   for service binaries.
 
+#[cfg(feature = "consumer")]
+pub mod consumer;
 pub mod envelope;
+pub mod inbox;
 pub mod outbox;
 pub mod schema;
+#[cfg(feature = "service")]
+pub mod service;
 
 pub use envelope::{EventEnvelope, DEFAULT_TOPIC_PREFIX};
 pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, OutboxError};

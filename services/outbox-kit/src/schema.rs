@@ -1,5 +1,6 @@
-//! The outbox schema (`migrations/outbox`), embedded so the relay and every service apply the
-//! same migrations.
+//! The shared schemas, embedded so the relay and every service apply the same migrations:
+//! the outbox (`migrations/outbox`) in every database that publishes events, the inbox
+//! (`migrations/inbox`) in every database that consumes them.
 
 /// Migrations that create the outbox table and the relay's lease table.
 ///
@@ -17,4 +18,20 @@ pub fn migrator() -> sqlx::migrate::Migrator {
 /// Fails when the database is unreachable or a migration fails.
 pub async fn migrate(pool: &sqlx::PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     migrator().run(pool).await
+}
+
+/// Migrations that create the consumers' `inbox` table. Like [`migrator`], they ignore the
+/// versions of the other migration sets sharing the database.
+pub fn inbox_migrator() -> sqlx::migrate::Migrator {
+    let mut m = sqlx::migrate!("../../migrations/inbox");
+    m.set_ignore_missing(true);
+    m
+}
+
+/// Applies the inbox migrations.
+///
+/// # Errors
+/// Fails when the database is unreachable or a migration fails.
+pub async fn migrate_inbox(pool: &sqlx::PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    inbox_migrator().run(pool).await
 }

@@ -15,10 +15,11 @@ pub struct UnknownStatus(String);
 ///
 /// ```text
 /// PENDING_PAYMENT ──pay──> PAID ──ship──> SHIPPED ──complete──> COMPLETED
-///        └──cancel──> CANCELLED
+///        └──cancel──> CANCELLED <──stock rejected──┘ (from PAID)
 /// ```
-/// `PAID -> SHIPPED` and `SHIPPED -> COMPLETED` are driven by the fulfilment consumers (a later
-/// issue); they go through the same [`crate::store::orders::transition`].
+/// `PAID -> SHIPPED` (the WMS shipped it) and `PAID -> CANCELLED` (its stock could not be
+/// reserved; the payment is flagged for refund) are driven by consumed events
+/// ([`crate::fulfilment`]); every move goes through [`crate::store::orders::transition`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OrderStatus {
@@ -30,7 +31,7 @@ pub enum OrderStatus {
     Shipped,
     /// Delivered; final.
     Completed,
-    /// Cancelled before payment; final.
+    /// Cancelled before payment, or after it for lack of stock; final.
     Cancelled,
 }
 
@@ -53,6 +54,7 @@ impl OrderStatus {
             (Self::PendingPayment, Self::Paid)
                 | (Self::PendingPayment, Self::Cancelled)
                 | (Self::Paid, Self::Shipped)
+                | (Self::Paid, Self::Cancelled)
                 | (Self::Shipped, Self::Completed)
         )
     }
@@ -184,6 +186,7 @@ mod tests {
                 (OrderStatus::PendingPayment, OrderStatus::Paid),
                 (OrderStatus::PendingPayment, OrderStatus::Cancelled),
                 (OrderStatus::Paid, OrderStatus::Shipped),
+                (OrderStatus::Paid, OrderStatus::Cancelled),
                 (OrderStatus::Shipped, OrderStatus::Completed),
             ]
         );

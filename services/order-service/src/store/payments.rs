@@ -103,3 +103,24 @@ pub async fn for_order(
     .fetch_all(conn)
     .await
 }
+
+/// Flags the payment that paid the order for refund (`APPLIED -> REFUND_REQUIRED` with
+/// `reason`); `None` when the order has no applied payment.
+///
+/// # Errors
+/// When the query fails.
+pub async fn flag_applied_for_refund(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    reason: &str,
+) -> Result<Option<PaymentRow>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE payments SET disposition = 'REFUND_REQUIRED', flag_reason = $2 \
+         WHERE order_id = $1 AND disposition = 'APPLIED' \
+         RETURNING transaction_id, order_id, amount_cents, disposition, flag_reason, received_at",
+    )
+    .bind(order_id.uuid())
+    .bind(reason)
+    .fetch_optional(conn)
+    .await
+}

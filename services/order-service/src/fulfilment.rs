@@ -1,0 +1,211 @@
+//! Events from fulfilment that move orders, consumed through the shared consumer runtime
+//! (consumer name `order`; topics `<prefix>outbound` and `<prefix>stock`):
+//!
+//! - `OutboundShipped` (WMS): `PAID -> SHIPPED`, emits `OrderShipped`;
+//! - `StockReservationRejected` (stock): `PAID -> CANCELLED`, the payment is flagged for
+//!   refund (`REFUND_REQUIRED`, reason `stock_rejected`), emits `OrderCancelled`.
+//!
+//! Each runs in the runtime's transaction, after the inbox row: the order row is locked first
+//! (like every writer of an order), the status moves by a conditional update, so an event that
+//! arrives again under a new event id finds the order moved already and changes nothing.
+
+use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
+use serde::Deserialize;
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::domain::{OrderId, OrderStatus};
+use crate::events::{self, Cause, EventType, ShipmentView};
+use crate::metrics::Metrics;
+use crate::orders::view_of;
+use crate::payments::FlagReason;
+use crate::store::{orders, payments};
+use crate::views::PaymentView;
+
+/// The inbox's consumer name.
+pub const CONSUMER_NAME: &str = "order";
+
+/// Aggregate types (topics `<prefix><aggregate_type>`) the order service consumes.
+pub const CONSUMED_AGGREGATES: [&str; 2] = ["outbound", "stock"];
+
+const V1: &[u32] = &[1];
+
+/// The part of `OutboundShipped` the order service reads.
+#[derive(Debug, Clone, Deserialize)]
+struct OutboundShipped {
+    order_id: Uuid,
+    outbound_no: String,
+    carrier: String,
+    tracking_no: String,
+}
+
+/// The part of `StockReservationRejected` the order service reads.
+#[derive(Debug, Clone, Deserialize)]
+struct StockRejected {
+    order_id: Uuid,
+}
+
+/// Applies fulfilment events to orders.
+#[derive(Debug, Clone)]
+pub struct FulfilmentHandler {
+    metrics: Metrics,
+}
+
+impl FulfilmentHandler {
+    /// A handler counting flagged payments in `metrics`.
+    pub fn new(metrics: Metrics) -> Self {
+        Self { metrics }
+    }
+}
+
+impl Handler for FulfilmentHandler {
+    fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
+        match event_type {
+            "OutboundShipped" | "StockReservationRejected" => Some(V1),
+            _ => None,
+        }
+    }
+
+    async fn handle(&self, conn: &mut PgConnection, event: &Event) -> Result<Effect, HandlerError> {
+        match event.event_type() {
+            "OutboundShipped" => {
+                let shipped: OutboundShipped = event.payload_as()?;
+                let shipment = ShipmentView {
+                    outbound_no: shipped.outbound_no,
+                    carrier: shipped.carrier,
+                    tracking_no: shipped.tracking_no,
+                };
+                ship(conn, OrderId::from(shipped.order_id), &shipment).await
+            }
+            "StockReservationRejected" => {
+                let rejected: StockRejected = event.payload_as()?;
+                cancel_for_lack_of_stock(conn, OrderId::from(rejected.order_id)).await
+            }
+            _ => Ok(Effect::Unchanged),
+        }
+    }
+
+    fn committed(&self, event: &Event, effect: Effect) {
+        if event.event_type() == "StockReservationRejected" && effect == Effect::Changed {
+            self.metrics
+                .payments_flagged_for_refund
+                .with_label_values(&[FlagReason::StockRejected.as_str()])
+                .inc();
+            self.metrics.orders_cancelled.inc();
+        }
+    }
+}
+
+fn unknown_order(order_id: OrderId) -> HandlerError {
+    HandlerError::Unapplicable(format!("order {order_id} does not exist"))
+}
+
+/// `PAID -> SHIPPED` and `OrderShipped`.
+///
+/// # Errors
+/// [`HandlerError::Unapplicable`] for an unknown order or one that cannot ship (not paid,
+/// cancelled): a contradiction for operators; database errors.
+pub async fn ship(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    shipment: &ShipmentView,
+) -> Result<Effect, HandlerError> {
+    let order = orders::lock(conn, order_id)
+        .await?
+        .ok_or_else(|| unknown_order(order_id))?;
+    match order.status {
+        OrderStatus::Paid => {}
+        OrderStatus::Shipped | OrderStatus::Completed => return Ok(Effect::Unchanged),
+        status => {
+            return Err(HandlerError::Unapplicable(format!(
+                "order {order_id} is {status}; it cannot have shipped"
+            )))
+        }
+    }
+    let row = orders::transition(conn, order_id, OrderStatus::Paid, OrderStatus::Shipped)
+        .await?
+        .ok_or_else(|| HandlerError::Unapplicable("locked order changed status".to_owned()))?;
+    let view = view_of(conn, row).await.map_err(order_error)?;
+    events::append(
+        conn,
+        EventType::OrderShipped,
+        &view,
+        Cause::Shipment(shipment),
+    )
+    .await
+    .map_err(order_error)?;
+    tracing::info!(
+        order.id = %order_id,
+        outbound.no = %shipment.outbound_no,
+        "Order shipped"
+    );
+    Ok(Effect::Changed)
+}
+
+/// `PAID -> CANCELLED` for lack of stock: the payment is flagged for refund and
+/// `OrderCancelled` carries it.
+///
+/// # Errors
+/// [`HandlerError::Unapplicable`] for an unknown order or one past payment (shipped), database
+/// errors.
+pub async fn cancel_for_lack_of_stock(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<Effect, HandlerError> {
+    let order = orders::lock(conn, order_id)
+        .await?
+        .ok_or_else(|| unknown_order(order_id))?;
+    match order.status {
+        OrderStatus::Paid => {}
+        OrderStatus::Cancelled => return Ok(Effect::Unchanged),
+        status => {
+            return Err(HandlerError::Unapplicable(format!(
+                "order {order_id} is {status}; a stock rejection cannot cancel it"
+            )))
+        }
+    }
+    let row = orders::transition(conn, order_id, OrderStatus::Paid, OrderStatus::Cancelled)
+        .await?
+        .ok_or_else(|| HandlerError::Unapplicable("locked order changed status".to_owned()))?;
+    let flagged: PaymentView =
+        payments::flag_applied_for_refund(conn, order_id, FlagReason::StockRejected.as_str())
+            .await?
+            .ok_or_else(|| {
+                HandlerError::Unapplicable(format!("paid order {order_id} has no applied payment"))
+            })?
+            .into();
+    if order.refund_reserved_cents > 0 {
+        tracing::warn!(
+            order.id = %order_id,
+            refund_reserved_cents = order.refund_reserved_cents,
+            "Order cancelled for lack of stock has refunds requested too; check for a double refund"
+        );
+    }
+    let view = view_of(conn, row).await.map_err(order_error)?;
+    events::append(
+        conn,
+        EventType::OrderCancelled,
+        &view,
+        Cause::Payment(&flagged),
+    )
+    .await
+    .map_err(order_error)?;
+    tracing::warn!(
+        order.id = %order_id,
+        payment.transaction_id = %flagged.transaction_id,
+        amount_cents = flagged.amount_cents,
+        reason = FlagReason::StockRejected.as_str(),
+        "Paid order cancelled for lack of stock; payment flagged for refund"
+    );
+    Ok(Effect::Changed)
+}
+
+/// The order core's errors as the runtime's: database and outbox failures keep their
+/// retry-or-not classification, anything else cannot be retried into success.
+fn order_error(e: crate::Error) -> HandlerError {
+    match e {
+        crate::Error::Database(e) => HandlerError::Database(e),
+        crate::Error::Outbox(e) => HandlerError::Outbox(e),
+        other => HandlerError::Unapplicable(other.to_string()),
+    }
+}

@@ -1,0 +1,300 @@
+//! Consumer settings: the flags every consuming service shares ([`ConsumerArgs`], flattened
+//! into its own `clap` configuration), what the runtime needs ([`RuntimeConfig`]), and the
+//! librdkafka settings derived from them ([`consumer_client_config`]).
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+
+use super::apply::RetryPolicy;
+
+/// Consumer flags with environment fallbacks, shared by every consuming service. The brokers
+/// (`--kafka-brokers` / `KAFKA_BROKERS`) are the service's own flag, since some services run
+/// without a consumer.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsumerArgs {
+    /// Kafka consumer group id. Processes of one service share it, so each partition is
+    /// consumed by one of them. Default: the service's name.
+    #[arg(long = "group-id", env = "KAFKA_GROUP_ID")]
+    pub group_id: Option<String>,
+
+    /// Prefix of the consumed topics (`<prefix><aggregate_type>`); the same as the relays'.
+    #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = crate::DEFAULT_TOPIC_PREFIX)]
+    pub topic_prefix: String,
+
+    /// Extra librdkafka consumer settings as KEY=VALUE (repeatable; comma separated in the
+    /// environment variable). Manual offset storing and auto-commit of stored offsets cannot be
+    /// turned off.
+    #[arg(long = "kafka-config", env = "KAFKA_CONSUMER_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
+    pub kafka_config: Vec<(String, String)>,
+
+    /// Create the consumed topics and their dead-letter topics at start-up when the broker does
+    /// not have them (needed on brokers without auto-creation). Off by default: in production,
+    /// topics are usually owned by whoever runs the cluster.
+    #[arg(long, env = "CONSUMER_CREATE_MISSING_TOPICS", default_value_t = false)]
+    pub create_missing_topics: bool,
+
+    /// Partitions of topics created by `--create-missing-topics`.
+    #[arg(long, env = "CONSUMER_TOPIC_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
+    pub topic_partitions: i32,
+
+    /// Replication factor of topics created by `--create-missing-topics`.
+    #[arg(long, env = "CONSUMER_TOPIC_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
+    pub topic_replication_factor: i32,
+
+    /// Longest wait between two attempts at an event whose handling failed with a retryable
+    /// error, in milliseconds. The first wait is 100 ms and doubles.
+    #[arg(long, env = "CONSUMER_RETRY_MAX_BACKOFF_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub retry_max_backoff_ms: u64,
+
+    /// How long SIGTERM waits for the events being applied to finish before the consumer
+    /// leaves without them (they are delivered again), in milliseconds.
+    #[arg(long, env = "CONSUMER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
+    pub consumer_shutdown_timeout_ms: u64,
+}
+
+impl ConsumerArgs {
+    /// The runtime configuration for consumer `consumer_name` reading the topics of
+    /// `aggregate_types` (`<prefix><aggregate_type>` each) from `brokers`; the group id
+    /// defaults to `default_group_id`.
+    pub fn runtime_config(
+        &self,
+        consumer_name: &str,
+        brokers: &str,
+        default_group_id: &str,
+        aggregate_types: &[&str],
+    ) -> RuntimeConfig {
+        RuntimeConfig {
+            consumer_name: consumer_name.to_owned(),
+            brokers: brokers.to_owned(),
+            group_id: self
+                .group_id
+                .clone()
+                .unwrap_or_else(|| default_group_id.to_owned()),
+            topics: aggregate_types
+                .iter()
+                .map(|a| format!("{}{a}", self.topic_prefix))
+                .collect(),
+            client_config: self.kafka_config.clone(),
+            create_topics: self.create_missing_topics.then_some(TopicSpec {
+                partitions: self.topic_partitions,
+                replication_factor: self.topic_replication_factor,
+            }),
+            retry: RetryPolicy {
+                max: Duration::from_millis(self.retry_max_backoff_ms),
+                ..RetryPolicy::default()
+            },
+            shutdown_timeout: Duration::from_millis(self.consumer_shutdown_timeout_ms),
+            queue_capacity: DEFAULT_QUEUE_CAPACITY,
+        }
+    }
+}
+
+/// Messages buffered per partition between the fetch loop and the partition's worker.
+pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
+
+/// Partitions and replication of topics the runtime creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// Partitions.
+    pub partitions: i32,
+    /// Replication factor.
+    pub replication_factor: i32,
+}
+
+/// Everything the consumer runtime needs besides the pool, the handler and the metrics.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The inbox's `consumer_name`, and the metrics' `consumer` label.
+    pub consumer_name: String,
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// Consumer group id.
+    pub group_id: String,
+    /// Topics to subscribe to.
+    pub topics: Vec<String>,
+    /// Extra librdkafka settings.
+    pub client_config: Vec<(String, String)>,
+    /// Create missing topics (and their dead-letter topics) at start-up.
+    pub create_topics: Option<TopicSpec>,
+    /// Backoff between attempts at a message.
+    pub retry: RetryPolicy,
+    /// Drain deadline on shutdown.
+    pub shutdown_timeout: Duration,
+    /// Messages buffered per partition.
+    pub queue_capacity: usize,
+}
+
+/// The dead-letter topic of `topic`.
+pub fn dead_letter_topic(topic: &str) -> String {
+    format!("{topic}.dlq")
+}
+
+/// librdkafka consumer defaults; the user's settings override them.
+pub const CONSUMER_DEFAULTS: [(&str, &str); 6] = [
+    ("auto.offset.reset", "earliest"),
+    ("enable.partition.eof", "false"),
+    // Commit what was stored once a second, and on revoke and close.
+    ("auto.commit.interval.ms", "1000"),
+    // A consumer killed with SIGKILL holds its partitions until this expires.
+    ("session.timeout.ms", "10000"),
+    ("heartbeat.interval.ms", "1000"),
+    ("enable.metrics.push", "false"),
+];
+
+/// Settings the runtime's guarantees rest on; applied last, so nothing overrides them. Offsets
+/// are stored by the runtime only after the event's transaction committed, and only stored
+/// offsets are ever committed.
+pub const CONSUMER_FORCED: [(&str, &str); 2] = [
+    ("enable.auto.offset.store", "false"),
+    ("enable.auto.commit", "true"),
+];
+
+/// The librdkafka consumer configuration: defaults, the user's settings, the forced ones.
+pub fn consumer_client_config(config: &RuntimeConfig) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &config.brokers);
+    cfg.set("group.id", &config.group_id);
+    cfg.set("client.id", format!("{}-consumer", config.consumer_name));
+    for (k, v) in CONSUMER_DEFAULTS {
+        cfg.set(k, v);
+    }
+    for (k, v) in &config.client_config {
+        cfg.set(k, v);
+    }
+    for (k, v) in CONSUMER_FORCED {
+        cfg.set(k, v);
+    }
+    cfg
+}
+
+/// The librdkafka configuration of the dead-letter producer: idempotent, acknowledged by all
+/// replicas, keyed like the source message. Connection-level user settings (security, client
+/// id) apply to it too.
+pub fn dead_letter_producer_config(config: &RuntimeConfig) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &config.brokers);
+    cfg.set(
+        "client.id",
+        format!("{}-dead-letters", config.consumer_name),
+    );
+    cfg.set("partitioner", "murmur2_random");
+    cfg.set("message.timeout.ms", "30000");
+    cfg.set("linger.ms", "0");
+    cfg.set("enable.metrics.push", "false");
+    for (k, v) in connection_settings(&config.client_config) {
+        cfg.set(k, v);
+    }
+    cfg.set("enable.idempotence", "true");
+    cfg.set("acks", "all");
+    cfg
+}
+
+/// The user settings that concern the connection (security, client id) rather than consuming,
+/// for the runtime's admin client and producer.
+pub fn connection_settings(extra: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
+    extra
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("security.")
+                || k.starts_with("sasl.")
+                || k.starts_with("ssl.")
+                || k == "client.id"
+        })
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// Parses `KEY=VALUE`.
+///
+/// # Errors
+/// When there is no `=` or the key is empty.
+pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got `{s}`")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        consumer: ConsumerArgs,
+    }
+
+    fn config(args: &[&str]) -> RuntimeConfig {
+        let mut argv = vec!["svc"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).unwrap().consumer.runtime_config(
+            "wms",
+            "b:9092",
+            "wms-consumer",
+            &["order", "stock"],
+        )
+    }
+
+    #[test]
+    fn flags_give_the_topics_group_and_defaults() {
+        let c = config(&["--topic-prefix", "t1.", "--group-id", "g7"]);
+        assert_eq!(c.topics, ["t1.order", "t1.stock"]);
+        assert_eq!(c.group_id, "g7");
+        assert_eq!(c.create_topics, None);
+        assert_eq!(c.retry.max, Duration::from_secs(5));
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(10));
+        assert_eq!(dead_letter_topic(&c.topics[0]), "t1.order.dlq");
+        if std::env::var_os("KAFKA_GROUP_ID").is_none()
+            && std::env::var_os("OUTBOX_TOPIC_PREFIX").is_none()
+        {
+            let d = config(&[]);
+            assert_eq!(d.group_id, "wms-consumer");
+            assert_eq!(d.topics, ["outbox.event.order", "outbox.event.stock"]);
+        }
+        let c = config(&["--create-missing-topics", "--topic-partitions", "3"]);
+        assert_eq!(
+            c.create_topics,
+            Some(TopicSpec {
+                partitions: 3,
+                replication_factor: 1
+            })
+        );
+    }
+
+    #[test]
+    fn users_cannot_turn_off_manual_offsets() {
+        let c = config(&[
+            "--kafka-config",
+            "enable.auto.offset.store=true",
+            "--kafka-config",
+            "enable.auto.commit=false",
+            "--kafka-config",
+            "session.timeout.ms=6000",
+        ]);
+        let cfg = consumer_client_config(&c);
+        assert_eq!(cfg.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(cfg.get("enable.auto.commit"), Some("true"));
+        assert_eq!(cfg.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(cfg.get("enable.metrics.push"), Some("false"));
+        assert_eq!(cfg.get("group.id"), Some(c.group_id.as_str()));
+        let producer = dead_letter_producer_config(&c);
+        assert_eq!(producer.get("enable.idempotence"), Some("true"));
+        assert_eq!(
+            producer.get("session.timeout.ms"),
+            None,
+            "consumer-only keys stay out"
+        );
+    }
+
+    #[test]
+    fn key_values_parse() {
+        assert_eq!(
+            parse_key_value(" a.b = c=d "),
+            Ok(("a.b".to_owned(), "c=d".to_owned()))
+        );
+        assert!(parse_key_value("nokey").is_err());
+        assert!(parse_key_value("=v").is_err());
+    }
+}

@@ -1,0 +1,185 @@
+//! What a service plugs into the runtime: a [`Handler`] that applies one event inside the
+//! runtime's transaction, and the [`HandlerError`]s it may fail with, each sorted into "retry
+//! without moving the offset" or "dead-letter and move on" ([`HandlerError::disposition`]).
+
+use std::future::Future;
+
+use sqlx::PgConnection;
+
+use super::event::Event;
+
+/// What applying an event did. Both commit the inbox row; the difference is only counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Business rows changed.
+    Changed,
+    /// Nothing to change: a business key or state check found the intent already applied (the
+    /// same business event under a new event id), or the event does not apply to the current
+    /// state.
+    Unchanged,
+}
+
+/// A service's event handling.
+pub trait Handler: Send + Sync + 'static {
+    /// The versions of `event_type` this handler applies, or `None` for event types it does
+    /// not care about (their offsets move on without an inbox row or a transaction). An event
+    /// of a handled type in another version goes to the dead-letter topic.
+    fn versions(&self, event_type: &str) -> Option<&'static [u32]>;
+
+    /// Applies one event. Runs inside the transaction that already inserted the event's inbox
+    /// row; the runtime commits both together when this returns `Ok`, and rolls both back
+    /// otherwise. Write business rows and outbox events through `conn` only.
+    ///
+    /// # Errors
+    /// A [`HandlerError`]; its [`HandlerError::disposition`] decides what happens next.
+    fn handle<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        event: &'a Event,
+    ) -> impl Future<Output = Result<Effect, HandlerError>> + Send + 'a;
+
+    /// Called after the transaction of [`Handler::handle`] committed, with what it returned:
+    /// the place to count outcomes, which must not be counted for a transaction that rolled
+    /// back. Not called for duplicates.
+    fn committed(&self, event: &Event, effect: Effect) {
+        let _ = (event, effect);
+    }
+}
+
+/// Why a handler could not apply an event.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The payload does not have the shape of its event type and version: dead-lettered.
+    #[error("payload does not match the event type")]
+    Payload(#[source] serde_json::Error),
+    /// The event contradicts the consumer's state in a way no retry can fix: dead-lettered.
+    #[error("cannot apply the event: {0}")]
+    Unapplicable(String),
+    /// A database statement failed: retried, unless the database refused the effect itself
+    /// (integrity or data exception), which no retry can fix.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    /// Writing an outbox event failed.
+    #[error("outbox write failed")]
+    Outbox(#[from] crate::OutboxError),
+    /// Something else that may work later (a dependency is down): retried.
+    #[error("transient failure: {0}")]
+    Transient(String),
+}
+
+/// What the runtime does after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Roll back, wait (backoff), try the same message again; the offset stays.
+    Retry,
+    /// Roll back, send the message to the dead-letter topic, move on.
+    DeadLetter,
+}
+
+/// SQLSTATE classes after which the same transaction can never succeed for this event:
+/// `22` data exception (e.g. a value out of range), `23` integrity constraint violation (a
+/// CHECK, unique or foreign key refused the effect).
+const DETERMINISTIC_SQLSTATE_CLASSES: [&str; 2] = ["22", "23"];
+
+impl HandlerError {
+    /// Retry or dead-letter. Database errors dead-letter only for the SQLSTATE classes the
+    /// event itself causes; anything else (connection loss, pool timeout, serialization
+    /// failure, deadlock, shutdown, even a missing table) is retried, so a database problem
+    /// stops the partition instead of discarding its events.
+    pub fn disposition(&self) -> Disposition {
+        let db = match self {
+            Self::Payload(_) | Self::Unapplicable(_) => return Disposition::DeadLetter,
+            Self::Outbox(crate::OutboxError::Invalid(_)) => return Disposition::DeadLetter,
+            Self::Transient(_) => return Disposition::Retry,
+            Self::Database(e) | Self::Outbox(crate::OutboxError::Database(e)) => e,
+        };
+        match db {
+            sqlx::Error::Database(e) => {
+                let deterministic = e.code().is_some_and(|c| {
+                    DETERMINISTIC_SQLSTATE_CLASSES
+                        .iter()
+                        .any(|class| c.starts_with(class))
+                });
+                if deterministic {
+                    Disposition::DeadLetter
+                } else {
+                    Disposition::Retry
+                }
+            }
+            _ => Disposition::Retry,
+        }
+    }
+
+    /// The error with its sources, for logs and the `dlq.error` header.
+    pub fn describe(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let part = s.to_string();
+            // Some errors repeat their source's text (sqlx's database errors do).
+            if !text.contains(&part) {
+                text.push_str(": ");
+                text.push_str(&part);
+            }
+            source = s.source();
+        }
+        if let Self::Database(sqlx::Error::Database(e))
+        | Self::Outbox(crate::OutboxError::Database(sqlx::Error::Database(e))) = self
+        {
+            if let Some(code) = e.code() {
+                text.push_str(&format!(" (SQLSTATE {code}"));
+                if let Some(c) = e.constraint() {
+                    text.push_str(&format!(", constraint {c}"));
+                }
+                text.push(')');
+            }
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_problems_dead_letter_and_infrastructure_problems_retry() {
+        let bad_json = serde_json::from_str::<u32>("x").unwrap_err();
+        assert_eq!(
+            HandlerError::Payload(bad_json).disposition(),
+            Disposition::DeadLetter
+        );
+        assert_eq!(
+            HandlerError::Unapplicable("shipped after release".into()).disposition(),
+            Disposition::DeadLetter
+        );
+        assert_eq!(
+            HandlerError::Outbox(crate::OutboxError::Invalid("aggregate_id is empty"))
+                .disposition(),
+            Disposition::DeadLetter
+        );
+        assert_eq!(
+            HandlerError::Transient("warehouse API down".into()).disposition(),
+            Disposition::Retry
+        );
+        for e in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::Io(std::io::Error::other("reset")),
+            sqlx::Error::RowNotFound,
+        ] {
+            assert_eq!(HandlerError::Database(e).disposition(), Disposition::Retry);
+        }
+    }
+
+    #[test]
+    fn describe_keeps_the_sources() {
+        let e = HandlerError::Payload(serde_json::from_str::<u32>("x").unwrap_err());
+        let text = e.describe();
+        assert!(
+            text.starts_with("payload does not match the event type: "),
+            "{text}"
+        );
+        assert!(text.contains("expected value"), "{text}");
+    }
+}

@@ -1,0 +1,41 @@
+//! The Kafka consumer runtime every consuming service shares.
+//!
+//! A service implements [`Handler`] (which event types and versions it applies, and how, inside
+//! a transaction it is given) and calls [`run`]. The runtime is a consumer-group member with
+//! manual offsets:
+//!
+//! - each message is applied in one PostgreSQL transaction that first inserts its
+//!   `(consumer_name, event_id)` row into the inbox ([`crate::inbox`]); a conflict means
+//!   "already applied": the effect is skipped, the duplicate counted, the offset moves on;
+//! - the offset is stored only after that transaction committed; librdkafka commits stored
+//!   offsets only, so no commit (periodic, on rebalance, on shutdown) passes an unapplied
+//!   message;
+//! - a retryable failure (database unreachable, deadlock, ...) is retried with backoff on the
+//!   same message; the offset stays;
+//! - a message that can never be applied (missing or broken contract headers, unknown event
+//!   version, undecodable payload, an effect the database's constraints refuse) goes to
+//!   `<topic>.dlq` with the error in its `dlq.error` header, and consumption continues;
+//! - partitions are applied concurrently, each by its own worker in offset order, so the
+//!   events of one key (one aggregate) are applied in order.
+//!
+//! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
+//! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
+//! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), [`dlq`],
+//! [`topics`], [`metrics`].
+
+pub mod apply;
+pub mod config;
+pub mod dlq;
+pub mod event;
+pub mod handler;
+pub mod metrics;
+mod runtime;
+pub mod topics;
+mod worker;
+
+pub use apply::{apply, Applied, RetryPolicy};
+pub use config::{dead_letter_topic, ConsumerArgs, RuntimeConfig, TopicSpec};
+pub use event::{Envelope, Event, RawMessage, Rejection, EVENT_VERSION_HEADER};
+pub use handler::{Disposition, Effect, Handler, HandlerError};
+pub use metrics::ConsumerMetrics;
+pub use runtime::{run, ConsumerError};

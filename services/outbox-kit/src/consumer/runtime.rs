@@ -1,0 +1,434 @@
+//! The consumer loop: one consumer-group member reading the subscribed topics and handing each
+//! message to the worker of its partition ([`super::worker`]).
+//!
+//! Offsets: librdkafka commits (every second, on revoke and on close) only offsets the workers
+//! stored, and a worker stores an offset only after the message is finished and its database
+//! transaction committed. So no commit ever passes an unapplied message, whatever happens.
+//!
+//! Rebalances: when partitions are revoked, their workers are told to stop after the event in
+//! hand and their queued messages are dropped; an offset finished after the revoke is not
+//! stored. The new owner starts from the committed offset, and the inbox skips what was applied
+//! but not committed. Shutdown does the same for every partition, waits for the events in hand
+//! up to a deadline, commits the stored offsets and leaves the group.
+//!
+//! Back-pressure: each partition has a bounded queue. When one is full the loop waits for it,
+//! so a partition stuck on retries eventually holds the others back, but no message is ever
+//! skipped or fetched twice by this process.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::TopicPartitionList;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{consumer_client_config, RuntimeConfig};
+use super::dlq::DeadLetters;
+use super::event::RawMessage;
+use super::handler::Handler;
+use super::metrics::ConsumerMetrics;
+use super::topics;
+use super::worker::{Deps, Worker};
+
+/// Why the consumer could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    /// The Kafka client could not be created or subscribed (invalid settings).
+    #[error("Kafka client error")]
+    Kafka(#[from] KafkaError),
+}
+
+/// A running partition worker.
+struct WorkerHandle {
+    tx: mpsc::Sender<RawMessage>,
+    stop: CancellationToken,
+    join: JoinHandle<()>,
+    generation: u64,
+}
+
+/// The partition workers of one runtime, shared by the fetch loop (which starts them) and the
+/// rebalance callback (which stops them).
+#[derive(Default)]
+pub(crate) struct WorkerRegistry {
+    workers: HashMap<(String, i32), WorkerHandle>,
+    /// Workers of revoked partitions finishing their event in hand.
+    retired: Vec<JoinHandle<()>>,
+    next_generation: u64,
+}
+
+impl WorkerRegistry {
+    /// Whether the worker of `generation` still owns the partition.
+    pub fn is_current(&self, topic: &str, partition: i32, generation: u64) -> bool {
+        self.workers
+            .get(&(topic.to_owned(), partition))
+            .is_some_and(|w| w.generation == generation)
+    }
+
+    /// Stops the workers of the given partitions after their event in hand.
+    fn retire(&mut self, partitions: &[(String, i32)]) {
+        for p in partitions {
+            if let Some(w) = self.workers.remove(p) {
+                w.stop.cancel();
+                self.retired.push(w.join);
+            }
+        }
+        self.retired.retain(|h| !h.is_finished());
+    }
+
+    /// Stops every worker; returns their tasks.
+    fn retire_all(&mut self) -> Vec<JoinHandle<()>> {
+        let keys: Vec<(String, i32)> = self.workers.keys().cloned().collect();
+        self.retire(&keys);
+        std::mem::take(&mut self.retired)
+    }
+}
+
+/// librdkafka callbacks of the runtime's consumer.
+pub(crate) struct RuntimeContext {
+    registry: Arc<Mutex<WorkerRegistry>>,
+    metrics: ConsumerMetrics,
+    broker_down: AtomicBool,
+}
+
+impl ClientContext for RuntimeContext {
+    /// librdkafka logs every reconnect attempt; those go to debug level. Outages are reported
+    /// once through [`ClientContext::error`].
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
+                tracing::error!(librdkafka.facility = fac, "{log_message}")
+            }
+            _ => tracing::debug!(librdkafka.facility = fac, "{log_message}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error.rdkafka_error_code() {
+            Some(
+                RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve,
+            ) => {
+                if !self.broker_down.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying");
+                }
+            }
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition) => tracing::warn!(
+                reason,
+                "A subscribed topic does not exist (yet); create it, or start with --create-missing-topics"
+            ),
+            _ => tracing::error!(error = %error, reason, "Kafka client error"),
+        }
+    }
+}
+
+fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_owned(), e.partition()))
+        .collect()
+}
+
+impl ConsumerContext for RuntimeContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                let partitions = partitions_of(tpl);
+                self.metrics.rebalances.with_label_values(&["revoke"]).inc();
+                if let Ok(mut r) = self.registry.lock() {
+                    r.retire(&partitions);
+                }
+                tracing::info!(
+                    partitions = ?partitions,
+                    "Partitions revoked; their workers stop after the event in hand"
+                );
+            }
+            Rebalance::Assign(_) => {}
+            Rebalance::Error(e) => {
+                self.metrics.rebalances.with_label_values(&["error"]).inc();
+                tracing::warn!(error = %e, "Rebalance failed");
+            }
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            self.metrics.rebalances.with_label_values(&["assign"]).inc();
+            tracing::info!(partitions = ?partitions_of(tpl), "Partitions assigned");
+        }
+        let assigned = consumer.assignment().map(|a| a.count()).unwrap_or(0);
+        self.metrics
+            .assigned_partitions
+            .set(i64::try_from(assigned).unwrap_or(i64::MAX));
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        match result {
+            Ok(()) => tracing::trace!(partitions = offsets.count(), "Committed offsets"),
+            // Nothing was stored since the last commit.
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => {
+                self.metrics.commit_failures.inc();
+                tracing::warn!(error = %e, "Offset commit failed; the next commit carries the same offsets");
+            }
+        }
+    }
+}
+
+/// Copies a message out of librdkafka's buffer.
+fn raw_message(m: &BorrowedMessage<'_>) -> RawMessage {
+    RawMessage {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(<[u8]>::to_vec),
+        payload: m.payload().map(<[u8]>::to_vec),
+        headers: m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// Runs a consumer until `shutdown` is cancelled: subscribes to `config.topics` in group
+/// `config.group_id`, applies each message through `handler` (inbox row and effect in one
+/// transaction of `pool`), dead-letters what can never be applied, and commits offsets only
+/// behind finished messages. Returns after the shutdown drain.
+///
+/// # Errors
+/// [`ConsumerError::Kafka`] when the client cannot be created or subscribed.
+pub async fn run<H: Handler>(
+    config: RuntimeConfig,
+    pool: PgPool,
+    handler: Arc<H>,
+    metrics: ConsumerMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), ConsumerError> {
+    if let Some(spec) = config.create_topics {
+        let mut failures = 0;
+        loop {
+            match topics::create_missing(&config, spec).await {
+                Ok(()) => break,
+                Err(e) => {
+                    failures += 1;
+                    let wait = config.retry.delay(failures, rand::random::<f64>());
+                    tracing::warn!(error = %e, attempt = failures, "Could not create the topics; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+    }
+    let registry = Arc::new(Mutex::new(WorkerRegistry::default()));
+    let context = RuntimeContext {
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        broker_down: AtomicBool::new(false),
+    };
+    let consumer: Arc<StreamConsumer<RuntimeContext>> =
+        Arc::new(consumer_client_config(&config).create_with_context(context)?);
+    let topic_names: Vec<&str> = config.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topic_names)?;
+    let deps = Arc::new(Deps {
+        pool,
+        handler,
+        metrics: metrics.clone(),
+        dead_letters: DeadLetters::new(&config)?,
+        consumer_name: config.consumer_name.clone(),
+        retry: config.retry,
+    });
+    metrics.up.set(1);
+    tracing::info!(
+        consumer = %config.consumer_name,
+        kafka.group = %config.group_id,
+        kafka.topics = ?config.topics,
+        "Consuming"
+    );
+
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            m = consumer.recv() => m,
+        };
+        let msg = match next {
+            Ok(m) => raw_message(&m),
+            Err(e) => {
+                if e.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition) {
+                    // Reported once per metadata refresh by `RuntimeContext::error`.
+                    tracing::debug!(error = %e, "Kafka consumer error");
+                } else {
+                    tracing::warn!(error = %e, "Kafka consumer error");
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if consumer
+            .context()
+            .broker_down
+            .swap(false, Ordering::Relaxed)
+        {
+            tracing::info!("Kafka broker reachable again");
+        }
+        let tx = worker_for(&msg, &config, &deps, &consumer, &registry, &shutdown);
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            sent = tx.send(msg) => {
+                if sent.is_err() {
+                    // The partition was revoked while this message was fetched; its next
+                    // owner reads it from the committed offset.
+                    tracing::debug!("Dropped a message of a revoked partition");
+                }
+            }
+        }
+    }
+
+    drain(&config, &consumer, &registry).await;
+    metrics.up.set(0);
+    metrics.assigned_partitions.set(0);
+    // Closing leaves the group (and commits what is stored once more); it blocks on librdkafka.
+    let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+    tracing::info!(consumer = %config.consumer_name, "Consumer stopped");
+    Ok(())
+}
+
+/// The queue of the worker of `msg`'s partition, starting the worker if there is none.
+fn worker_for<H: Handler>(
+    msg: &RawMessage,
+    config: &RuntimeConfig,
+    deps: &Arc<Deps<H>>,
+    consumer: &Arc<StreamConsumer<RuntimeContext>>,
+    registry: &Arc<Mutex<WorkerRegistry>>,
+    shutdown: &CancellationToken,
+) -> mpsc::Sender<RawMessage> {
+    let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (msg.topic.clone(), msg.partition);
+    if let Some(w) = r.workers.get(&key) {
+        return w.tx.clone();
+    }
+    let generation = r.next_generation;
+    r.next_generation += 1;
+    let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
+    let stop = shutdown.child_token();
+    let worker = Worker {
+        deps: deps.clone(),
+        consumer: consumer.clone(),
+        registry: registry.clone(),
+        topic: msg.topic.clone(),
+        partition: msg.partition,
+        generation,
+    };
+    let join = tokio::spawn(worker.run(rx, stop.clone()));
+    r.workers.insert(
+        key,
+        WorkerHandle {
+            tx: tx.clone(),
+            stop,
+            join,
+            generation,
+        },
+    );
+    tx
+}
+
+/// Shutdown: every worker finishes the event in hand (up to the deadline), then the stored
+/// offsets are committed synchronously.
+async fn drain(
+    config: &RuntimeConfig,
+    consumer: &Arc<StreamConsumer<RuntimeContext>>,
+    registry: &Arc<Mutex<WorkerRegistry>>,
+) {
+    let handles = registry
+        .lock()
+        .map(|mut r| r.retire_all())
+        .unwrap_or_default();
+    let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
+    let finished =
+        tokio::time::timeout(config.shutdown_timeout, futures::future::join_all(handles)).await;
+    if finished.is_err() {
+        tracing::warn!(
+            shutdown_timeout_ms = u64::try_from(config.shutdown_timeout.as_millis()).unwrap_or(u64::MAX),
+            "Events still being applied at the shutdown deadline; leaving them to be delivered again"
+        );
+        for a in &aborts {
+            a.abort();
+        }
+    }
+    let c = consumer.clone();
+    let committed =
+        tokio::task::spawn_blocking(move || c.commit_consumer_state(CommitMode::Sync)).await;
+    match committed {
+        Ok(Ok(())) | Ok(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "Final offset commit failed; the inbox skips what is delivered again")
+        }
+        Err(e) => tracing::warn!(error = %e, "Final offset commit did not run"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(registry: &mut WorkerRegistry, topic: &str, partition: i32) -> CancellationToken {
+        let (tx, _rx) = mpsc::channel(1);
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let generation = registry.next_generation;
+        registry.next_generation += 1;
+        registry.workers.insert(
+            (topic.to_owned(), partition),
+            WorkerHandle {
+                tx,
+                stop: stop.clone(),
+                join: tokio::spawn(async move { s.cancelled().await }),
+                generation,
+            },
+        );
+        stop
+    }
+
+    #[tokio::test]
+    async fn a_revoked_partition_stops_its_worker_and_its_offsets_are_no_longer_stored() {
+        let mut r = WorkerRegistry::default();
+        let stop0 = handle(&mut r, "t", 0);
+        let stop1 = handle(&mut r, "t", 1);
+        assert!(r.is_current("t", 0, 0) && r.is_current("t", 1, 1));
+        r.retire(&[("t".to_owned(), 0)]);
+        assert!(
+            stop0.is_cancelled(),
+            "the revoked partition's worker is told to stop"
+        );
+        assert!(!stop1.is_cancelled(), "the other partitions go on");
+        assert!(
+            !r.is_current("t", 0, 0),
+            "a late finish must not store an offset"
+        );
+        // Assigned again: a new worker with a new generation; the old one still may not store.
+        let _again = handle(&mut r, "t", 0);
+        assert!(!r.is_current("t", 0, 0) && r.is_current("t", 0, 2));
+        let all = r.retire_all();
+        assert!(stop1.is_cancelled());
+        assert!(r.workers.is_empty());
+        futures::future::join_all(all).await;
+    }
+}

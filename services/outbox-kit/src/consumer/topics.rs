@@ -1,0 +1,73 @@
+//! `--create-missing-topics`: create the consumed topics and their dead-letter topics at
+//! start-up, before subscribing. A broker without topic auto-creation would otherwise leave
+//! the subscription empty until some producer created them, and dead letters undeliverable.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+use super::config::{connection_settings, dead_letter_topic, RuntimeConfig, TopicSpec};
+
+/// The topics the runtime needs: the consumed ones and their dead-letter topics.
+pub fn needed_topics(topics: &[String]) -> Vec<String> {
+    topics
+        .iter()
+        .cloned()
+        .chain(topics.iter().map(|t| dead_letter_topic(t)))
+        .collect()
+}
+
+/// Creates the missing ones of [`needed_topics`]; existing topics are left as they are.
+///
+/// # Errors
+/// When the broker refuses to create a topic (other than "already exists") or is unreachable.
+pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(), KafkaError> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &config.brokers);
+    cfg.set("enable.metrics.push", "false");
+    for (k, v) in connection_settings(&config.client_config) {
+        cfg.set(k, v);
+    }
+    let admin: AdminClient<DefaultClientContext> = cfg.create()?;
+    let names = needed_topics(&config.topics);
+    let new: Vec<NewTopic<'_>> = names
+        .iter()
+        .map(|t| {
+            NewTopic::new(
+                t,
+                spec.partitions,
+                TopicReplication::Fixed(spec.replication_factor),
+            )
+        })
+        .collect();
+    let opts = AdminOptions::new()
+        .operation_timeout(Some(Duration::from_secs(10)))
+        .request_timeout(Some(Duration::from_secs(30)));
+    for result in admin.create_topics(&new, &opts).await? {
+        match result {
+            Ok(name) => {
+                tracing::info!(topic = %name, partitions = spec.partitions, "Created missing topic")
+            }
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => {
+                tracing::warn!(topic = %name, error = %code, "Could not create topic");
+                return Err(KafkaError::AdminOp(code));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_consumed_topic_gets_a_dead_letter_topic() {
+        let t = needed_topics(&["a.order".to_owned(), "a.stock".to_owned()]);
+        assert_eq!(t, ["a.order", "a.stock", "a.order.dlq", "a.stock.dlq"]);
+    }
+}

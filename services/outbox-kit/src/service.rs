@@ -1,0 +1,170 @@
+//! What every service binary needs besides its own logic: structured logs, a cancellation
+//! token fired by SIGTERM / SIGINT, an HTTP server that drains with a deadline, and the
+//! `/healthz` and `/metrics` answers.
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use prometheus::{Encoder, IntCounterVec, Registry, TextEncoder};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Logs to stderr through `tracing`: `RUST_LOG` filters (default `info`, quieter for sqlx and
+/// librdkafka), `LOG_FORMAT=json` switches to one JSON object per line.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,rdkafka=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// A token cancelled on the first SIGTERM or SIGINT.
+///
+/// # Panics
+/// When the signal handlers cannot be installed (outside a Tokio runtime).
+pub fn shutdown_on_signal() -> CancellationToken {
+    use tokio::signal::unix::{signal, SignalKind};
+    let token = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let t = token.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; shutting down"),
+        }
+        t.cancel();
+    });
+    token
+}
+
+/// Serves `router` on `listener` until `shutdown` is cancelled, then lets requests in flight
+/// finish for at most `drain_timeout`.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: CancellationToken,
+    drain_timeout: Duration,
+) -> std::io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(addr = %addr, "Serving HTTP");
+    }
+    let graceful = shutdown.clone();
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(async move { graceful.cancelled().await })
+        .into_future();
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(drain_timeout).await;
+    };
+    tokio::select! {
+        result = server => result,
+        () = deadline => {
+            tracing::warn!(
+                drain_timeout_ms = u64::try_from(drain_timeout.as_millis()).unwrap_or(u64::MAX),
+                "Requests still in flight at the drain deadline; stopping anyway"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// A lazily connecting pool: the process starts while the database is still coming up;
+/// requests and events wait or fail (and are retried) until it is reachable.
+///
+/// # Errors
+/// When the URL is invalid.
+pub fn connect_lazy(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_lazy(database_url)
+}
+
+/// Middleware counting every request in `requests` (labels `method`, `route`, `status`) under
+/// its route template, never the raw path with ids, and logging it (probes and scrapes at
+/// debug level). Install with `axum::middleware::from_fn_with_state(counter, track_requests)`.
+pub async fn track_requests(
+    State(requests): State<IntCounterVec>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = req.method().clone();
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16();
+    requests
+        .with_label_values(&[method.as_str(), &route, &status.to_string()])
+        .inc();
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    if matches!(route.as_str(), "/healthz" | "/metrics") {
+        tracing::debug!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
+    } else {
+        tracing::info!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
+    }
+    response
+}
+
+/// How long the health check waits for the database.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The `/healthz` answer: 200 when the database answers and `consumer_up` (if the service
+/// consumes) is true, else 503.
+pub async fn healthz(pool: &PgPool, consumer_up: Option<bool>) -> Response {
+    let ping = sqlx::query("SELECT 1").execute(pool);
+    let database = match tokio::time::timeout(HEALTH_TIMEOUT, ping).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "Health check failed: database unreachable");
+            false
+        }
+        Err(_) => {
+            tracing::warn!("Health check failed: database did not answer in time");
+            false
+        }
+    };
+    let ok = database && consumer_up != Some(false);
+    let mut body = serde_json::json!({
+        "status": if ok { "ok" } else { "unavailable" },
+        "database": if database { "ok" } else { "unreachable" },
+    });
+    if let Some(up) = consumer_up {
+        body["consumer"] = serde_json::json!(if up { "running" } else { "stopped" });
+    }
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+/// The `/metrics` answer: the registry in Prometheus text format.
+pub fn metrics_response(registry: &Registry) -> Response {
+    let mut buf = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut buf) {
+        tracing::error!(error = %e, "Could not encode metrics");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], buf).into_response()
+}

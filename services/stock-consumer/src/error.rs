@@ -1,0 +1,40 @@
+//! The errors of the stock HTTP API, one variant per way a request can fail; the HTTP layer
+//! maps each to a status and a stable `code`. (Consumed events fail with
+//! [`outbox_kit::consumer::HandlerError`] instead.)
+
+use crate::domain::ValidationError;
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A field is invalid (422).
+    #[error("invalid request: {0}")]
+    Validation(#[from] ValidationError),
+    /// The body is not JSON of the expected shape (400).
+    #[error("malformed JSON body")]
+    MalformedJson(#[source] serde_json::Error),
+    /// No stock row for this SKU (404).
+    #[error("SKU not found")]
+    SkuNotFound,
+    /// Fewer units than are reserved would be on hand (409).
+    #[error("on_hand would be below the reserved units")]
+    BelowReserved,
+    /// The database failed or refused a statement.
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+}
+
+impl Error {
+    /// Whether the client may retry unchanged: the database was unreachable or busy.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+            ) => true,
+            Self::Database(sqlx::Error::Database(e)) => e
+                .code()
+                .is_some_and(|c| ["40001", "40P01", "55P03"].contains(&c.as_ref())),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The outbound state machine and the validated texts of warehouse requests.
+//!
+//! ```text
+//! CREATED ──ship──> SHIPPED ──hold──> RECALL ──return received──> RETURNED
+//!   │  ^                ^               │
+//!  hold│ release        └───release─────┘
+//!   v  │
+//! INTERCEPTED ──permanent hold──> CANCELLED
+//! ```
+//! A hold is an open refund or a cancellation ([`Holds`]); where the outbound goes when the
+//! holds change is [`OutboundStatus::settle`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A status text from the database that this version does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown outbound status `{0}`")]
+pub struct UnknownStatus(String);
+
+/// Where an outbound order is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum OutboundStatus {
+    /// Waiting to be picked and shipped.
+    Created,
+    /// Picking stopped: a refund or cancellation holds the order.
+    Intercepted,
+    /// Will never ship (the refund succeeded or the order was cancelled before shipping); the
+    /// reserved stock goes back. Final.
+    Cancelled,
+    /// Handed to the carrier.
+    Shipped,
+    /// Shipped, then refunded: a return is expected.
+    Recall,
+    /// The return arrived back in the warehouse. Final.
+    Returned,
+}
+
+/// What holds an order's fulfilment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Holds {
+    /// At least one hold is active (an open or succeeded refund, a cancellation).
+    pub active: bool,
+    /// At least one hold can never be released (a succeeded refund, a cancellation).
+    pub permanent: bool,
+}
+
+impl OutboundStatus {
+    /// The status as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "CREATED",
+            Self::Intercepted => "INTERCEPTED",
+            Self::Cancelled => "CANCELLED",
+            Self::Shipped => "SHIPPED",
+            Self::Recall => "RECALL",
+            Self::Returned => "RETURNED",
+        }
+    }
+
+    /// Where an outbound in this status goes given the order's holds. Shipping and receiving
+    /// a return are warehouse actions, not hold changes, so they are not here.
+    pub fn settle(self, holds: Holds) -> Self {
+        match self {
+            Self::Created | Self::Intercepted if holds.permanent => Self::Cancelled,
+            Self::Created if holds.active => Self::Intercepted,
+            Self::Intercepted if !holds.active => Self::Created,
+            Self::Shipped if holds.active => Self::Recall,
+            Self::Recall if !holds.active => Self::Shipped,
+            other => other,
+        }
+    }
+
+    /// Whether the outbound left the warehouse.
+    pub fn is_shipped(self) -> bool {
+        matches!(self, Self::Shipped | Self::Recall | Self::Returned)
+    }
+}
+
+impl fmt::Display for OutboundStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OutboundStatus {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "CREATED" => Self::Created,
+            "INTERCEPTED" => Self::Intercepted,
+            "CANCELLED" => Self::Cancelled,
+            "SHIPPED" => Self::Shipped,
+            "RECALL" => Self::Recall,
+            "RETURNED" => Self::Returned,
+            other => return Err(UnknownStatus(other.to_owned())),
+        })
+    }
+}
+
+impl TryFrom<String> for OutboundStatus {
+    type Error = UnknownStatus;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// A request field that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    /// The field.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ValidationError {
+    /// A validation error for `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Most characters of a carrier name or tracking number.
+pub const MAX_SHIPMENT_TEXT: usize = 64;
+
+fn check(field: &str, value: &str, allowed: fn(char) -> bool) -> Result<(), ValidationError> {
+    let len = value.chars().count();
+    if len == 0 {
+        return Err(ValidationError::new(field, "must not be empty"));
+    }
+    if len > MAX_SHIPMENT_TEXT {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {MAX_SHIPMENT_TEXT} characters"),
+        ));
+    }
+    if !value.chars().all(allowed) {
+        return Err(ValidationError::new(
+            field,
+            "contains a character that is not allowed",
+        ));
+    }
+    Ok(())
+}
+
+/// A carrier's name, e.g. `DHL`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct Carrier(String);
+
+impl Carrier {
+    /// Validates printable text of 1–64 characters.
+    ///
+    /// # Errors
+    /// When it is empty, too long or has a control character.
+    pub fn parse(value: String) -> Result<Self, ValidationError> {
+        check("carrier", &value, |c| !c.is_control())?;
+        Ok(Self(value))
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A parcel's tracking number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct TrackingNo(String);
+
+impl TrackingNo {
+    /// Validates 1–64 letters, digits and `-_.`.
+    ///
+    /// # Errors
+    /// When it is empty, too long or has another character.
+    pub fn parse(value: String) -> Result<Self, ValidationError> {
+        check("tracking_no", &value, |c| {
+            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
+        })?;
+        Ok(Self(value))
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A validated `POST /outbounds/{outbound_no}/ship` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shipment {
+    /// The carrier.
+    pub carrier: Carrier,
+    /// The parcel's tracking number.
+    pub tracking_no: TrackingNo,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [OutboundStatus; 6] = [
+        OutboundStatus::Created,
+        OutboundStatus::Intercepted,
+        OutboundStatus::Cancelled,
+        OutboundStatus::Shipped,
+        OutboundStatus::Recall,
+        OutboundStatus::Returned,
+    ];
+
+    const FREE: Holds = Holds {
+        active: false,
+        permanent: false,
+    };
+    const OPEN: Holds = Holds {
+        active: true,
+        permanent: false,
+    };
+    const FINAL: Holds = Holds {
+        active: true,
+        permanent: true,
+    };
+
+    #[test]
+    fn holds_intercept_before_shipping_and_recall_after() {
+        use OutboundStatus::*;
+        let table = [
+            (Created, FREE, Created),
+            (Created, OPEN, Intercepted),
+            (Created, FINAL, Cancelled),
+            (Intercepted, OPEN, Intercepted),
+            (Intercepted, FREE, Created),
+            (Intercepted, FINAL, Cancelled),
+            (Shipped, FREE, Shipped),
+            (Shipped, OPEN, Recall),
+            (Shipped, FINAL, Recall),
+            (Recall, FREE, Shipped),
+            (Recall, FINAL, Recall),
+            (Returned, FREE, Returned),
+            (Returned, OPEN, Returned),
+            (Cancelled, FREE, Cancelled),
+        ];
+        for (from, holds, to) in table {
+            assert_eq!(from.settle(holds), to, "{from} with {holds:?}");
+        }
+    }
+
+    #[test]
+    fn settling_twice_changes_nothing_more() {
+        for s in ALL {
+            for h in [FREE, OPEN, FINAL] {
+                let once = s.settle(h);
+                assert_eq!(once.settle(h), once, "{s} {h:?}");
+                assert_eq!(
+                    once.is_shipped(),
+                    s.is_shipped(),
+                    "holds never ship or unship"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn statuses_round_trip_and_texts_are_validated() {
+        for s in ALL {
+            assert_eq!(s.as_str().parse::<OutboundStatus>().unwrap(), s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        assert!(TrackingNo::parse("1Z-99.x_".into()).is_ok());
+        assert_eq!(
+            TrackingNo::parse("a b".into()).unwrap_err().field,
+            "tracking_no"
+        );
+        assert!(TrackingNo::parse(String::new()).is_err());
+        assert!(TrackingNo::parse("x".repeat(65)).is_err());
+        assert!(Carrier::parse("DHL Express".into()).is_ok());
+        assert!(Carrier::parse("a\nb".into()).is_err());
+    }
+}

@@ -1,0 +1,218 @@
+//! Events the WMS publishes through its outbox (aggregate type `outbound`, aggregate id =
+//! `outbound_no`, topic `outbox.event.outbound`), and the payloads it consumes.
+//!
+//! Every published payload is a full snapshot of the outbound after the change ([`OutboundView`])
+//! plus `event_type`, so a consumer can act on one message alone.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::domain::OutboundStatus;
+use crate::store::{LineRow, OutboundRow};
+
+/// Aggregate type of the WMS's events: routes to topic `outbox.event.outbound`.
+pub const AGGREGATE_TYPE: &str = "outbound";
+
+/// The WMS's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventType {
+    /// An outbound was created for a paid order whose stock is reserved.
+    OutboundCreated,
+    /// Picking stopped: a refund or cancellation holds the order.
+    OutboundIntercepted,
+    /// The holds were released: an intercepted outbound is `CREATED` again, a recalled one
+    /// `SHIPPED` again.
+    OutboundResumed,
+    /// The outbound will never ship; its reserved stock can be released.
+    OutboundCancelled,
+    /// The parcel left with the carrier.
+    OutboundShipped,
+    /// A shipped outbound's order was refunded: a return is expected.
+    OutboundRecalled,
+    /// The return arrived back in the warehouse; its stock can be put back.
+    ReturnReceived,
+}
+
+impl EventType {
+    /// The `event_type` column and header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OutboundCreated => "OutboundCreated",
+            Self::OutboundIntercepted => "OutboundIntercepted",
+            Self::OutboundResumed => "OutboundResumed",
+            Self::OutboundCancelled => "OutboundCancelled",
+            Self::OutboundShipped => "OutboundShipped",
+            Self::OutboundRecalled => "OutboundRecalled",
+            Self::ReturnReceived => "ReturnReceived",
+        }
+    }
+
+    /// The event announcing a hold-driven move `from -> to` ([`OutboundStatus::settle`]).
+    pub fn for_settlement(from: OutboundStatus, to: OutboundStatus) -> Option<Self> {
+        use OutboundStatus::*;
+        match (from, to) {
+            (Created, Intercepted) => Some(Self::OutboundIntercepted),
+            (Created | Intercepted, Cancelled) => Some(Self::OutboundCancelled),
+            (Intercepted, Created) | (Recall, Shipped) => Some(Self::OutboundResumed),
+            (Shipped, Recall) => Some(Self::OutboundRecalled),
+            _ => None,
+        }
+    }
+}
+
+/// An outbound with its lines: the HTTP answer and the core of every event.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OutboundView {
+    /// The warehouse's number.
+    pub outbound_no: String,
+    /// The order it fulfils.
+    pub order_id: Uuid,
+    /// Where it is.
+    pub status: OutboundStatus,
+    /// What to pick.
+    pub lines: Vec<LineRow>,
+    /// Carrier, once shipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carrier: Option<String>,
+    /// Tracking number, once shipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracking_no: Option<String>,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+    /// When it was shipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shipped_at: Option<DateTime<Utc>>,
+    /// When the return arrived.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub returned_at: Option<DateTime<Utc>>,
+}
+
+impl OutboundView {
+    /// Combines a row with its lines.
+    pub fn new(row: OutboundRow, lines: Vec<LineRow>) -> Self {
+        Self {
+            outbound_no: row.outbound_no,
+            order_id: row.order_id,
+            status: row.status,
+            lines,
+            carrier: row.carrier,
+            tracking_no: row.tracking_no,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            shipped_at: row.shipped_at,
+            returned_at: row.returned_at,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Payload<'a> {
+    event_type: &'static str,
+    #[serde(flatten)]
+    outbound: &'a OutboundView,
+}
+
+/// Appends an event to the outbox in the caller's transaction, which holds the order's lock.
+///
+/// # Errors
+/// When the insert fails.
+pub async fn append(
+    conn: &mut PgConnection,
+    event_type: EventType,
+    outbound: &OutboundView,
+) -> Result<outbox_kit::EnqueuedEvent, outbox_kit::OutboxError> {
+    // Plain structs of strings, numbers and timestamps always serialize.
+    let payload = serde_json::to_value(Payload {
+        event_type: event_type.as_str(),
+        outbound,
+    })
+    .unwrap_or_default();
+    let event = outbox_kit::NewEvent::new(
+        AGGREGATE_TYPE,
+        &outbound.outbound_no,
+        event_type.as_str(),
+        &payload,
+    );
+    let enqueued = outbox_kit::enqueue(&mut *conn, &event).await?;
+    tracing::info!(
+        outbound.no = %outbound.outbound_no,
+        order.id = %outbound.order_id,
+        outbound.status = %outbound.status,
+        event.id = %enqueued.event_id,
+        event.name = event_type.as_str(),
+        "Outbound changed"
+    );
+    Ok(enqueued)
+}
+
+/// `StockReserved` (stock consumer, topic `outbox.event.stock`): every line of a paid order
+/// is reserved, so the order can be fulfilled.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StockReserved {
+    /// The order.
+    pub order_id: Uuid,
+    /// What was reserved.
+    pub lines: Vec<LineRow>,
+}
+
+/// The part of an order event (order service, topic `outbox.event.order`) the WMS reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OrderEvent {
+    /// The order.
+    pub order_id: Uuid,
+    /// The refund of `Refund*` events.
+    #[serde(default)]
+    pub refund: Option<RefundRef>,
+}
+
+/// A refund inside an order event.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RefundRef {
+    /// The merchant's refund number.
+    pub refund_no: String,
+}
+
+/// The hold a refund puts on its order.
+pub fn refund_hold(refund_no: &str) -> String {
+    format!("refund:{refund_no}")
+}
+
+/// The hold a cancellation puts on its order.
+pub const CANCELLED_HOLD: &str = "order-cancelled";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hold_move_is_announced() {
+        use crate::domain::{Holds, OutboundStatus::*};
+        for from in [Created, Intercepted, Cancelled, Shipped, Recall, Returned] {
+            for (active, permanent) in [(false, false), (true, false), (true, true)] {
+                let to = from.settle(Holds { active, permanent });
+                assert_eq!(
+                    EventType::for_settlement(from, to).is_some(),
+                    from != to,
+                    "{from} -> {to}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn order_events_parse_from_the_order_service_payload() {
+        let e: OrderEvent = serde_json::from_value(serde_json::json!({
+            "event_type": "RefundRequested",
+            "order_id": "7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90",
+            "status": "PAID",
+            "items": [],
+            "refund": {"refund_no": "R-1", "amount_cents": 100}
+        }))
+        .unwrap();
+        assert_eq!(e.refund.unwrap().refund_no, "R-1");
+    }
+}

@@ -1,0 +1,73 @@
+//! The WMS's part of the consumer runtime: which events it applies and how. Consumer name
+//! `wms`; topics `<prefix>order` (refunds, cancellations) and `<prefix>stock` (reservations).
+//!
+//! The outbound is created from `StockReserved`, not from `OrderPaid`: an order whose stock
+//! cannot be reserved is cancelled and must never reach the warehouse floor, and only the
+//! stock consumer knows whether it can be. `StockReserved` carries the paid order's lines.
+
+use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
+use sqlx::PgConnection;
+
+use crate::events::{refund_hold, OrderEvent, StockReserved, CANCELLED_HOLD};
+use crate::fulfilment::{self, HoldChange};
+
+/// The inbox's consumer name.
+pub const CONSUMER_NAME: &str = "wms";
+
+/// Aggregate types (topics `<prefix><aggregate_type>`) the WMS consumes.
+pub const CONSUMED_AGGREGATES: [&str; 2] = ["order", "stock"];
+
+const V1: &[u32] = &[1];
+
+/// Applies order and stock events to outbounds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WmsHandler;
+
+impl Handler for WmsHandler {
+    fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
+        match event_type {
+            "StockReserved" | "RefundRequested" | "RefundClosed" | "RefundSucceeded"
+            | "OrderCancelled" => Some(V1),
+            _ => None,
+        }
+    }
+
+    async fn handle(&self, conn: &mut PgConnection, event: &Event) -> Result<Effect, HandlerError> {
+        let effect = match event.event_type() {
+            "StockReserved" => {
+                let reserved: StockReserved = event.payload_as()?;
+                if reserved.lines.is_empty() {
+                    return Err(HandlerError::Unapplicable(
+                        "StockReserved without lines".to_owned(),
+                    ));
+                }
+                fulfilment::create_outbound(conn, reserved.order_id, &reserved.lines).await?
+            }
+            "OrderCancelled" => {
+                let order: OrderEvent = event.payload_as()?;
+                fulfilment::change_hold(
+                    conn,
+                    order.order_id,
+                    CANCELLED_HOLD,
+                    HoldChange::MakePermanent,
+                )
+                .await?
+            }
+            refund_event @ ("RefundRequested" | "RefundClosed" | "RefundSucceeded") => {
+                let order: OrderEvent = event.payload_as()?;
+                let refund = order.refund.ok_or_else(|| {
+                    HandlerError::Unapplicable(format!("{refund_event} without a refund"))
+                })?;
+                let change = match refund_event {
+                    "RefundRequested" => HoldChange::Open,
+                    "RefundClosed" => HoldChange::Release,
+                    _ => HoldChange::MakePermanent,
+                };
+                let hold = refund_hold(&refund.refund_no);
+                fulfilment::change_hold(conn, order.order_id, &hold, change).await?
+            }
+            _ => Effect::Unchanged,
+        };
+        Ok(effect)
+    }
+}

@@ -1,0 +1,644 @@
+//! The whole shop as child processes: the order service, the WMS consumer and the stock
+//! consumer, each on a fresh database with its own relay, on a test's own topics and consumer
+//! groups. HTTP helpers drive them; SQL helpers look into their databases.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use order_service::CallbackSecret;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+use crate::db::TestDb;
+use crate::proc::{log_dir, signal, workspace_binary, RelayArgs, RelayProcess};
+
+/// The secret the order service verifies payment and refund callbacks with.
+pub const SECRET: &str = "e2e-callback-secret";
+
+/// Partitions of every topic the tests create.
+pub const PARTITIONS: i32 = 3;
+
+/// One service binary as a child process; killed when dropped. It can be
+/// killed and started again while other tasks use it (interior mutability).
+#[derive(Debug)]
+pub struct Service {
+    /// Name for logs and messages.
+    pub name: String,
+    bin: String,
+    envs: Vec<(String, String)>,
+    child: Mutex<Option<Child>>,
+    /// Where this run's log starts, and the address it found there.
+    addr: Mutex<(u64, Option<String>)>,
+    /// Its log file (all its runs append to it).
+    pub log: PathBuf,
+}
+
+impl Service {
+    fn spawn(name: &str, bin: &str, envs: Vec<(String, String)>) -> Self {
+        let log = log_dir().join(format!(
+            "{name}-{:06x}.log",
+            rand::random::<u32>() & 0xff_ffff
+        ));
+        let me = Self {
+            name: name.to_owned(),
+            bin: bin.to_owned(),
+            envs,
+            child: Mutex::new(None),
+            addr: Mutex::new((0, None)),
+            log,
+        };
+        me.start_again();
+        me
+    }
+
+    /// Starts the process (again). It listens on a port the system picks (`127.0.0.1:0`, so
+    /// no other process can take it in between); [`Service::addr`] reads it from the log.
+    pub fn start_again(&self) {
+        let mut slot = self.child.lock().unwrap();
+        assert!(slot.is_none(), "{} is running", self.name);
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let log_start = out.metadata().map(|m| m.len()).unwrap_or(0);
+        let child = Command::new(workspace_binary(&self.bin))
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("LISTEN_ADDR", "127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", self.bin));
+        *slot = Some(child);
+        *self.addr.lock().unwrap() = (log_start, None);
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&self) {
+        if let Some(mut c) = self.child.lock().unwrap().take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM; waits up to `timeout` for the exit (killing it after that).
+    pub fn terminate(&self, timeout: Duration) -> Option<(Duration, ExitStatus)> {
+        let mut child = self.child.lock().unwrap().take()?;
+        signal(child.id() as i32, "TERM");
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some((start.elapsed(), status));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
+    /// `host:port` it listens on now, as its log says once it is serving (`127.0.0.1:0`, which
+    /// nothing answers, until then).
+    pub fn addr(&self) -> String {
+        let mut slot = self.addr.lock().unwrap();
+        if let (start, None) = *slot {
+            let log = std::fs::read(&self.log).unwrap_or_default();
+            let text = String::from_utf8_lossy(log.get(start as usize..).unwrap_or_default());
+            let found = text
+                .lines()
+                .filter(|l| l.contains("Serving"))
+                .find_map(|l| l.split("addr=").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_owned);
+            slot.1 = found;
+        }
+        slot.1.clone().unwrap_or_else(|| "127.0.0.1:0".to_owned())
+    }
+
+    /// `http://addr/path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr())
+    }
+
+    /// Its log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `/metrics` text (empty when unreachable).
+    pub async fn metrics(&self) -> String {
+        crate::proc::http_get(&self.addr(), "/metrics")
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Starts a consumer again after a crash, until the group hands it partitions.
+    ///
+    /// tansu (the test broker) sometimes completes the rebalance that a crashed member's
+    /// replacement starts with the dead member as the group leader: the replacement then gets
+    /// an empty assignment and no further rebalance ever comes. A Kafka coordinator would
+    /// time the dead leader out and rebalance again. Here the replacement leaves the group
+    /// cleanly (SIGTERM) and starts once more. Returns how many starts it took.
+    pub async fn start_again_until_assigned(&self) -> usize {
+        for attempt in 1..=5 {
+            self.start_again();
+            let assigned = crate::wait_for(
+                &format!("{} to get its assignment", self.name),
+                Duration::from_secs(90),
+                || async {
+                    let m = self.metrics().await;
+                    (metric(&m, "consumer_rebalances_total", &[("kind", "assign")]) >= 1.0)
+                        .then(|| metric(&m, "consumer_assigned_partitions", &[]))
+                },
+            )
+            .await;
+            if assigned >= 1.0 {
+                return attempt;
+            }
+            eprintln!("{} was assigned no partitions after its restart; leaving the group and starting again", self.name);
+            assert!(
+                self.terminate(Duration::from_secs(30)).is_some(),
+                "{} did not stop on SIGTERM",
+                self.name
+            );
+        }
+        panic!(
+            "{} never got partitions assigned; log {}",
+            self.name,
+            self.log.display()
+        );
+    }
+
+    /// Waits until `/healthz` answers 200 (database reachable, consumer running) and the
+    /// consumer has partitions assigned.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        let what = format!("{} to be ready (log {})", self.name, self.log.display());
+        crate::wait_for(&what, timeout, || async {
+            crate::proc::http_get(&self.addr(), "/healthz").await?;
+            let m = self.metrics().await;
+            (metric(&m, "consumer_assigned_partitions", &[]) >= 1.0).then_some(())
+        })
+        .await;
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The value of the first sample of `name` whose labels include every `label="value"` of
+/// `labels` (0 when there is none).
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split([' ', '{']).next() == Some(name))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The three services and their relays.
+#[derive(Debug)]
+pub struct System {
+    /// Bootstrap servers.
+    pub brokers: String,
+    /// This system's topic prefix.
+    pub prefix: String,
+    /// The order service's database.
+    pub order_db: TestDb,
+    /// The WMS's database.
+    pub wms_db: TestDb,
+    /// The stock consumer's database.
+    pub stock_db: TestDb,
+    /// `order-service` (HTTP + fulfilment consumer).
+    pub order: Service,
+    /// `wms-consumer`.
+    pub wms: Service,
+    /// `stock-consumer`.
+    pub stock: Service,
+    /// One relay per database.
+    pub relays: Vec<RelayProcess>,
+    /// HTTP client.
+    pub http: reqwest::Client,
+    secret: CallbackSecret,
+}
+
+fn consumer_env(db: &TestDb, brokers: &str, prefix: &str, group: &str) -> Vec<(String, String)> {
+    [
+        ("DATABASE_URL", db.url.as_str()),
+        ("KAFKA_BROKERS", brokers),
+        ("OUTBOX_TOPIC_PREFIX", prefix),
+        ("KAFKA_GROUP_ID", &format!("{prefix}{group}")),
+        ("CONSUMER_CREATE_MISSING_TOPICS", "true"),
+        ("CONSUMER_TOPIC_PARTITIONS", &PARTITIONS.to_string()),
+        ("KAFKA_CONSUMER_CONFIG", "session.timeout.ms=6000"),
+        ("CONSUMER_SHUTDOWN_TIMEOUT_MS", "5000"),
+        ("CONSUMER_RETRY_MAX_BACKOFF_MS", "1000"),
+        ("DATABASE_MAX_CONNECTIONS", "10"),
+        ("RUST_LOG", "info,outbox_kit=debug,sqlx=warn,rdkafka=warn"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
+}
+
+impl System {
+    /// Starts everything on the shared broker (`KAFKA_BROKERS`).
+    pub async fn start() -> Self {
+        Self::start_on(&crate::kafka_brokers()).await
+    }
+
+    /// Starts everything on `brokers`, waiting until every service is ready.
+    pub async fn start_on(brokers: &str) -> Self {
+        let prefix = crate::unique_topic_prefix();
+        let (order_db, wms_db, stock_db) = tokio::join!(
+            crate::db::fresh_database(),
+            crate::db::fresh_database(),
+            crate::db::fresh_database()
+        );
+        let mut order_env = consumer_env(&order_db, brokers, &prefix, "order");
+        order_env.push(("PAYMENT_CALLBACK_SECRET".to_owned(), SECRET.to_owned()));
+        let order = Service::spawn("order-service", "order-service", order_env);
+        let wms = Service::spawn(
+            "wms-consumer",
+            "wms-consumer",
+            consumer_env(&wms_db, brokers, &prefix, "wms"),
+        );
+        let stock = Service::spawn(
+            "stock-consumer",
+            "stock-consumer",
+            consumer_env(&stock_db, brokers, &prefix, "stock"),
+        );
+        let relays = [
+            (&order_db, "relay-order"),
+            (&wms_db, "relay-wms"),
+            (&stock_db, "relay-stock"),
+        ]
+        .into_iter()
+        .map(|(db, name)| RelayProcess::start(&RelayArgs::new(&db.url, brokers, &prefix, name)))
+        .collect();
+        let me = Self {
+            brokers: brokers.to_owned(),
+            prefix,
+            order_db,
+            wms_db,
+            stock_db,
+            order,
+            wms,
+            stock,
+            relays,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            secret: CallbackSecret::new(SECRET).unwrap(),
+        };
+        let ready = Duration::from_secs(90);
+        tokio::join!(
+            me.order.wait_ready(ready),
+            me.wms.wait_ready(ready),
+            me.stock.wait_ready(ready)
+        );
+        me
+    }
+
+    /// The topic of `aggregate_type`.
+    pub fn topic(&self, aggregate_type: &str) -> String {
+        format!("{}{aggregate_type}", self.prefix)
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+        let r = req.send().await.expect("HTTP request");
+        let status = r.status();
+        let text = r.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// `PUT /skus/{sku}` on the order service.
+    pub async fn sku(&self, sku: &str, price_cents: i64) {
+        let (s, body) = self
+            .send(
+                self.http
+                    .put(self.order.url(&format!("/skus/{sku}")))
+                    .json(&json!({ "name": sku, "price_cents": price_cents })),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+
+    /// `PUT /stock/{sku}` on the stock consumer.
+    pub async fn set_stock(&self, sku: &str, on_hand: i64) {
+        let (s, body) = self
+            .send(
+                self.http
+                    .put(self.stock.url(&format!("/stock/{sku}")))
+                    .json(&json!({ "on_hand": on_hand })),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+
+    /// A SKU's `(on_hand, reserved)`.
+    pub async fn stock_of(&self, sku: &str) -> (i64, i64) {
+        let (s, body) = self
+            .send(self.http.get(self.stock.url(&format!("/stock/{sku}"))))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        (
+            body["on_hand"].as_i64().unwrap(),
+            body["reserved"].as_i64().unwrap(),
+        )
+    }
+
+    /// Waits until a SKU's stock is `(on_hand, reserved)`.
+    pub async fn wait_stock(&self, sku: &str, expected: (i64, i64)) {
+        crate::wait_for(
+            &format!("stock of {sku} to be {expected:?}"),
+            Duration::from_secs(60),
+            || async { (self.stock_of(sku).await == expected).then_some(()) },
+        )
+        .await;
+    }
+
+    /// Creates an order of `items` (`(sku, quantity)`); returns `(order_id, amount_cents)`.
+    pub async fn create_order(&self, user: &str, items: &[(&str, i64)]) -> (String, i64) {
+        let items: Vec<Value> = items
+            .iter()
+            .map(|(s, q)| json!({ "sku_id": s, "quantity": q }))
+            .collect();
+        let (s, body) = self
+            .send(
+                self.http
+                    .post(self.order.url("/orders"))
+                    .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+                    .json(&json!({ "user_id": user, "items": items })),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{body}");
+        (
+            body["order_id"].as_str().unwrap().to_owned(),
+            body["amount_cents"].as_i64().unwrap(),
+        )
+    }
+
+    async fn signed(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+        let raw = serde_json::to_vec(body).unwrap();
+        let sig = self.secret.sign(&raw);
+        self.send(
+            self.http
+                .post(self.order.url(path))
+                .header("content-type", "application/json")
+                .header("X-Signature", sig)
+                .body(raw),
+        )
+        .await
+    }
+
+    /// The payment provider's notification that `order_id` was paid.
+    pub async fn pay(&self, order_id: &str, amount_cents: i64) {
+        let (s, body) = self
+            .signed(
+                "/payments/callback",
+                &json!({ "order_id": order_id, "transaction_id": format!("tx-{order_id}"), "amount_cents": amount_cents, "status": "SUCCESS" }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+
+    /// Creates and pays an order; returns its id.
+    pub async fn paid_order(&self, user: &str, items: &[(&str, i64)]) -> String {
+        let (id, amount) = self.create_order(user, items).await;
+        self.pay(&id, amount).await;
+        id
+    }
+
+    /// `POST /orders/{id}/refunds` of the whole amount, asserting 201.
+    pub async fn request_refund(&self, order_id: &str, refund_no: &str) {
+        let amount = self.order_of(order_id).await["amount_cents"]
+            .as_i64()
+            .unwrap();
+        let (s, body) = self
+            .send(
+                self.http
+                    .post(self.order.url(&format!("/orders/{order_id}/refunds")))
+                    .json(&json!({ "refund_no": refund_no, "amount_cents": amount, "reason": "changed mind" })),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{body}");
+    }
+
+    /// The provider's refund outcome (`SUCCESS` or `CLOSED`).
+    pub async fn refund_outcome(&self, refund_no: &str, status: &str) {
+        let modified = chrono::Utc::now().timestamp_millis();
+        let (s, body) = self
+            .signed(
+                "/refunds/callback",
+                &json!({ "refund_no": refund_no, "status": status, "modified": modified }),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+
+    /// `GET /orders/{id}`.
+    pub async fn order_of(&self, order_id: &str) -> Value {
+        let (s, body) = self
+            .send(
+                self.http
+                    .get(self.order.url(&format!("/orders/{order_id}"))),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        body
+    }
+
+    /// Waits until the order's status is `status`.
+    pub async fn wait_order(&self, order_id: &str, status: &str) -> Value {
+        crate::wait_for(
+            &format!("order {order_id} to be {status}"),
+            Duration::from_secs(60),
+            || async {
+                let o = self.order_of(order_id).await;
+                (o["status"] == status).then_some(o)
+            },
+        )
+        .await
+    }
+
+    /// The order's outbounds (`GET /outbounds?order_id=`).
+    pub async fn outbounds_of(&self, order_id: &str) -> Vec<Value> {
+        let (s, body) = self
+            .send(
+                self.http
+                    .get(self.wms.url(&format!("/outbounds?order_id={order_id}"))),
+            )
+            .await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        body["outbounds"].as_array().unwrap().clone()
+    }
+
+    /// Waits until the order's outbound is in `status`; returns it.
+    pub async fn wait_outbound(&self, order_id: &str, status: &str) -> Value {
+        crate::wait_for(
+            &format!("the outbound of {order_id} to be {status}"),
+            Duration::from_secs(60),
+            || async {
+                self.outbounds_of(order_id)
+                    .await
+                    .into_iter()
+                    .find(|o| o["status"] == status)
+            },
+        )
+        .await
+    }
+
+    /// `POST /outbounds/{no}/ship`.
+    pub async fn ship(
+        &self,
+        outbound_no: &str,
+        carrier: &str,
+        tracking_no: &str,
+    ) -> (StatusCode, Value, bool) {
+        let r = self
+            .http
+            .post(self.wms.url(&format!("/outbounds/{outbound_no}/ship")))
+            .json(&json!({ "carrier": carrier, "tracking_no": tracking_no }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let replayed = r.headers().get("idempotent-replayed").is_some();
+        (status, r.json().await.unwrap_or(Value::Null), replayed)
+    }
+
+    /// `POST /outbounds/{no}/return-received`.
+    pub async fn return_received(&self, outbound_no: &str) -> (StatusCode, Value) {
+        self.send(
+            self.http.post(
+                self.wms
+                    .url(&format!("/outbounds/{outbound_no}/return-received")),
+            ),
+        )
+        .await
+    }
+
+    /// Waits until every relay's outbox is empty (everything committed is on the broker).
+    pub async fn wait_outboxes_drained(&self) {
+        for db in [&self.order_db, &self.wms_db, &self.stock_db] {
+            crate::wait_for("an outbox to drain", Duration::from_secs(60), || async {
+                matches!(crate::db::backlog(&db.pool).await, Ok(0)).then_some(())
+            })
+            .await;
+        }
+    }
+}
+
+/// `SELECT count(*) ...` as i64.
+pub async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Inbox duplicates counted by the database, summed over a consumer's rows.
+pub async fn inbox_duplicates(pool: &PgPool) -> i64 {
+    count(
+        pool,
+        "SELECT COALESCE(sum(duplicates), 0)::bigint FROM inbox",
+    )
+    .await
+}
+
+/// Whether `event_id` is in the database's inbox.
+pub async fn in_inbox(pool: &PgPool, event_id: &str) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM inbox WHERE event_id = $1::uuid)")
+        .bind(event_id)
+        .fetch_one(pool)
+        .await
+        .unwrap_or(false)
+}
+
+/// The kafka-python venv's interpreter (`PYTHON`, else deploy/local's cache), as
+/// `crate::verify` finds it.
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("PYTHON") {
+        return p.into();
+    }
+    let cache = std::env::var("OUTBOX_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay")
+        });
+    cache.join("venv/bin/python")
+}
+
+/// Produces one message with the independent client (kafka-python).
+pub fn produce(
+    brokers: &str,
+    topic: &str,
+    key: &str,
+    value: &str,
+    headers: &[(String, String)],
+    partition: Option<i32>,
+) {
+    let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(tool).arg("produce").args([
+        "--brokers",
+        brokers,
+        "--topic",
+        topic,
+        "--key",
+        key,
+        "--value",
+        value,
+    ]);
+    for (k, v) in headers {
+        cmd.arg("--header").arg(format!("{k}={v}"));
+    }
+    if let Some(p) = partition {
+        cmd.args(["--partition", &p.to_string()]);
+    }
+    let out = cmd.output().expect("run kafka_tool.py");
+    assert!(
+        out.status.success(),
+        "kafka_tool.py produce failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A message to produce: `(topic, key, value, headers, partition)`; no partition means the
+/// producer's partitioner picks it by key.
+pub type Produce = (String, String, String, Vec<(String, String)>, Option<i32>);
+
+/// Produces many messages with the independent client, a few processes at a time.
+pub async fn produce_all(brokers: &str, messages: Vec<Produce>) {
+    let mut pending = messages;
+    while !pending.is_empty() {
+        let batch: Vec<_> = pending.drain(..pending.len().min(6)).collect();
+        let tasks: Vec<_> = batch
+            .into_iter()
+            .map(|(t, k, v, h, p)| {
+                let brokers = brokers.to_owned();
+                tokio::task::spawn_blocking(move || produce(&brokers, &t, &k, &v, &h, p))
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+}
