@@ -12,7 +12,10 @@
 #  5. runs the order service with its own relay: duplicate orders and callbacks, a cancel, a
 #     refund with out-of-order notifications, and the outcome on the service and the broker
 #     (deploy/local/demo-orders.sh);
-#  6. stops the relays with SIGTERM and the servers it started.
+#  6. runs the whole system: order-service, wms-consumer and stock-consumer with one relay per
+#     database; forward flow, refunds before/after shipping, a closed refund, an order without
+#     stock; ends with a consistency summary (deploy/local/demo-fulfilment.sh);
+#  7. stops everything it started.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -24,7 +27,7 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 bash deploy/local/install-deps.sh
 cleanup() {
     kill "${RELAY_PID:-}" 2>/dev/null || true
-    for p in "$STATE_DIR"/order-service.pid "$STATE_DIR"/orders-relay.pid; do
+    for p in "$STATE_DIR"/order-service.pid "$STATE_DIR"/orders-relay.pid "$STATE_DIR"/f-*.pid; do
         [[ -f "$p" ]] && kill "$(cat "$p")" 2>/dev/null || true
     done
     bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true
@@ -36,7 +39,7 @@ TOPICS="outbox.event.order" bash deploy/local/up.sh "$STATE_DIR"
 export DATABASE_URL KAFKA_BROKERS PYTHON STATE_DIR
 
 say "Building"
-cargo build --release -p outbox-relay -p order-service
+cargo build --release -p outbox-relay -p order-service -p wms-consumer -p stock-consumer
 RELAY=target/release/outbox-relay
 PGBENCH="$PG_BIN_DIR/pgbench"
 
@@ -84,3 +87,4 @@ RELAY_PID=
 tail -3 "$STATE_DIR/relay.log"
 
 bash deploy/local/demo-orders.sh
+bash deploy/local/demo-fulfilment.sh
