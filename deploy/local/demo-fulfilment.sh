@@ -134,7 +134,7 @@ echo "stock (sku on_hand reserved):"; psql -qtA "$FS" -F ' ' -c "SELECT sku_id, 
 for p in "order:$FO" "wms:$FW" "stock:$FS"; do
     echo "inbox ${p%%:*}: $(psql -qtA "${p#*:}" -c "SELECT count(*) || ' events applied, ' || COALESCE(sum(duplicates), 0) || ' duplicates skipped' FROM inbox")"
 done
-paid=$(psql -qtA "$FO" -c "SELECT string_agg(quote_literal(id::text), ',') FROM orders WHERE status IN ('PAID', 'SHIPPED')")
+paid=$(psql -qtA "$FO" -c "SELECT string_agg(quote_literal(order_id::text), ',') FROM orders WHERE status IN ('PAID', 'SHIPPED')")
 ob=$(psql -qtA "$FW" -c "SELECT count(*) FROM outbounds WHERE order_id::text IN ($paid)")
 rs=$(psql -qtA "$FS" -c "SELECT count(DISTINCT order_id) FROM stock_movements WHERE kind = 'RESERVE' AND order_id::text IN ($paid)")
 np=$(psql -qtA "$FO" -c "SELECT count(*) FROM orders WHERE status IN ('PAID', 'SHIPPED')")
