@@ -38,9 +38,14 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     .await;
     tansu.stop();
     let during = published(&relay).await;
-    // The outage itself: 20 s without a broker while writers keep committing.
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    assert!(relay.is_running(), "the relay must survive a broker outage");
+    // The outage itself: 20 s without a broker while writers keep committing; the relay must
+    // stay up throughout.
+    let outage_end = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    while tokio::time::Instant::now() < outage_end {
+        tick.tick().await;
+        assert!(relay.is_running(), "the relay must survive a broker outage");
+    }
     assert!(
         e2e::db::backlog(&db.pool).await.unwrap() > 0,
         "events committed during the outage wait in the outbox"
@@ -86,7 +91,7 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     let db = e2e::db::fresh_database_on(&pg.url()).await;
     let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
-    let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "pg-restart"));
+    let mut relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "pg-restart"));
 
     let spec = StreamSpec {
         events: 4_000,
@@ -101,7 +106,16 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     })
     .await;
     pg.stop_immediate();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // 5 s without a database; the relay must stay up throughout.
+    let outage_end = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    while tokio::time::Instant::now() < outage_end {
+        tick.tick().await;
+        assert!(
+            relay.is_running(),
+            "the relay must survive a database outage"
+        );
+    }
     pg.start_again();
 
     let written = writers.await.unwrap();
