@@ -168,3 +168,47 @@ pub fn metrics_response(registry: &Registry) -> Response {
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], buf).into_response()
 }
+
+/// The metrics every consuming service exposes: HTTP requests by method, matched route and
+/// status (`<service>_http_requests_total`) and the consumer runtime's metrics (including inbox
+/// duplicates), in one registry that `/metrics` renders.
+#[cfg(feature = "consumer")]
+#[derive(Debug, Clone)]
+pub struct ConsumerServiceMetrics {
+    /// The registry `/metrics` renders.
+    pub registry: Registry,
+    /// HTTP requests by method, matched route and status.
+    pub http_requests: IntCounterVec,
+    /// The consumer runtime's metrics.
+    pub consumer: crate::consumer::ConsumerMetrics,
+}
+
+#[cfg(feature = "consumer")]
+impl ConsumerServiceMetrics {
+    /// Creates and registers every metric; `service` prefixes the HTTP metric (`wms`, `stock`).
+    ///
+    /// # Panics
+    /// When `service` or `consumer_name` make an invalid or duplicate metric name (a
+    /// programming error: both are constants of the calling service).
+    pub fn new(service: &str, consumer_name: &str) -> Self {
+        let registry = Registry::new();
+        let http_requests = IntCounterVec::new(
+            prometheus::Opts::new(
+                format!("{service}_http_requests_total"),
+                "HTTP requests by method, route and status",
+            ),
+            &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(http_requests.clone()))
+            .expect("unique metric");
+        let consumer = crate::consumer::ConsumerMetrics::register(&registry, consumer_name)
+            .expect("unique consumer metrics");
+        Self {
+            registry,
+            http_requests,
+            consumer,
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Parser;
 use wms_consumer::config::Config;
-use wms_consumer::{AppState, Metrics, WmsHandler};
+use wms_consumer::{AppState, WmsHandler};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -22,7 +22,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let shutdown = outbox_kit::service::shutdown_on_signal();
-    let metrics = Metrics::new();
+    let metrics = wms_consumer::metrics::new_metrics();
     let state = AppState {
         pool: pool.clone(),
         metrics: metrics.clone(),
