@@ -74,3 +74,21 @@ pub async fn lease_holder(pool: &PgPool) -> Option<(String, i64)> {
         .ok()
         .flatten()
 }
+
+/// Waits (deadline 60 s) until `relay` has published at least `n` events.
+pub async fn wait_published(relay: &e2e::proc::RelayProcess, n: f64) {
+    e2e::wait_for("the relay to publish", Duration::from_secs(60), || async {
+        (published(relay).await >= n).then_some(())
+    })
+    .await;
+}
+
+/// Checks every 250 ms for `outage` that the relay process is still running.
+pub async fn assert_stays_up(relay: &mut e2e::proc::RelayProcess, outage: Duration, what: &str) {
+    let end = tokio::time::Instant::now() + outage;
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    while tokio::time::Instant::now() < end {
+        tick.tick().await;
+        assert!(relay.is_running(), "the relay must survive {what}");
+    }
+}

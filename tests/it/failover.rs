@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use e2e::proc::{RelayArgs, RelayProcess};
 use e2e::stream::{write_stream, StreamSpec};
 
-use crate::common::{drain_and_check, lease_holder, published, AGGREGATE_TYPE};
+use crate::common::{drain_and_check, lease_holder, published, wait_published, AGGREGATE_TYPE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standby_takes_over_after_sigkill_and_sigterm_hands_over() {
@@ -32,10 +32,7 @@ async fn standby_takes_over_after_sigkill_and_sigterm_hands_over() {
         .await;
     let leader = if holder == "relay-a" { 0 } else { 1 };
     let standby = 1 - leader;
-    e2e::wait_for("the leader to publish", Duration::from_secs(60), || async {
-        (published(&relays[leader]).await >= 300.0).then_some(())
-    })
-    .await;
+    wait_published(&relays[leader], 300.0).await;
     assert_eq!(
         published(&relays[standby]).await,
         0.0,

@@ -8,7 +8,7 @@ use e2e::proc::{RelayArgs, RelayProcess};
 use e2e::servers::{PgCluster, Tansu};
 use e2e::stream::{write_stream, StreamSpec};
 
-use crate::common::{drain_and_check, published, AGGREGATE_TYPE};
+use crate::common::{assert_stays_up, drain_and_check, published, wait_published, AGGREGATE_TYPE};
 
 fn count(haystack: &str, needle: &str) -> usize {
     haystack.matches(needle).count()
@@ -32,20 +32,12 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
-    e2e::wait_for("the relay to publish", Duration::from_secs(60), || async {
-        (published(&relay).await >= 300.0).then_some(())
-    })
-    .await;
+    wait_published(&relay, 300.0).await;
     tansu.stop();
     let during = published(&relay).await;
     // The outage itself: 20 s without a broker while writers keep committing; the relay must
     // stay up throughout.
-    let outage_end = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
-    while tokio::time::Instant::now() < outage_end {
-        tick.tick().await;
-        assert!(relay.is_running(), "the relay must survive a broker outage");
-    }
+    assert_stays_up(&mut relay, Duration::from_secs(20), "a broker outage").await;
     assert!(
         e2e::db::backlog(&db.pool).await.unwrap() > 0,
         "events committed during the outage wait in the outbox"
@@ -101,21 +93,10 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
-    e2e::wait_for("the relay to publish", Duration::from_secs(60), || async {
-        (published(&relay).await >= 300.0).then_some(())
-    })
-    .await;
+    wait_published(&relay, 300.0).await;
     pg.stop_immediate();
     // 5 s without a database; the relay must stay up throughout.
-    let outage_end = tokio::time::Instant::now() + Duration::from_secs(5);
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    while tokio::time::Instant::now() < outage_end {
-        tick.tick().await;
-        assert!(
-            relay.is_running(),
-            "the relay must survive a database outage"
-        );
-    }
+    assert_stays_up(&mut relay, Duration::from_secs(5), "a database outage").await;
     pg.start_again();
 
     let written = writers.await.unwrap();

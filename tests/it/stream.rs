@@ -6,7 +6,7 @@ use std::time::Duration;
 use e2e::proc::{RelayArgs, RelayProcess};
 use e2e::stream::{write_stream, StreamSpec};
 
-use crate::common::{drain_and_check, published, AGGREGATE_TYPE};
+use crate::common::{drain_and_check, wait_published, AGGREGATE_TYPE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn committed_events_reach_the_broker_in_order_and_rolled_back_ones_never() {
@@ -69,10 +69,7 @@ async fn sigkilled_relay_restarts_without_loss_or_reordering() {
     let mut kills = 0;
     while kills < 5 && !writers.is_finished() {
         // Kill mid-stream, once this process has published something.
-        e2e::wait_for("the relay to publish", Duration::from_secs(60), || async {
-            (published(&relay).await >= 200.0).then_some(())
-        })
-        .await;
+        wait_published(&relay, 200.0).await;
         relay.kill();
         kills += 1;
         relay = RelayProcess::start(&args);

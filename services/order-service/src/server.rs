@@ -1,6 +1,5 @@
 //! Start-up and shutdown: database pool, migrations, and the HTTP server with a drain deadline.
 
-use std::future::IntoFuture;
 use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
@@ -52,25 +51,5 @@ pub async fn serve(
     shutdown: CancellationToken,
     drain_timeout: Duration,
 ) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(addr = %addr, "Serving the order API");
-    }
-    let graceful = shutdown.clone();
-    let server = axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { graceful.cancelled().await })
-        .into_future();
-    let deadline = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(drain_timeout).await;
-    };
-    tokio::select! {
-        result = server => result,
-        () = deadline => {
-            tracing::warn!(
-                drain_timeout_ms = u64::try_from(drain_timeout.as_millis()).unwrap_or(u64::MAX),
-                "Requests still in flight at the drain deadline; stopping anyway"
-            );
-            Ok(())
-        }
-    }
+    outbox_kit::service::serve(listener, router(state), shutdown, drain_timeout).await
 }
