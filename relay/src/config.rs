@@ -25,8 +25,74 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Apply the outbox schema (outbox table, relay lease table) to the database.
     Migrate(DbArgs),
-    /// Print the backlog, the age of the oldest unpublished event and the lease holder.
+    /// Print the backlog, the age of the oldest unpublished event, the lease holder and the
+    /// parked events.
     Status(StatusArgs),
+    /// List the events that failed: parked ones (waiting for an operator) and ones being
+    /// retried, with their error, attempts, age and the events waiting behind each.
+    Blocked(OpsArgs),
+    /// Unpark events so they are sent again, before the later events of their aggregate.
+    Redrive(RedriveArgs),
+    /// Remove a parked event from the outbox into the `outbox_discarded` audit table; the
+    /// later events of its aggregate then flow.
+    Discard(DiscardArgs),
+}
+
+/// Settings shared by the operator commands.
+#[derive(Debug, Clone, Args)]
+pub struct OpsArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Settings of `outbox-relay redrive`.
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["event_id", "aggregate", "all"])))]
+pub struct RedriveArgs {
+    /// Database and output settings.
+    #[command(flatten)]
+    pub ops: OpsArgs,
+    /// The event to unpark (its `event_id`).
+    #[arg(long)]
+    pub event_id: Option<uuid::Uuid>,
+    /// Every failed event of one aggregate, as `TYPE:ID` (e.g. `order:42`).
+    #[arg(long, value_parser = parse_aggregate)]
+    pub aggregate: Option<(String, String)>,
+    /// Every parked or retrying event.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Settings of `outbox-relay discard`.
+#[derive(Debug, Clone, Args)]
+pub struct DiscardArgs {
+    /// Database and output settings.
+    #[command(flatten)]
+    pub ops: OpsArgs,
+    /// The parked event to discard (its `event_id`).
+    #[arg(long)]
+    pub event_id: uuid::Uuid,
+    /// Why it is discarded (kept in the audit table).
+    #[arg(long)]
+    pub reason: String,
+    /// Who discards it (kept in the audit table). Default: `$USER`.
+    #[arg(long, env = "USER")]
+    pub by: Option<String>,
+}
+
+/// Parses `TYPE:ID`.
+///
+/// # Errors
+/// When there is no `:` or either side is empty.
+pub fn parse_aggregate(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((t, id)) if !t.is_empty() && !id.is_empty() => Ok((t.to_owned(), id.to_owned())),
+        _ => Err(format!("expected TYPE:ID (e.g. order:42), got `{s}`")),
+    }
 }
 
 /// Database connection settings.
@@ -50,8 +116,9 @@ pub struct KafkaArgs {
     pub topic_prefix: String,
 
     /// Extra librdkafka producer settings as KEY=VALUE (repeatable; comma separated in the
-    /// environment variable). They override the relay's defaults, except that idempotence
-    /// and acks=all cannot be turned off.
+    /// environment variable), e.g. compression, linger, security settings. They override the
+    /// relay's defaults; settings its guarantees depend on (idempotence, acks, delivery
+    /// timeouts, partitioner, in-flight limits, gapless guarantee) are refused at start-up.
     #[arg(long = "kafka-config", env = "OUTBOX_KAFKA_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
@@ -84,6 +151,19 @@ pub struct RunArgs {
     /// a batch is in flight at once.
     #[arg(long, env = "OUTBOX_BATCH_SIZE", default_value_t = 10_000, value_parser = clap::value_parser!(i64).range(1..=100_000))]
     pub batch_size: i64,
+
+    /// Most bytes of payload and headers per batch (the first row of a batch is taken whatever
+    /// its size). Bounds the relay's memory when events are large.
+    #[arg(long, env = "OUTBOX_BATCH_MAX_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(i64).range(1..))]
+    pub batch_max_bytes: i64,
+
+    /// Failed attempts after which an event is parked (it then waits for `redrive` or
+    /// `discard`; its aggregate's later events wait behind it, other aggregates flow). Events
+    /// that can never be sent (undecodable, invalid or refused topic, refused by the producer,
+    /// refused by the broker when sent alone) are parked at once. Retries wait 0.5 s, doubling
+    /// up to 60 s.
+    #[arg(long, env = "OUTBOX_PARK_AFTER", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..))]
+    pub park_after: i32,
 
     /// Longest wait between two polls of an idle outbox, in milliseconds. After a non-empty
     /// batch the relay polls again at once, and keeps polling every `--min-poll-interval-ms`
@@ -151,6 +231,14 @@ impl RunArgs {
     /// The shutdown deadline for in-flight acknowledgements.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.shutdown_timeout_ms)
+    }
+
+    /// Claim bounds.
+    pub fn claim_limits(&self) -> crate::store::ClaimLimits {
+        crate::store::ClaimLimits {
+            rows: self.batch_size,
+            bytes: self.batch_max_bytes,
+        }
     }
 
     /// The instance id, or a generated one.
@@ -255,6 +343,34 @@ mod tests {
             argv.extend_from_slice(bad);
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn operator_commands_parse() {
+        let parse = |args: &[&str]| {
+            let mut argv = vec!["outbox-relay"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv)
+        };
+        let db = ["--database-url", "postgres://x/db"];
+        let Command::Redrive(r) =
+            parse(&[&["redrive", "--aggregate", "order:42"][..], &db].concat())
+                .unwrap()
+                .command
+        else {
+            panic!("not redrive")
+        };
+        assert_eq!(r.aggregate, Some(("order".into(), "42".into())));
+        assert!(
+            parse(&[&["redrive"][..], &db].concat()).is_err(),
+            "a target is required"
+        );
+        assert!(parse(&[&["redrive", "--all", "--aggregate", "o:1"][..], &db].concat()).is_err());
+        assert!(parse(&[&["redrive", "--aggregate", "nocolon"][..], &db].concat()).is_err());
+        assert!(
+            parse(&[&["discard", "--event-id", "x", "--reason", "r"][..], &db].concat()).is_err()
+        );
+        assert!(parse(&[&["blocked", "--json"][..], &db].concat()).is_ok());
     }
 
     #[test]

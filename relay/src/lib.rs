@@ -4,16 +4,23 @@
 //! - [`config`]: flags and environment of the binary.
 //! - [`store`]: the SQL (claim, fenced mark, lease, backlog).
 //! - [`publisher`]: the idempotent Kafka producer and a batch's delivery outcomes.
-//! - [`relay`]: the loop that drives both; [`lease`] keeps the leader lease.
-//! - [`metrics`], [`status`]: what operators see.
+//! - [`relay`]: the loop that drives both; [`batch`] is one batch as its steps, [`decide`] the
+//!   per-row decision; [`lease`] keeps the leader lease.
+//! - [`failure`], [`parking`], [`topics`]: failure isolation — what a failure holds back, the
+//!   durable retry/park records and the operator's commands, topic checks.
+//! - [`metrics`], [`status`], [`ops`]: what operators see and do.
 
+pub mod batch;
 pub mod config;
+pub mod decide;
+pub mod failure;
 pub mod kafka_context;
 pub mod lease;
 pub mod metrics;
+pub mod ops;
 pub mod outage;
+pub mod parking;
 pub mod publisher;
-pub mod quarantine;
 pub mod relay;
 pub mod status;
 pub mod store;

@@ -2,8 +2,10 @@
 
 use anyhow::Context;
 use clap::Parser;
-use outbox_relay::config::{Cli, Command, RunArgs};
+use outbox_relay::config::{Cli, Command, OpsArgs, RunArgs};
 use outbox_relay::metrics::Metrics;
+use outbox_relay::ops;
+use outbox_relay::parking::{ParkPolicy, RedriveTarget};
 use outbox_relay::status::Status;
 use outbox_relay::{Relay, RelaySettings, Store};
 use tokio_util::sync::CancellationToken;
@@ -45,22 +47,81 @@ async fn main() -> anyhow::Result<()> {
                 print!("{}", status.to_text());
             }
         }
+        Command::Blocked(args) => {
+            let store = ops_store(&args)?;
+            exit_with(
+                ops::blocked(&store, args.json)
+                    .await
+                    .context("listing blocked events")?,
+            );
+        }
+        Command::Redrive(args) => {
+            let store = ops_store(&args.ops)?;
+            let target = match (args.event_id, args.aggregate, args.all) {
+                (Some(id), _, _) => RedriveTarget::Event(id),
+                (_, Some((aggregate_type, aggregate_id)), _) => RedriveTarget::Aggregate {
+                    aggregate_type,
+                    aggregate_id,
+                },
+                _ => RedriveTarget::All,
+            };
+            exit_with(
+                ops::redrive(&store, &target, args.ops.json)
+                    .await
+                    .context("redriving events")?,
+            );
+        }
+        Command::Discard(args) => {
+            let store = ops_store(&args.ops)?;
+            let by = args
+                .by
+                .clone()
+                .filter(|b| !b.trim().is_empty())
+                .unwrap_or_else(|| "unknown".to_owned());
+            exit_with(
+                ops::discard(&store, args.event_id, &args.reason, &by, args.ops.json)
+                    .await
+                    .context("discarding the event")?,
+            );
+        }
         Command::Run(args) => run(*args).await?,
     }
     Ok(())
 }
 
+fn ops_store(args: &OpsArgs) -> anyhow::Result<Store> {
+    Store::connect_lazy(&args.db.database_url).context("invalid DATABASE_URL")
+}
+
+fn exit_with(report: ops::Report) {
+    print!("{}", report.output);
+    if !report.output.ends_with('\n') {
+        println!();
+    }
+    if report.code != 0 {
+        std::process::exit(report.code);
+    }
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    outbox_relay::publisher::check_overrides(&args.kafka.kafka_config)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let store = Store::connect_lazy(&args.db.database_url).context("invalid DATABASE_URL")?;
     let settings = RelaySettings {
         brokers: args.kafka.kafka_brokers.clone(),
         kafka_config: args.kafka.kafka_config.clone(),
         topic_prefix: args.kafka.topic_prefix.clone(),
-        create_topics: args.kafka.create_missing_topics.then_some((
-            args.kafka.topic_partitions,
-            args.kafka.topic_replication_factor,
-        )),
-        batch_size: args.batch_size,
+        create_topics: args.kafka.create_missing_topics.then_some(
+            outbox_relay::topics::TopicSpec {
+                partitions: args.kafka.topic_partitions,
+                replication: args.kafka.topic_replication_factor,
+            },
+        ),
+        limits: args.claim_limits(),
+        park: ParkPolicy {
+            park_after: args.park_after,
+            ..ParkPolicy::default()
+        },
         poll: args.poll_bounds(),
         lease_name: args.lease_name.clone(),
         instance_id: args.instance_id(),

@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +35,18 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Database errors seen by the relay loop.
     pub db_errors: IntCounter,
+    /// Fencing epoch of the lease this instance holds (0 when it holds none).
+    pub lease_epoch: IntGauge,
+    /// Parked events by error class (refreshed periodically).
+    pub parked: IntGaugeVec,
+    /// Events parked by this instance, by error class.
+    pub parked_total: IntCounterVec,
+    /// Events being retried after a failure, not parked yet.
+    pub retrying: IntGauge,
+    /// Aggregates held back by a parked event.
+    pub blocked_aggregates: IntGauge,
+    /// Events waiting behind parked events.
+    pub waiting_behind: IntGauge,
     healthy: Arc<AtomicBool>,
 }
 
@@ -92,6 +104,46 @@ impl Metrics {
             "Database errors seen by the relay loop",
         )
         .unwrap();
+        let lease_epoch = IntGauge::new(
+            "outbox_relay_lease_epoch",
+            "Fencing epoch of the lease this instance holds (0 when standing by)",
+        )
+        .unwrap();
+        let parked = IntGaugeVec::new(
+            Opts::new(
+                "outbox_parked_events",
+                "Events parked after failures, waiting for an operator (redrive or discard), by error class",
+            ),
+            &["class"],
+        )
+        .unwrap();
+        let parked_total = IntCounterVec::new(
+            Opts::new(
+                "outbox_events_parked_total",
+                "Events this instance parked, by error class",
+            ),
+            &["class"],
+        )
+        .unwrap();
+        for class in crate::failure::FailureClass::ALL {
+            parked.with_label_values(&[class.as_str()]).set(0);
+            parked_total.with_label_values(&[class.as_str()]);
+        }
+        let retrying = IntGauge::new(
+            "outbox_retrying_events",
+            "Events that failed and are retried with backoff (not parked yet)",
+        )
+        .unwrap();
+        let blocked_aggregates = IntGauge::new(
+            "outbox_blocked_aggregates",
+            "Aggregates whose events wait behind a parked event",
+        )
+        .unwrap();
+        let waiting_behind = IntGauge::new(
+            "outbox_events_waiting_behind_parked",
+            "Events waiting behind a parked event of their aggregate",
+        )
+        .unwrap();
         for c in [
             Box::new(published.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(publish_failures.clone()),
@@ -101,6 +153,12 @@ impl Metrics {
             Box::new(batch_size.clone()),
             Box::new(leader.clone()),
             Box::new(db_errors.clone()),
+            Box::new(lease_epoch.clone()),
+            Box::new(parked.clone()),
+            Box::new(parked_total.clone()),
+            Box::new(retrying.clone()),
+            Box::new(blocked_aggregates.clone()),
+            Box::new(waiting_behind.clone()),
         ] {
             registry.register(c).unwrap();
         }
@@ -114,6 +172,12 @@ impl Metrics {
             batch_size,
             leader,
             db_errors,
+            lease_epoch,
+            parked,
+            parked_total,
+            retrying,
+            blocked_aggregates,
+            waiting_behind,
             healthy: Arc::new(AtomicBool::new(true)),
         }
     }
@@ -125,6 +189,21 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut buf)
             .unwrap();
         String::from_utf8(buf).unwrap_or_default()
+    }
+
+    /// Publishes the parking figures.
+    pub fn set_parking(&self, stats: &crate::parking::ParkingStats) {
+        for class in crate::failure::FailureClass::ALL {
+            let n = stats
+                .parked_by_class
+                .get(class.as_str())
+                .copied()
+                .unwrap_or(0);
+            self.parked.with_label_values(&[class.as_str()]).set(n);
+        }
+        self.retrying.set(stats.retrying);
+        self.blocked_aggregates.set(stats.blocked_aggregates);
+        self.waiting_behind.set(stats.waiting_behind);
     }
 
     /// Marks the relay loop as (un)healthy for `/healthz`.
@@ -194,6 +273,12 @@ mod tests {
             "outbox_oldest_unpublished_age_seconds",
             "outbox_publish_latency_seconds_bucket",
             "outbox_relay_leader",
+            "outbox_relay_lease_epoch",
+            "outbox_parked_events{class=\"undecodable\"} 0",
+            "outbox_events_parked_total{class=\"refused\"} 0",
+            "outbox_retrying_events",
+            "outbox_blocked_aggregates",
+            "outbox_events_waiting_behind_parked",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

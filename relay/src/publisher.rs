@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures::future::join_all;
 use outbox_kit::EventEnvelope;
 use rdkafka::config::ClientConfig;
@@ -16,6 +16,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
+use crate::decide::Outcome;
+use crate::failure::{classify_delivery, classify_refusal, Scope};
 use crate::kafka_context::RelayContext;
 
 /// Settings the relay always uses; `enable.idempotence` and `acks` cannot be overridden.
@@ -40,66 +42,57 @@ pub const PRODUCER_DEFAULTS: [(&str, &str); 10] = [
     ("client.id", "outbox-relay"),
 ];
 
-/// Why a row was not published.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PublishError {
-    /// librdkafka refused the message before sending (e.g. too large); later rows of the same
-    /// aggregate in the batch are held back.
-    #[error("message rejected by the producer: {0}")]
-    Rejected(RDKafkaErrorCode),
-    /// The delivery report carried an error. The message may still have been written
-    /// (possibly persisted): it is sent again, never counted as delivered.
-    #[error("delivery failed: {0}")]
-    Delivery(RDKafkaErrorCode),
-    /// The producer dropped the message before reporting (shutdown, producer replaced).
-    #[error("delivery report lost")]
-    Cancelled,
-    /// Not sent because an earlier row of the same aggregate failed in this batch.
-    #[error("held back behind a failed event of the same aggregate")]
-    HeldBack,
-}
+/// Settings the relay's guarantees depend on (shared DESIGN.md, guarantee 6), with the reason
+/// an override is refused at start-up.
+pub const PROTECTED_SETTINGS: [(&str, &str); 15] = [
+    ("enable.idempotence", "the idempotent producer keeps each partition in order across retries and writes no duplicates of its own"),
+    ("acks", "an event counts as published only once every in-sync replica has it (acks=all)"),
+    ("request.required.acks", "an event counts as published only once every in-sync replica has it (acks=all)"),
+    ("message.timeout.ms", "a finite delivery timeout lets a later event of a key overtake an earlier one that timed out while queued"),
+    ("delivery.timeout.ms", "a finite delivery timeout lets a later event of a key overtake an earlier one that timed out while queued"),
+    ("partitioner", "events of one aggregate must land on one partition, placed like the Java client does (murmur2_random)"),
+    ("max.in.flight.requests.per.connection", "the idempotent producer keeps order only with at most 5 requests in flight; librdkafka sets it"),
+    ("max.in.flight", "the idempotent producer keeps order only with at most 5 requests in flight; librdkafka sets it"),
+    ("enable.gapless.guarantee", "a batch the broker refuses must stop the producer instead of letting later events of its partition through"),
+    ("retries", "librdkafka must retry until the broker takes the event"),
+    ("message.send.max.retries", "librdkafka must retry until the broker takes the event"),
+    ("transactional.id", "the relay does not use Kafka transactions; consumers dedupe on event_id"),
+    ("bootstrap.servers", "set the brokers with --kafka-brokers / KAFKA_BROKERS"),
+    ("metadata.broker.list", "set the brokers with --kafka-brokers / KAFKA_BROKERS"),
+    ("queue.buffering.backpressure.threshold", "the relay bounds what is in flight by its batch size"),
+];
 
-impl PublishError {
-    /// True for errors caused by the message itself (too large, invalid), not by the broker
-    /// or the connection: only its aggregate has to wait.
-    pub fn is_message_specific(&self) -> bool {
-        use RDKafkaErrorCode as C;
-        match self {
-            Self::Rejected(code) => *code != C::Fatal,
-            Self::Delivery(code) => matches!(
-                code,
-                C::MessageSizeTooLarge
-                    | C::InvalidRecord
-                    | C::InvalidMessage
-                    | C::InvalidMessageSize
-            ),
-            Self::Cancelled | Self::HeldBack => false,
+/// Refuses `--kafka-config` settings the relay's guarantees depend on.
+///
+/// # Errors
+/// A message naming the first refused setting and why it cannot be changed.
+pub fn check_overrides(extra: &[(String, String)]) -> Result<(), String> {
+    for (k, v) in extra {
+        let key = k.trim();
+        if let Some((_, why)) = PROTECTED_SETTINGS.iter().find(|(p, _)| *p == key) {
+            return Err(format!(
+                "--kafka-config {key}={v} is refused: {why}. The relay sets `{key}` itself."
+            ));
         }
     }
-
-    /// True for errors that leave the producer unusable (fatal idempotence errors): the relay
-    /// builds a new producer.
-    pub fn is_fatal(&self) -> bool {
-        matches!(
-            self,
-            Self::Delivery(RDKafkaErrorCode::Fatal) | Self::Rejected(RDKafkaErrorCode::Fatal)
-        )
-    }
+    Ok(())
 }
 
-/// Outcome of one row.
-#[derive(Debug, Clone)]
-pub struct RowOutcome {
-    /// The row's id.
-    pub id: i64,
-    /// Acknowledged at this time, or the reason it was not.
-    pub result: Result<DateTime<Utc>, PublishError>,
+/// One row of a batch as handed to [`Publisher::publish`].
+#[derive(Debug, Clone, Copy)]
+pub enum Send<'a> {
+    /// Send this message to this topic.
+    Message(&'a EventEnvelope, &'a str),
+    /// Do not send; the outcome of the row of this aggregate (type, id) is already known.
+    Known((&'a str, &'a str), &'a Outcome),
 }
 
 /// The Kafka side of the relay.
 pub struct Publisher {
     producer: FutureProducer<RelayContext>,
     context: RelayContext,
+    brokers: String,
+    extra: Vec<(String, String)>,
     topic_prefix: String,
 }
 
@@ -122,10 +115,25 @@ pub fn producer_config(brokers: &str, extra: &[(String, String)]) -> ClientConfi
     for (k, v) in extra {
         cfg.set(k, v);
     }
-    cfg.set("enable.idempotence", "true");
-    cfg.set("acks", "all");
+    for (k, v) in FORCED_SETTINGS {
+        cfg.set(k, v);
+    }
     cfg
 }
+
+/// Set after the user's settings, whatever they say ([`check_overrides`] refuses them first).
+/// `enable.gapless.guarantee`: when the broker refuses a record batch, librdkafka would
+/// otherwise bump the idempotent epoch and resend the partition's later batches, so a later
+/// event of an aggregate would land before the refused one is sent again. With it the
+/// producer stops instead (a fatal error; the broker's sequence check refuses the later
+/// batches already in flight), and the relay replaces the producer and resends from the table.
+pub const FORCED_SETTINGS: [(&str, &str); 5] = [
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("enable.gapless.guarantee", "true"),
+    ("message.timeout.ms", "0"),
+    ("partitioner", "murmur2_random"),
+];
 
 impl Publisher {
     /// Creates the producer (no connection is made until the first message).
@@ -142,8 +150,25 @@ impl Publisher {
         Ok(Self {
             producer,
             context,
+            brokers: brokers.to_owned(),
+            extra: extra.to_vec(),
             topic_prefix: topic_prefix.to_owned(),
         })
+    }
+
+    /// Drops everything queued or in flight and starts a new producer session (after a fatal
+    /// error, or when the lease changed hands). The dropped rows stay unmarked and are sent
+    /// again.
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings (they were valid when the first producer was made).
+    pub fn replace(&mut self) -> Result<(), KafkaError> {
+        self.purge();
+        let context = RelayContext::default();
+        self.producer =
+            producer_config(&self.brokers, &self.extra).create_with_context(context.clone())?;
+        self.context = context;
+        Ok(())
     }
 
     /// The topic of a row.
@@ -166,54 +191,101 @@ impl Publisher {
         self.producer.client().fatal_error().is_some()
     }
 
-    /// Sends every row (in order) and waits for all delivery reports.
+    /// Sends every [`Send::Message`] (in order, pipelined) and waits for all delivery reports.
     ///
-    /// A row whose message librdkafka refuses synchronously holds back the later rows of its
-    /// aggregate in this batch, which are then not sent at all. The returned outcomes are in
-    /// the order of `rows`.
-    pub async fn publish(&self, rows: &[EventEnvelope]) -> Vec<RowOutcome> {
-        let mut blocked: HashSet<&str> = HashSet::new();
+    /// A message librdkafka refuses synchronously, or a [`Send::Known`] failure, stops the
+    /// later rows of its aggregate in this call: they are not sent at all
+    /// ([`Outcome::BlockedBehindFailure`]). `alone` says the caller sends a single message
+    /// with nothing else in flight (see [`crate::decide`]). Outcomes are in the order of
+    /// `rows`.
+    pub async fn publish(&self, rows: &[Send<'_>], alone: bool) -> Vec<Outcome> {
+        let mut stopped: HashSet<(&str, &str)> = HashSet::new();
         let mut pending = Vec::with_capacity(rows.len());
-        for row in rows {
-            if blocked.contains(row.aggregate_id.as_str()) {
-                pending.push(Pending::Done(RowOutcome {
-                    id: row.id,
-                    result: Err(PublishError::HeldBack),
-                }));
-                continue;
-            }
-            match self.enqueue(row).await {
-                Ok(fut) => pending.push(Pending::InFlight(row.id, fut)),
-                Err(code) => {
-                    blocked.insert(row.aggregate_id.as_str());
-                    pending.push(Pending::Done(RowOutcome {
-                        id: row.id,
-                        result: Err(PublishError::Rejected(code)),
-                    }));
+        for send in rows {
+            match *send {
+                Send::Known(aggregate, outcome) => {
+                    if !matches!(outcome, Outcome::Acked(_)) {
+                        stopped.insert(aggregate);
+                    }
+                    pending.push(Pending::Done(outcome.clone()));
+                }
+                Send::Message(row, topic) => {
+                    let aggregate = (row.aggregate_type.as_str(), row.aggregate_id.as_str());
+                    if stopped.contains(&aggregate) {
+                        pending.push(Pending::Done(Outcome::BlockedBehindFailure));
+                        continue;
+                    }
+                    match self.enqueue(row, topic).await {
+                        Ok(fut) => pending.push(Pending::InFlight(fut)),
+                        Err(code) => {
+                            stopped.insert(aggregate);
+                            pending.push(Pending::Done(Outcome::Failed {
+                                scope: classify_refusal(code),
+                                detail: format!("refused by the producer: {code}"),
+                                alone,
+                            }));
+                        }
+                    }
                 }
             }
         }
-        join_all(pending.into_iter().map(|p| async move {
+        let reports = join_all(pending.into_iter().map(|p| async move {
             match p {
                 Pending::Done(o) => o,
-                Pending::InFlight(id, fut) => {
-                    let result = match fut.await {
-                        Ok(Ok(_)) => Ok(Utc::now()),
-                        Ok(Err((e, _))) => Err(PublishError::Delivery(error_code(&e))),
-                        Err(_) => Err(PublishError::Cancelled),
-                    };
-                    RowOutcome { id, result }
+                Pending::InFlight(fut) => match fut.await {
+                    Ok(Ok(_)) => Outcome::Acked(Utc::now()),
+                    Ok(Err((e, _))) => {
+                        let code = error_code(&e);
+                        Outcome::Failed {
+                            scope: classify_delivery(code),
+                            detail: format!("delivery failed: {code}"),
+                            alone,
+                        }
+                    }
+                    Err(_) => Outcome::Failed {
+                        scope: Scope::Relay,
+                        detail: "delivery report lost (producer replaced)".into(),
+                        alone,
+                    },
+                },
+            }
+        }));
+        tokio::pin!(reports);
+        // A producer that hit a fatal error does not always report the messages still queued
+        // (with no delivery timeout they would wait forever): purge them, so every report
+        // arrives and the caller replaces the producer.
+        let mut watch = tokio::time::interval(Duration::from_millis(50));
+        let mut purged = false;
+        loop {
+            tokio::select! {
+                outcomes = &mut reports => return outcomes,
+                _ = watch.tick(), if !purged => {
+                    if self.is_fatal() {
+                        purged = true;
+                        self.producer
+                            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+                    }
                 }
             }
-        }))
-        .await
+        }
+    }
+
+    /// Publishes plain envelopes to their routed topics (the benchmark's raw produce phase).
+    pub async fn publish_envelopes(&self, rows: &[EventEnvelope]) -> Vec<Outcome> {
+        let topics: Vec<String> = rows.iter().map(|r| self.topic_of(r)).collect();
+        let sends: Vec<Send<'_>> = rows
+            .iter()
+            .zip(&topics)
+            .map(|(r, t)| Send::Message(r, t))
+            .collect();
+        self.publish(&sends, false).await
     }
 
     async fn enqueue(
         &self,
         row: &EventEnvelope,
+        topic: &str,
     ) -> Result<rdkafka::producer::DeliveryFuture, RDKafkaErrorCode> {
-        let topic = self.topic_of(row);
         let headers = row.kafka_headers();
         let mut owned = OwnedHeaders::new_with_capacity(headers.len());
         for (k, v) in &headers {
@@ -222,7 +294,7 @@ impl Publisher {
                 value: Some(v.as_bytes()),
             });
         }
-        let mut record = FutureRecord::to(&topic)
+        let mut record = FutureRecord::to(topic)
             .key(row.aggregate_id.as_bytes())
             .payload(row.payload.as_bytes())
             .headers(owned);
@@ -251,8 +323,8 @@ impl Publisher {
 }
 
 enum Pending {
-    Done(RowOutcome),
-    InFlight(i64, rdkafka::producer::DeliveryFuture),
+    Done(Outcome),
+    InFlight(rdkafka::producer::DeliveryFuture),
 }
 
 fn error_code(e: &KafkaError) -> RDKafkaErrorCode {
@@ -275,6 +347,7 @@ mod tests {
         );
         assert_eq!(cfg.get("enable.idempotence"), Some("true"));
         assert_eq!(cfg.get("acks"), Some("all"));
+        assert_eq!(cfg.get("enable.gapless.guarantee"), Some("true"));
         assert_eq!(
             cfg.get("linger.ms"),
             Some("20"),
@@ -282,5 +355,32 @@ mod tests {
         );
         assert_eq!(cfg.get("bootstrap.servers"), Some("b:9092"));
         assert_eq!(cfg.get("message.timeout.ms"), Some("0"));
+    }
+
+    #[test]
+    fn overrides_of_guarantees_are_refused_by_name() {
+        let kv = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
+        for (k, v) in [
+            ("message.timeout.ms", "30000"),
+            ("delivery.timeout.ms", "30000"),
+            ("partitioner", "random"),
+            ("enable.idempotence", "false"),
+            ("max.in.flight.requests.per.connection", "20"),
+            ("max.in.flight", "20"),
+            ("acks", "1"),
+            ("enable.gapless.guarantee", "false"),
+        ] {
+            let err = check_overrides(&kv(k, v)).unwrap_err();
+            assert!(err.contains(k), "{err}");
+        }
+        for (k, v) in [
+            ("compression.type", "zstd"),
+            ("linger.ms", "5"),
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanisms", "PLAIN"),
+            ("client.id", "x"),
+        ] {
+            assert!(check_overrides(&kv(k, v)).is_ok(), "{k} refused");
+        }
     }
 }

@@ -21,6 +21,16 @@ pub struct Status {
     pub lease_active: bool,
     /// Seconds since the last renewal.
     pub lease_renewed_seconds_ago: Option<f64>,
+    /// Parked events (waiting for an operator).
+    pub parked_events: i64,
+    /// Parked events by error class.
+    pub parked_by_class: std::collections::HashMap<String, i64>,
+    /// Events retried after a failure, not parked yet.
+    pub retrying_events: i64,
+    /// Aggregates held back by a parked event.
+    pub blocked_aggregates: i64,
+    /// Events waiting behind parked events.
+    pub events_waiting_behind_parked: i64,
 }
 
 impl Status {
@@ -34,6 +44,7 @@ impl Status {
             oldest_age_seconds,
         } = store.backlog().await?;
         let lease: Option<LeaseInfo> = store.lease_info(lease_name).await?;
+        let parking = store.parking_stats().await?;
         Ok(Self {
             unpublished,
             oldest_unpublished_age_seconds: oldest_age_seconds,
@@ -42,6 +53,11 @@ impl Status {
             lease_holder: lease.as_ref().map(|l| l.holder.clone()),
             lease_epoch: lease.as_ref().map(|l| l.epoch),
             lease_renewed_seconds_ago: lease.as_ref().map(|l| l.renewed_seconds_ago),
+            parked_events: parking.parked(),
+            retrying_events: parking.retrying,
+            blocked_aggregates: parking.blocked_aggregates,
+            events_waiting_behind_parked: parking.waiting_behind,
+            parked_by_class: parking.parked_by_class,
         })
     }
 
@@ -59,9 +75,32 @@ impl Status {
             ),
             (None, _) => "never taken: no relay has run against this database".to_owned(),
         };
+        let mut classes: Vec<String> = self
+            .parked_by_class
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(c, n)| format!("{c} {n}"))
+            .collect();
+        classes.sort();
+        let parked = if self.parked_events == 0 {
+            "0".to_owned()
+        } else {
+            format!(
+                "{} ({}), blocking {} aggregates with {} events waiting behind them; see `outbox-relay blocked`",
+                self.parked_events,
+                classes.join(", "),
+                self.blocked_aggregates,
+                self.events_waiting_behind_parked
+            )
+        };
         format!(
-            "unpublished events:      {}\noldest unpublished age:  {:.1} s\nrelay lease \"{}\":  {}\n",
-            self.unpublished, self.oldest_unpublished_age_seconds, self.lease_name, lease
+            "unpublished events:      {}\noldest unpublished age:  {:.1} s\nrelay lease \"{}\":  {}\nparked events:           {}\nretrying events:         {}\n",
+            self.unpublished,
+            self.oldest_unpublished_age_seconds,
+            self.lease_name,
+            lease,
+            parked,
+            self.retrying_events
         )
     }
 }

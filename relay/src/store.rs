@@ -25,13 +25,38 @@ pub struct LeaseToken {
     pub epoch: i64,
 }
 
+/// One claimed outbox row: its identity, and the message it becomes, or why it cannot be read.
+#[derive(Debug, Clone)]
+pub struct ClaimedRow {
+    /// Outbox sequence number.
+    pub id: i64,
+    /// The event's id.
+    pub event_id: Uuid,
+    /// Aggregate type (with `aggregate_id`, the unit of ordering).
+    pub aggregate_type: String,
+    /// Aggregate id, the message key.
+    pub aggregate_id: String,
+    /// The decoded event, or why the row cannot become a message (it is parked).
+    pub message: Result<EventEnvelope, String>,
+}
+
 /// Result of [`Store::claim_batch`].
 #[derive(Debug)]
-pub enum Claim {
-    /// The lease is held; these rows (possibly none) are the head of the outbox.
-    Rows(Vec<EventEnvelope>),
+pub enum ClaimedBatch {
+    /// The lease is held; these rows (possibly none) are the head of the outbox, leaving out
+    /// aggregates held back by a failure (`outbox_failure`).
+    Rows(Vec<ClaimedRow>),
     /// The lease is no longer held under this token: claim nothing.
     LeaseLost,
+}
+
+/// Limits of one claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimLimits {
+    /// Most rows.
+    pub rows: i64,
+    /// Most bytes of payload and headers (the first row is always taken, whatever its size).
+    pub bytes: i64,
 }
 
 /// Result of [`Store::mark_published`].
@@ -71,7 +96,7 @@ pub struct Store {
     pool: PgPool,
 }
 
-const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM outbox_relay_lease \
+pub(crate) const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM outbox_relay_lease \
      WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > now())";
 
 impl Store {
@@ -97,72 +122,121 @@ impl Store {
         &self.pool
     }
 
-    /// Reads up to `limit` unpublished rows in `id` order, if `lease` is still held.
+    /// Reads up to `limit` unpublished rows in `id` order, if `lease` is still held, with
+    /// no byte limit beyond 1 GiB.
     ///
     /// # Errors
     /// Database errors.
-    pub async fn claim_batch(&self, lease: &LeaseToken, limit: i64) -> Result<Claim, sqlx::Error> {
-        self.claim_batch_excluding(lease, limit, &[]).await
-    }
-
-    /// [`Store::claim_batch`], leaving out the events of `held_aggregates` (aggregates waiting
-    /// after a failure, see `quarantine`), so they neither block nor fill the batch.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub async fn claim_batch_excluding(
+    pub async fn claim_batch(
         &self,
         lease: &LeaseToken,
         limit: i64,
-        held_aggregates: &[String],
-    ) -> Result<Claim, sqlx::Error> {
+    ) -> Result<ClaimedBatch, sqlx::Error> {
+        self.claim(
+            lease,
+            ClaimLimits {
+                rows: limit,
+                bytes: 1 << 30,
+            },
+        )
+        .await
+    }
+
+    /// Reads the head of the outbox in `id` order, if `lease` is still held: at most
+    /// `limits.rows` rows and about `limits.bytes` bytes, leaving out the aggregates that wait
+    /// behind a failed or parked event (`outbox_failure`), so they neither block nor fill the
+    /// batch.
+    ///
+    /// The byte bound is applied twice: in SQL on the stored sizes (so PostgreSQL does not
+    /// render rows the relay would drop) and here on the rendered text (stored values may be
+    /// compressed), so the relay never holds much more than `limits.bytes` of a batch.
+    ///
+    /// # Errors
+    /// Database errors. A row that cannot be decoded is returned with its error, not failed.
+    pub async fn claim(
+        &self,
+        lease: &LeaseToken,
+        limits: ClaimLimits,
+    ) -> Result<ClaimedBatch, sqlx::Error> {
+        use futures::TryStreamExt;
         // One round trip: the lateral join yields one all-NULL row when the lease is held and
-        // the outbox is empty, and nothing from the outbox when the lease is lost.
+        // the outbox is empty, and nothing from the outbox when the lease is lost. `NOT IN`
+        // over the (small) failure table runs as one hashed subplan, probed per row.
         let sql = format!(
             "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
                     o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at \
              FROM (SELECT {LEASE_HELD} AS held) l \
              LEFT JOIN LATERAL ( \
-                 SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at \
-                 FROM outbox WHERE l.held AND aggregate_id <> ALL($5) ORDER BY id LIMIT $4 \
+                 SELECT * FROM ( \
+                     SELECT h.*, sum(h.size) OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) - h.size AS before \
+                     FROM ( \
+                         SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at, \
+                                pg_column_size(payload)::bigint + pg_column_size(headers) AS size \
+                         FROM outbox \
+                         WHERE l.held AND (aggregate_type, aggregate_id) NOT IN ( \
+                             SELECT f.aggregate_type, f.aggregate_id FROM outbox_failure f \
+                             WHERE (f.parked_at IS NOT NULL OR f.retry_at > now()) \
+                               AND EXISTS (SELECT 1 FROM outbox x WHERE x.id = f.outbox_id)) \
+                         ORDER BY id LIMIT $4 \
+                     ) h \
+                 ) w WHERE w.before < $5 \
              ) o ON true"
         );
-        let rows = sqlx::query(&sql)
+        let mut rows = sqlx::query(&sql)
             .bind(&lease.name)
             .bind(&lease.holder)
             .bind(lease.epoch)
-            .bind(limit)
-            .bind(held_aggregates)
-            .fetch_all(&self.pool)
-            .await?;
+            .bind(limits.rows)
+            .bind(limits.bytes)
+            .fetch(&self.pool);
+        let mut out = Vec::new();
+        let mut held = false;
+        let mut bytes = 0i64;
         // Columns by position (the order of the SELECT list): this loop runs per row.
-        let held = rows.first().map(|r| r.get::<bool, _>(0)).unwrap_or(false);
-        if !held {
-            return Ok(Claim::LeaseLost);
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
+        while let Some(r) = rows.try_next().await? {
+            held = r.get::<bool, _>(0);
             let Some(id) = r.get::<Option<i64>, _>(1) else {
                 continue;
             };
+            if bytes >= limits.bytes {
+                // Over the bound once rendered: read on (the statement must finish) but keep
+                // nothing; these rows come first in the next batch.
+                continue;
+            }
+            let payload: String = r.get(6);
             let headers: &str = r.get(7);
-            out.push(EventEnvelope {
+            bytes += (payload.len() + headers.len()) as i64;
+            let event_id = r.get::<Uuid, _>(2);
+            let aggregate_type: String = r.get(3);
+            let aggregate_id: String = r.get(4);
+            let headers = if headers == "{}" {
+                Ok(serde_json::Value::Object(Default::default()))
+            } else {
+                serde_json::from_str(headers).map_err(|e| format!("headers are not decodable: {e}"))
+            };
+            let message = headers.map(|headers| EventEnvelope {
                 id,
-                event_id: r.get::<Uuid, _>(2),
-                aggregate_type: r.get(3),
-                aggregate_id: r.get(4),
+                event_id,
+                aggregate_type: aggregate_type.clone(),
+                aggregate_id: aggregate_id.clone(),
                 event_type: r.get(5),
-                payload: r.get(6),
-                headers: if headers == "{}" {
-                    serde_json::Value::Object(Default::default())
-                } else {
-                    serde_json::from_str(headers).map_err(|e| sqlx::Error::Decode(Box::new(e)))?
-                },
+                payload,
+                headers,
                 topic: r.get(8),
                 created_at: r.get::<DateTime<Utc>, _>(9),
             });
+            out.push(ClaimedRow {
+                id,
+                event_id,
+                aggregate_type,
+                aggregate_id,
+                message,
+            });
         }
-        Ok(Claim::Rows(out))
+        if !held {
+            return Ok(ClaimedBatch::LeaseLost);
+        }
+        Ok(ClaimedBatch::Rows(out))
     }
 
     /// Deletes published rows, fenced by the lease epoch.
@@ -178,12 +252,28 @@ impl Store {
         lease: &LeaseToken,
         ids: &[i64],
     ) -> Result<Marked, sqlx::Error> {
+        self.mark_published_clearing(lease, ids, &[]).await
+    }
+
+    /// [`Store::mark_published`], also deleting the failure records of `had_failures` (rows
+    /// of `ids` that failed before and were now published), in the same statement.
+    ///
+    /// # Errors
+    /// Database errors; retrying is safe.
+    pub async fn mark_published_clearing(
+        &self,
+        lease: &LeaseToken,
+        ids: &[i64],
+        had_failures: &[i64],
+    ) -> Result<Marked, sqlx::Error> {
         let row = sqlx::query(
             "WITH l AS ( \
                  SELECT 1 FROM outbox_relay_lease \
                  WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE \
              ), d AS ( \
                  DELETE FROM outbox WHERE id = ANY($4) AND EXISTS (SELECT 1 FROM l) RETURNING 1 \
+             ), f AS ( \
+                 DELETE FROM outbox_failure WHERE outbox_id = ANY($5) AND EXISTS (SELECT 1 FROM l) \
              ) \
              SELECT (SELECT count(*) FROM l) AS held, (SELECT count(*) FROM d) AS deleted",
         )
@@ -191,6 +281,7 @@ impl Store {
         .bind(&lease.holder)
         .bind(lease.epoch)
         .bind(ids)
+        .bind(had_failures)
         .fetch_one(&self.pool)
         .await?;
         if row.get::<i64, _>("held") == 0 {

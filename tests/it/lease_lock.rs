@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_kit::{enqueue, NewEvent};
-use outbox_relay::store::{Claim, Marked, Store};
+use outbox_relay::store::{ClaimedBatch, Marked, Store};
 use tokio::sync::Barrier;
 
 async fn insert_events(pool: &sqlx::PgPool, n: usize) {
@@ -55,7 +55,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     let b = Store::from_pool(db.pool.clone());
 
     // The owner claims a batch and holds it (no mark yet).
-    let Claim::Rows(batch) = a.claim_batch(&owner, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(batch) = a.claim_batch(&owner, 100).await.unwrap() else {
         panic!("owner lost its lease")
     };
     assert_eq!(batch.len(), 10);
@@ -70,7 +70,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     forged.holder = other_name.to_owned();
     assert!(matches!(
         b.claim_batch(&forged, 100).await.unwrap(),
-        Claim::LeaseLost
+        ClaimedBatch::LeaseLost
     ));
     assert_eq!(
         b.mark_published(&forged, &[batch[0].id]).await.unwrap(),
@@ -89,7 +89,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     // The old owner is fenced: it can neither claim nor mark its acknowledged batch...
     assert!(matches!(
         a.claim_batch(&owner, 100).await.unwrap(),
-        Claim::LeaseLost
+        ClaimedBatch::LeaseLost
     ));
     let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
     assert_eq!(
@@ -105,7 +105,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     assert!(!a.renew_lease(&owner, ttl).await.unwrap());
 
     // The new owner sees the same rows, in the same order, and marks them.
-    let Claim::Rows(again) = b.claim_batch(&taken, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(again) = b.claim_batch(&taken, 100).await.unwrap() else {
         panic!("new owner lost its lease")
     };
     assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
@@ -139,7 +139,7 @@ async fn a_late_commit_with_a_smaller_id_is_still_claimed() {
     assert!(early.id < late.id);
     t2.commit().await.unwrap();
 
-    let Claim::Rows(first) = store.claim_batch(&lease, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(first) = store.claim_batch(&lease, 100).await.unwrap() else {
         panic!()
     };
     assert_eq!(
@@ -153,11 +153,84 @@ async fn a_late_commit_with_a_smaller_id_is_still_claimed() {
 
     // T1 commits after a larger id was already published: it must still be found.
     t1.commit().await.unwrap();
-    let Claim::Rows(second) = store.claim_batch(&lease, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(second) = store.claim_batch(&lease, 100).await.unwrap() else {
         panic!()
     };
     assert_eq!(
         second.iter().map(|r| r.id).collect::<Vec<_>>(),
         vec![early.id]
     );
+}
+
+/// Fencing is by epoch, not by name: a relay restarted with the same `--instance-id` takes a
+/// new epoch, and the old process under that name (a zombie holding the old epoch) can neither
+/// claim, mark, park nor renew.
+#[tokio::test]
+async fn the_same_instance_id_with_a_stale_epoch_is_fenced() {
+    use outbox_relay::failure::FailureClass;
+    use outbox_relay::parking::{NewFailure, ParkPolicy, Recorded};
+    let db = e2e::db::fresh_database().await;
+    let payload = serde_json::json!({});
+    for _ in 0..5 {
+        enqueue(&db.pool, &NewEvent::new("order", "a", "E", &payload))
+            .await
+            .unwrap();
+    }
+    let store = Store::from_pool(db.pool.clone());
+    let ttl = Duration::from_millis(400);
+    let old = store
+        .try_acquire_lease("default", "relay-1", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let ClaimedBatch::Rows(batch) = store.claim_batch(&old, 100).await.unwrap() else {
+        panic!("lost the lease at once")
+    };
+    // The process is restarted under the same name once the lease expired.
+    let new = e2e::wait_for("the lease to expire", Duration::from_secs(10), || async {
+        store
+            .try_acquire_lease("default", "relay-1", ttl)
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(new.holder, old.holder);
+    assert_eq!(new.epoch, old.epoch + 1);
+    assert!(matches!(
+        store.claim_batch(&old, 100).await.unwrap(),
+        ClaimedBatch::LeaseLost
+    ));
+    let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
+    assert_eq!(
+        store.mark_published(&old, &ids).await.unwrap(),
+        Marked::LeaseLost
+    );
+    let failure = NewFailure {
+        id: batch[0].id,
+        event_id: batch[0].event_id,
+        aggregate_type: "order".into(),
+        aggregate_id: "a".into(),
+        class: FailureClass::Delivery,
+        message: "zombie".into(),
+        park: true,
+        retry_now: false,
+    };
+    assert_eq!(
+        store
+            .record_failures(&old, &[failure], ParkPolicy::default())
+            .await
+            .unwrap(),
+        Recorded::LeaseLost
+    );
+    assert!(!store.renew_lease(&old, ttl).await.unwrap());
+    assert_eq!(
+        e2e::db::backlog(&db.pool).await.unwrap(),
+        5,
+        "nothing marked"
+    );
+    let failures: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_failure")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(failures, 0, "nothing parked");
 }

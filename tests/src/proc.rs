@@ -84,6 +84,15 @@ pub fn log_dir() -> PathBuf {
     d
 }
 
+/// Runs an `outbox-relay` operator command (`status`, `blocked`, `redrive`, ...) to the end.
+pub fn relay_cli(args: &[&str]) -> std::process::Output {
+    Command::new(relay_binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run outbox-relay")
+}
+
 /// A running relay process; killed when dropped.
 #[derive(Debug)]
 pub struct RelayProcess {
@@ -228,6 +237,15 @@ pub async fn http_get(addr: &str, path: &str) -> Option<String> {
 }
 
 /// Reads a Prometheus sample value (first line starting with `name`).
+/// The value of one series, written exactly as exposed: `name{label="value",...}`.
+pub fn metric_series(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.rsplit_once(' ').filter(|(s, _)| *s == series))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+/// The value of the first sample of metric `name` (any labels).
 pub fn metric_value(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))

@@ -163,6 +163,7 @@ pub fn tansu_binary() -> PathBuf {
 pub struct Tansu {
     dir: PathBuf,
     child: Option<Child>,
+    extra: Vec<String>,
     /// Its port.
     pub port: u16,
 }
@@ -170,11 +171,32 @@ pub struct Tansu {
 impl Tansu {
     /// Starts a broker on a free port and waits until it accepts connections.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A broker with a JSON-schema registry: `schemas` are `(topic, schema)` pairs; the broker
+    /// refuses (INVALID_RECORD, for the whole record batch) records of such a topic that do
+    /// not match — a real asynchronous, broker-side refusal.
+    pub fn start_with_schemas(schemas: &[(String, serde_json::Value)]) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("outbox-schemas-{:08x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (topic, schema) in schemas {
+            std::fs::write(dir.join(format!("{topic}.json")), schema.to_string()).unwrap();
+        }
+        // tansu resolves the registry URL against its working directory (a sibling of `dir`).
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        Self::start_with(&["--schema-registry".to_owned(), format!("file://../{name}/")])
+    }
+
+    /// Starts a broker with extra command-line arguments.
+    pub fn start_with(extra: &[String]) -> Self {
         let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut me = Self {
             dir,
             child: None,
+            extra: extra.to_vec(),
             port: crate::free_port(),
         };
         me.start_again();
@@ -210,6 +232,7 @@ impl Tansu {
                 "--cluster-id",
                 "outbox-e2e",
             ])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use anyhow::bail;
-use outbox_relay::store::{Claim, Marked};
+use outbox_relay::store::{ClaimedBatch, Marked};
 use outbox_relay::Store;
 use serde::Serialize;
 use sqlx::postgres::PgPoolOptions;
@@ -77,8 +77,8 @@ pub async fn run(
     loop {
         let t0 = Instant::now();
         let claimed = match store.claim_batch(&lease, batch_size).await? {
-            Claim::Rows(r) => r,
-            Claim::LeaseLost => bail!("lease lost while claiming"),
+            ClaimedBatch::Rows(r) => r,
+            ClaimedBatch::LeaseLost => bail!("lease lost while claiming"),
         };
         claim_s += t0.elapsed().as_secs_f64();
         if claimed.is_empty() {

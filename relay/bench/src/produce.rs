@@ -1,6 +1,6 @@
 //! Phase 1, the broker's ceiling: an idempotent rdkafka producer (the relay's own librdkafka
 //! settings) sending pre-built messages, all in flight at once. Also the relay's publish path
-//! (`Publisher::publish`, headers built per row, one batch awaited before the next) without
+//! (`Publisher::publish_envelopes`, headers built per row, one batch awaited before the next) without
 //! a database, which shows what waiting for every batch costs.
 
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ pub struct ProduceFigures {
     pub seconds: f64,
     /// Messages per second, all in flight.
     pub msgs_per_s: f64,
-    /// Messages per second through `Publisher::publish` in batches of the relay's batch size.
+    /// Messages per second through `Publisher::publish_envelopes` in batches of the relay's batch size.
     pub publish_path_msgs_per_s: f64,
     /// Seconds of that run.
     pub publish_path_seconds: f64,
@@ -101,9 +101,13 @@ pub async fn run(
     let start = Instant::now();
     let mut batches = 0u64;
     for chunk in envelopes.chunks(batch_size as usize) {
-        let outcomes = publisher.publish(chunk).await;
-        if let Some(bad) = outcomes.iter().find(|o| o.result.is_err()) {
-            bail!("publish path: event {} failed: {:?}", bad.id, bad.result);
+        let outcomes = publisher.publish_envelopes(chunk).await;
+        if let Some((row, bad)) = chunk
+            .iter()
+            .zip(&outcomes)
+            .find(|(_, o)| !matches!(o, outbox_relay::decide::Outcome::Acked(_)))
+        {
+            bail!("publish path: event {} failed: {bad:?}", row.id);
         }
         batches += 1;
     }

@@ -1,0 +1,432 @@
+//! Durable failure records and parking (`outbox_failure`, `outbox_discarded`): the SQL the
+//! relay uses to hold an aggregate back behind a failed event, and the operator's commands
+//! (`blocked`, `redrive`, `discard`).
+//!
+//! A failure row makes the claim leave out the event's aggregate until `retry_at`, and for good
+//! once `parked_at` is set. Failure rows are written only under the lease epoch (a fenced relay
+//! parks nothing). Redrive deletes the row: the event is the aggregate's oldest unpublished
+//! one, so the next claim sends it first, then the events behind it, in `id` order.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::failure::FailureClass;
+use crate::store::{LeaseToken, Store};
+
+/// A failure to record for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewFailure {
+    /// Outbox id.
+    pub id: i64,
+    /// Event id.
+    pub event_id: Uuid,
+    /// Aggregate type.
+    pub aggregate_type: String,
+    /// Aggregate id.
+    pub aggregate_id: String,
+    /// What went wrong.
+    pub class: FailureClass,
+    /// The error text.
+    pub message: String,
+    /// Park now, whatever the attempt count (the event can never be sent as it is).
+    pub park: bool,
+    /// Retry at once (alone) instead of after the backoff delay.
+    pub retry_now: bool,
+}
+
+/// How failures turn into retries and parking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParkPolicy {
+    /// Attempts after which a retried event is parked.
+    pub park_after: i32,
+    /// Delay after the first failure; doubles per attempt.
+    pub first_delay: Duration,
+    /// Longest delay between attempts.
+    pub max_delay: Duration,
+}
+
+impl Default for ParkPolicy {
+    fn default() -> Self {
+        Self {
+            park_after: 10,
+            first_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The state of one event after recording a failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureState {
+    /// Outbox id.
+    pub id: i64,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// True when the event is now parked.
+    pub parked: bool,
+}
+
+/// Result of [`Store::record_failures`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// Written; the state of each event.
+    Written(Vec<FailureState>),
+    /// The lease changed hands: nothing was written.
+    LeaseLost,
+}
+
+/// One row of `outbox-relay blocked`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BlockedEvent {
+    /// Outbox id.
+    pub outbox_id: i64,
+    /// Event id.
+    pub event_id: Uuid,
+    /// Aggregate type.
+    pub aggregate_type: String,
+    /// Aggregate id.
+    pub aggregate_id: String,
+    /// `parked` (waits for an operator) or `retrying` (retried automatically).
+    pub state: String,
+    /// Error class.
+    pub error_class: String,
+    /// Error text.
+    pub error_message: String,
+    /// Attempts so far.
+    pub attempts: i32,
+    /// First failure.
+    pub first_failed_at: DateTime<Utc>,
+    /// Last failure.
+    pub last_failed_at: DateTime<Utc>,
+    /// When it was parked.
+    pub parked_at: Option<DateTime<Utc>>,
+    /// Seconds since the event was written.
+    pub age_seconds: f64,
+    /// Events of the same aggregate waiting behind it.
+    pub waiting_behind: i64,
+}
+
+/// Parking figures for metrics and `status`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ParkingStats {
+    /// Parked events by error class.
+    pub parked_by_class: HashMap<String, i64>,
+    /// Events being retried after a failure (not parked).
+    pub retrying: i64,
+    /// Aggregates held back by a parked event.
+    pub blocked_aggregates: i64,
+    /// Events waiting behind parked events.
+    pub waiting_behind: i64,
+}
+
+impl ParkingStats {
+    /// All parked events.
+    pub fn parked(&self) -> i64 {
+        self.parked_by_class.values().sum()
+    }
+}
+
+/// What `redrive` selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedriveTarget {
+    /// One event.
+    Event(Uuid),
+    /// Every failed event of one aggregate.
+    Aggregate {
+        /// Aggregate type.
+        aggregate_type: String,
+        /// Aggregate id.
+        aggregate_id: String,
+    },
+    /// Everything parked or retrying.
+    All,
+}
+
+/// Result of `discard`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Discarded {
+    /// Moved into `outbox_discarded`.
+    Done {
+        /// Its outbox id.
+        outbox_id: i64,
+    },
+    /// No unpublished event has this id.
+    NotFound,
+    /// The event exists but is not parked: the relay may be sending it; refuse.
+    NotParked,
+}
+
+impl Store {
+    /// Records failures under the lease: inserts a failure row per event or counts another
+    /// attempt; parks an event when asked to or when it reached `policy.park_after` attempts;
+    /// sets when it may be retried.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn record_failures(
+        &self,
+        lease: &LeaseToken,
+        failures: &[NewFailure],
+        policy: ParkPolicy,
+    ) -> Result<Recorded, sqlx::Error> {
+        if failures.is_empty() {
+            return Ok(Recorded::Written(Vec::new()));
+        }
+        let col = |f: fn(&NewFailure) -> String| failures.iter().map(f).collect::<Vec<_>>();
+        let ids: Vec<i64> = failures.iter().map(|f| f.id).collect();
+        let event_ids: Vec<Uuid> = failures.iter().map(|f| f.event_id).collect();
+        let parks: Vec<bool> = failures.iter().map(|f| f.park).collect();
+        let now: Vec<bool> = failures.iter().map(|f| f.retry_now).collect();
+        let rows = sqlx::query(
+            "WITH l AS ( \
+                 SELECT 1 FROM outbox_relay_lease \
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE \
+             ), w AS ( \
+                 INSERT INTO outbox_failure AS f (outbox_id, event_id, aggregate_type, aggregate_id, \
+                        error_class, error_message, attempts, retry_at, parked_at) \
+                 SELECT u.id, u.event_id, u.atype, u.aid, u.class, u.msg, 1, \
+                        now() + CASE WHEN u.now THEN interval '0' ELSE make_interval(secs => $10) END, \
+                        CASE WHEN u.park OR $9 <= 1 THEN now() END \
+                 FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::text[], $11::text[], \
+                             $12::bool[], $13::bool[]) \
+                      AS u(id, event_id, atype, aid, class, msg, park, now) \
+                 WHERE EXISTS (SELECT 1 FROM l) \
+                 ON CONFLICT (outbox_id) DO UPDATE SET \
+                     error_class = EXCLUDED.error_class, \
+                     error_message = EXCLUDED.error_message, \
+                     attempts = f.attempts + 1, \
+                     last_failed_at = now(), \
+                     retry_at = CASE WHEN EXCLUDED.retry_at <= now() THEN now() \
+                                ELSE now() + make_interval(secs => least($14, $10 * power(2, f.attempts))) END, \
+                     parked_at = CASE WHEN EXCLUDED.parked_at IS NOT NULL OR f.attempts + 1 >= $9 \
+                                 THEN coalesce(f.parked_at, now()) END \
+                 RETURNING outbox_id, attempts, parked_at IS NOT NULL AS parked \
+             ) \
+             SELECT (SELECT count(*) FROM l) AS held, w.outbox_id, w.attempts, w.parked \
+             FROM (SELECT 1) one LEFT JOIN w ON true",
+        )
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(&ids)
+        .bind(&event_ids)
+        .bind(col(|f| f.aggregate_type.clone()))
+        .bind(col(|f| f.aggregate_id.clone()))
+        .bind(col(|f| f.class.as_str().to_owned()))
+        .bind(policy.park_after)
+        .bind(policy.first_delay.as_secs_f64())
+        .bind(col(|f| f.message.clone()))
+        .bind(&parks)
+        .bind(&now)
+        .bind(policy.max_delay.as_secs_f64())
+        .fetch_all(self.pool())
+        .await?;
+        if rows.first().is_none_or(|r| r.get::<i64, _>("held") == 0) {
+            return Ok(Recorded::LeaseLost);
+        }
+        Ok(Recorded::Written(
+            rows.iter()
+                .filter_map(|r| {
+                    Some(FailureState {
+                        id: r.get::<Option<i64>, _>("outbox_id")?,
+                        attempts: r.get("attempts"),
+                        parked: r.get("parked"),
+                    })
+                })
+                .collect(),
+        ))
+    }
+
+    /// Attempts so far of the events being retried (failed before, not parked), by outbox id.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn retrying_failures(&self) -> Result<HashMap<i64, i32>, sqlx::Error> {
+        let rows: Vec<(i64, i32)> = sqlx::query_as(
+            "SELECT outbox_id, attempts FROM outbox_failure WHERE parked_at IS NULL",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Deletes failure rows whose event is no longer in the outbox (published by an older
+    /// relay, or deleted by hand). Returns how many.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn forget_orphan_failures(&self) -> Result<u64, sqlx::Error> {
+        Ok(sqlx::query(
+            "DELETE FROM outbox_failure f \
+             WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = f.outbox_id)",
+        )
+        .execute(self.pool())
+        .await?
+        .rows_affected())
+    }
+
+    /// Every failed event still in the outbox, oldest first, with how many events of its
+    /// aggregate wait behind it.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn blocked_events(&self) -> Result<Vec<BlockedEvent>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT f.outbox_id, f.event_id, f.aggregate_type, f.aggregate_id, \
+                    CASE WHEN f.parked_at IS NULL THEN 'retrying' ELSE 'parked' END AS state, \
+                    f.error_class, f.error_message, f.attempts, f.first_failed_at, f.last_failed_at, \
+                    f.parked_at, extract(epoch FROM now() - o.created_at)::float8 AS age, \
+                    (SELECT count(*) FROM outbox b WHERE b.aggregate_type = f.aggregate_type \
+                        AND b.aggregate_id = f.aggregate_id AND b.id > f.outbox_id) AS behind \
+             FROM outbox_failure f JOIN outbox o ON o.id = f.outbox_id \
+             ORDER BY f.outbox_id",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| BlockedEvent {
+                outbox_id: r.get("outbox_id"),
+                event_id: r.get("event_id"),
+                aggregate_type: r.get("aggregate_type"),
+                aggregate_id: r.get("aggregate_id"),
+                state: r.get("state"),
+                error_class: r.get("error_class"),
+                error_message: r.get("error_message"),
+                attempts: r.get("attempts"),
+                first_failed_at: r.get("first_failed_at"),
+                last_failed_at: r.get("last_failed_at"),
+                parked_at: r.get("parked_at"),
+                age_seconds: r.get("age"),
+                waiting_behind: r.get("behind"),
+            })
+            .collect())
+    }
+
+    /// Parked and retrying counts, blocked aggregates and the events waiting behind them.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn parking_stats(&self) -> Result<ParkingStats, sqlx::Error> {
+        let mut stats = ParkingStats::default();
+        let rows: Vec<(String, bool, i64)> = sqlx::query_as(
+            "SELECT f.error_class, f.parked_at IS NOT NULL, count(*) \
+             FROM outbox_failure f JOIN outbox o ON o.id = f.outbox_id GROUP BY 1, 2",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        for (class, parked, n) in rows {
+            if parked {
+                stats.parked_by_class.insert(class, n);
+            } else {
+                stats.retrying += n;
+            }
+        }
+        if stats.parked() > 0 {
+            let (aggregates, behind): (i64, i64) = sqlx::query_as(
+                "WITH p AS ( \
+                     SELECT f.aggregate_type, f.aggregate_id, min(f.outbox_id) AS first_id \
+                     FROM outbox_failure f JOIN outbox o ON o.id = f.outbox_id \
+                     WHERE f.parked_at IS NOT NULL GROUP BY 1, 2) \
+                 SELECT (SELECT count(*) FROM p), \
+                        (SELECT count(*) FROM outbox b JOIN p ON b.aggregate_type = p.aggregate_type \
+                            AND b.aggregate_id = p.aggregate_id AND b.id > p.first_id)",
+            )
+            .fetch_one(self.pool())
+            .await?;
+            stats.blocked_aggregates = aggregates;
+            stats.waiting_behind = behind;
+        }
+        Ok(stats)
+    }
+
+    /// Unparks: deletes the failure rows `target` selects, so the events are sent again on the
+    /// next batch, before the events behind them. Returns the outbox ids released.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn redrive(&self, target: &RedriveTarget) -> Result<Vec<i64>, sqlx::Error> {
+        let q = match target {
+            RedriveTarget::Event(id) => sqlx::query_scalar(
+                "DELETE FROM outbox_failure WHERE event_id = $1 RETURNING outbox_id",
+            )
+            .bind(*id),
+            RedriveTarget::Aggregate {
+                aggregate_type,
+                aggregate_id,
+            } => sqlx::query_scalar(
+                "DELETE FROM outbox_failure WHERE aggregate_type = $1 AND aggregate_id = $2 \
+                 RETURNING outbox_id",
+            )
+            .bind(aggregate_type.clone())
+            .bind(aggregate_id.clone()),
+            RedriveTarget::All => {
+                sqlx::query_scalar("DELETE FROM outbox_failure RETURNING outbox_id")
+            }
+        };
+        let mut ids: Vec<i64> = q.fetch_all(self.pool()).await?;
+        ids.sort_unstable();
+        // Wake a relay that is idle (optional for it: it polls anyway).
+        let _ = sqlx::query("SELECT pg_notify($1, '')")
+            .bind(outbox_kit::outbox::NOTIFY_CHANNEL)
+            .execute(self.pool())
+            .await;
+        Ok(ids)
+    }
+
+    /// Moves a parked event out of the outbox into `outbox_discarded` with `reason` and
+    /// `by`, in one transaction; the aggregate's later events then flow. Only parked events
+    /// can be discarded (any other may be in flight).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn discard(
+        &self,
+        event_id: Uuid,
+        reason: &str,
+        by: &str,
+    ) -> Result<Discarded, sqlx::Error> {
+        let mut tx = self.pool().begin().await?;
+        let row: Option<(i64, Option<chrono::DateTime<Utc>>)> = sqlx::query_as(
+            "SELECT o.id, f.parked_at FROM outbox o \
+             LEFT JOIN outbox_failure f ON f.outbox_id = o.id \
+             WHERE o.event_id = $1 FOR UPDATE OF o",
+        )
+        .bind(event_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let id = match row {
+            None => return Ok(Discarded::NotFound),
+            Some((_, None)) => return Ok(Discarded::NotParked),
+            Some((id, Some(_))) => id,
+        };
+        sqlx::query(
+            "INSERT INTO outbox_discarded (event_id, outbox_id, aggregate_type, aggregate_id, \
+                 event_type, payload, headers, topic, created_at, error_class, error_message, \
+                 attempts, reason, discarded_by) \
+             SELECT o.event_id, o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
+                    o.headers, o.topic, o.created_at, f.error_class, f.error_message, f.attempts, $2, $3 \
+             FROM outbox o JOIN outbox_failure f ON f.outbox_id = o.id WHERE o.id = $1",
+        )
+        .bind(id)
+        .bind(reason)
+        .bind(by)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM outbox_failure WHERE outbox_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM outbox WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Discarded::Done { outbox_id: id })
+    }
+}

@@ -1,0 +1,187 @@
+//! The relay's other failure-isolation claims: a record batch the broker refuses
+//! asynchronously lets no later event of its aggregate overtake it; settings the guarantees
+//! depend on cannot be overridden; a batch is bounded in bytes as well as rows.
+
+use std::time::Duration;
+
+use e2e::proc::{metric_series, metric_value, relay_cli, RelayArgs, RelayProcess};
+use serde_json::json;
+
+use crate::parking::{ops, Ledger};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_overtake_it() {
+    // A private broker that validates the topic's records against a JSON schema: a record
+    // with a `poison` field makes it refuse the whole record batch (INVALID_RECORD) in the
+    // produce response — the asynchronous, per-batch failure of a topic-level limit.
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let schema = json!({
+        "type": "object",
+        "properties": {"value": {"type": "object", "not": {"required": ["poison"]}}}
+    });
+    let tansu = e2e::servers::Tansu::start_with_schemas(&[(topic.clone(), schema)]);
+    let brokers = tansu.brokers();
+    let db = e2e::db::fresh_database().await;
+    let mut ledger = Ledger::default();
+    // Create the topic first (the relay would, but this test wants the stream to flow at once).
+    let mut warm = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "warm"));
+    ledger.put(&db.pool, "warm", "{}", "{}", None).await;
+    e2e::wait_for("the topic to exist", Duration::from_secs(60), || async {
+        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
+    })
+    .await;
+    warm.terminate(Duration::from_secs(10));
+
+    let mut poison = None;
+    for i in 0..3_000 {
+        let agg = format!("a-{}", i % 60);
+        let payload = if i == 1_505 {
+            json!({"poison": true, "n": i})
+        } else {
+            json!({"n": i})
+        };
+        let (id, event_id) = ledger
+            .put(&db.pool, &agg, &payload.to_string(), "{}", None)
+            .await;
+        if i == 1_505 {
+            poison = Some((agg, id, event_id));
+        }
+    }
+    let (poison_agg, poison_id, _) = poison.unwrap();
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "refused");
+    args.extra = ["--batch-size", "1000"].map(String::from).to_vec();
+    let relay = RelayProcess::start(&args);
+
+    e2e::wait_for(
+        "everything but the poisoned aggregate to drain",
+        Duration::from_secs(120),
+        || async {
+            let left: Vec<(String, i64)> =
+                sqlx::query_as("SELECT aggregate_id, id FROM outbox ORDER BY id")
+                    .fetch_all(&db.pool)
+                    .await
+                    .ok()?;
+            (!left.is_empty()
+                && left.iter().all(|(a, _)| *a == poison_agg)
+                && left[0].1 == poison_id)
+                .then_some(())
+        },
+    )
+    .await;
+    let (_, blocked) = ops(&["blocked"], &db.url);
+    let events = blocked["events"].as_array().unwrap();
+    assert_eq!(
+        events.len(),
+        1,
+        "only the refused event is parked: {blocked}"
+    );
+    assert_eq!(events[0]["error_class"], "broker_rejected", "{blocked}");
+    assert_eq!(events[0]["state"], "parked");
+    // Parked on its first refusal while sent alone: at once if its aggregate was already being
+    // retried alone (an earlier event of it shared a refused batch), else on the second try.
+    let attempts = events[0]["attempts"].as_i64().unwrap();
+    assert!((1..=2).contains(&attempts), "{blocked}");
+
+    let records = {
+        let (b, t) = (brokers.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || e2e::verify::dump(&b, &[t]))
+            .await
+            .unwrap()
+    };
+    let (violations, missing) = ledger.check(&records);
+    assert!(
+        violations.is_empty(),
+        "first-occurrence order violated: {violations:?}"
+    );
+    let behind: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        missing.len() as i64,
+        behind,
+        "exactly the poison and the events behind it are not on the broker"
+    );
+    let log = relay.log_text();
+    eprintln!(
+        "broker refusal: {} messages on the broker, {} held, producer sessions replaced {} times",
+        records.len(),
+        behind,
+        log.matches("starting a new producer session").count()
+    );
+}
+
+#[test]
+fn overrides_of_the_guarantees_are_refused_at_start_up() {
+    for setting in [
+        "message.timeout.ms=30000",
+        "delivery.timeout.ms=30000",
+        "partitioner=random",
+        "enable.idempotence=false",
+        "max.in.flight.requests.per.connection=20",
+        "acks=1",
+        "enable.gapless.guarantee=false",
+    ] {
+        let out = relay_cli(&[
+            "run",
+            "--database-url",
+            "postgres://nobody@127.0.0.1:1/none",
+            "--kafka-brokers",
+            "127.0.0.1:1",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--kafka-config",
+            setting,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let key = setting.split('=').next().unwrap();
+        assert!(!out.status.success(), "{setting} accepted");
+        assert!(
+            stderr.contains(&format!("--kafka-config {setting} is refused")),
+            "{setting}: {stderr}"
+        );
+        assert!(stderr.contains(key));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_are_bounded_in_bytes_as_well_as_rows() {
+    let db = e2e::db::fresh_database().await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    let mut ledger = Ledger::default();
+    // 24 events of ~400 kB (compressible: stored far smaller than they are rendered).
+    for i in 0..24 {
+        let payload = json!({"n": i, "blob": "y".repeat(400_000)}).to_string();
+        ledger
+            .put(&db.pool, &format!("b-{}", i % 4), &payload, "{}", None)
+            .await;
+    }
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "bytes");
+    args.extra = ["--batch-max-bytes", "1000000"].map(String::from).to_vec();
+    let relay = RelayProcess::start(&args);
+    e2e::wait_for("the outbox to drain", Duration::from_secs(60), || async {
+        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
+    })
+    .await;
+    let metrics = relay.metrics().await.unwrap();
+    let batches = metric_value(&metrics, "outbox_batch_rows_count").unwrap();
+    let rows = metric_value(&metrics, "outbox_batch_rows_sum").unwrap();
+    let within_10 = metric_series(&metrics, "outbox_batch_rows_bucket{le=\"10\"}").unwrap();
+    eprintln!("24 events of 400 kB under a 1 MB bound: {batches} batches, {rows} rows");
+    assert_eq!(rows, 24.0);
+    assert!(
+        batches >= 8.0,
+        "at most 3 rows (1.2 MB) per batch: {batches} batches"
+    );
+    assert_eq!(within_10, batches, "no batch above 10 rows");
+    let records = {
+        let t = format!("{prefix}order");
+        tokio::task::spawn_blocking(move || e2e::verify::dump(&brokers, &[t]))
+            .await
+            .unwrap()
+    };
+    let (violations, missing) = ledger.check(&records);
+    assert!(violations.is_empty() && missing.is_empty());
+}
