@@ -43,6 +43,8 @@ pub struct DbFigures {
     pub claim_rows_per_s: f64,
     /// Rows per second of marking alone.
     pub mark_rows_per_s: f64,
+    /// CPU of claim + mark (PostgreSQL; relay-bench is the client).
+    pub cpu: crate::cpu::CpuFigures,
 }
 
 /// Runs phase 2.
@@ -73,6 +75,7 @@ pub async fn run(
         bail!("could not take the lease in a fresh database");
     };
     let (mut claim_s, mut mark_s, mut batches, mut rows) = (0.0, 0.0, 0u64, 0u64);
+    let cpu0 = infra.cpu.snapshot();
     let start = Instant::now();
     loop {
         let t0 = Instant::now();
@@ -94,6 +97,7 @@ pub async fn run(
         batches += 1;
     }
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = crate::cpu::CpuFigures::between(&cpu0, &infra.cpu.snapshot(), n, None);
     pool.close().await;
     infra.drop_database(db).await?;
     if rows != n {
@@ -113,5 +117,6 @@ pub async fn run(
         mark_ms_per_batch: mark_s * 1000.0 / batches.max(1) as f64,
         claim_rows_per_s: n as f64 / claim_s,
         mark_rows_per_s: n as f64 / mark_s,
+        cpu,
     })
 }

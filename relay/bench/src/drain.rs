@@ -45,6 +45,9 @@ pub struct DrainFigures {
     pub rss_range_kb: Option<(u64, u64)>,
     /// Average rows per batch (`outbox_batch_rows`).
     pub avg_batch_rows: Option<f64>,
+    /// CPU from the relay's start until the outbox was empty: the relay process, PostgreSQL
+    /// (claims, deletes, autovacuum), the broker.
+    pub cpu: crate::cpu::CpuFigures,
     /// Samples every 0.5 s.
     pub samples: Vec<Sample>,
     /// The relay's log.
@@ -86,6 +89,7 @@ pub async fn run(
     infra.checkpoint().await;
 
     let log = spec.log_dir.join("relay-drain.log");
+    let cpu0 = infra.cpu.snapshot();
     let start = Instant::now();
     let mut relay = RelayProc::spawn(&RelaySpec {
         binary: spec.binary,
@@ -146,6 +150,12 @@ pub async fn run(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    let cpu = crate::cpu::CpuFigures::between(
+        &cpu0,
+        &infra.cpu.snapshot(),
+        spec.events,
+        infra.cpu.process_seconds(relay.pid(), false),
+    );
     let peak_rss_kb = relay.memory().map_or(0, |m| m.hwm_kb);
     if let Some(m) = relay.memory() {
         samples.push(Sample {
@@ -192,6 +202,7 @@ pub async fn run(
             .zip(later.iter().max())
             .map(|(a, b)| (*a, *b)),
         avg_batch_rows,
+        cpu,
         samples,
         relay_log: log.display().to_string(),
     })

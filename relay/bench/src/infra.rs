@@ -22,6 +22,8 @@ pub struct Infra {
     run_id: String,
     seq: AtomicU32,
     admin: AdminClient<DefaultClientContext>,
+    /// Per-process CPU accounting of the servers (see [`crate::cpu`]).
+    pub cpu: crate::cpu::CpuProbe,
 }
 
 impl std::fmt::Debug for Infra {
@@ -75,6 +77,7 @@ impl Infra {
             run_id: format!("{:08x}", rand::random::<u32>()),
             seq: AtomicU32::new(1),
             admin,
+            cpu: crate::cpu::CpuProbe::default(),
         })
     }
 
@@ -144,7 +147,17 @@ impl Infra {
         }
     }
 
-    /// Reads the server settings.
+    /// The pid of a backend of the server (its parent is the postmaster), when reachable.
+    pub async fn backend_pid(&self) -> Option<u32> {
+        let mut c = PgConnection::connect(&self.admin_url).await.ok()?;
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut c)
+            .await
+            .ok()?;
+        u32::try_from(pid).ok()
+    }
+
+    /// Server settings reported with the figures.
     ///
     /// # Errors
     /// Database errors.

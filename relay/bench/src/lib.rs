@@ -10,6 +10,7 @@
 //! - [`report`]: the JSON report and the table.
 
 pub mod cli;
+pub mod cpu;
 pub mod db;
 pub mod drain;
 pub mod infra;
@@ -83,7 +84,8 @@ fn keep_best<T>(
 /// When the servers cannot be reached at all.
 pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let sizes = args.sizes();
-    let infra = Infra::new(&args.database_url, &args.kafka_brokers, args.partitions)?;
+    let mut infra = Infra::new(&args.database_url, &args.kafka_brokers, args.partitions)?;
+    infra.cpu = crate::cpu::CpuProbe::new(infra.backend_pid().await);
     let postgres = infra.server_settings().await?;
     let w = Workload {
         aggregates: args.aggregates,

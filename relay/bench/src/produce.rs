@@ -30,6 +30,10 @@ pub struct ProduceFigures {
     pub publish_path_seconds: f64,
     /// Average wait per batch in the publish-path run (send to last acknowledgement), in ms.
     pub publish_path_ms_per_batch: f64,
+    /// CPU of the all-in-flight run (relay-bench is the producer; the broker).
+    pub cpu: crate::cpu::CpuFigures,
+    /// CPU of the publish-path run.
+    pub publish_path_cpu: crate::cpu::CpuFigures,
 }
 
 /// Runs phase 1.
@@ -62,6 +66,7 @@ pub async fn run(
             )
         })
         .collect();
+    let cpu0 = infra.cpu.snapshot();
     let start = Instant::now();
     let mut futures = Vec::with_capacity(messages.len());
     for (key, payload, headers) in messages {
@@ -86,6 +91,7 @@ pub async fn run(
         .filter(|r| !matches!(r, Ok(Ok(_))))
         .count();
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = crate::cpu::CpuFigures::between(&cpu0, &infra.cpu.snapshot(), n, None);
     if failed > 0 {
         bail!("{failed} of {n} messages were not acknowledged");
     }
@@ -98,6 +104,7 @@ pub async fn run(
         .await?;
     let publisher = Publisher::new(infra.brokers(), &[], &prefix)?;
     warm_up(publisher.producer(), &format!("{prefix}{AGGREGATE_TYPE}")).await?;
+    let cpu1 = infra.cpu.snapshot();
     let start = Instant::now();
     let mut batches = 0u64;
     for chunk in envelopes.chunks(batch_size as usize) {
@@ -112,6 +119,7 @@ pub async fn run(
         batches += 1;
     }
     let publish_seconds = start.elapsed().as_secs_f64();
+    let publish_path_cpu = crate::cpu::CpuFigures::between(&cpu1, &infra.cpu.snapshot(), n, None);
 
     Ok(ProduceFigures {
         messages: n,
@@ -120,6 +128,8 @@ pub async fn run(
         publish_path_msgs_per_s: n as f64 / publish_seconds,
         publish_path_seconds: publish_seconds,
         publish_path_ms_per_batch: publish_seconds * 1000.0 / batches.max(1) as f64,
+        cpu,
+        publish_path_cpu,
     })
 }
 
