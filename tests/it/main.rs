@@ -2,6 +2,7 @@
 //! independent client (kafka-python) checking what landed on the broker.
 
 mod common;
+mod consumer_runtime;
 mod consumers;
 mod failover;
 mod faults;
