@@ -4,6 +4,7 @@
 mod common;
 mod consumer_runtime;
 mod consumers;
+mod dlq_redrive;
 mod failover;
 mod faults;
 mod lease_lock;

@@ -22,20 +22,25 @@
 //!   `<topic>.dlq` at once with the error in its `dlq.error` header, and consumption continues;
 //! - partitions are applied concurrently, each by its own worker in offset order, so the
 //!   events of one key (one aggregate) are applied in order; a partition whose worker retries
-//!   is paused, so it holds back only itself.
+//!   is paused, so it holds back only itself;
+//! - `dlq list` / `dlq redrive` ([`dlq_cli`], [`redrive`]) show a consumer's dead letters and
+//!   send them back to their source topic; the inbox makes a redrive of an event that was
+//!   applied meanwhile a duplicate.
 //!
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
 //! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `flow` (hand-off,
-//! pause and resume), [`dlq`], [`topics`], [`metrics`].
+//! pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`].
 
 pub mod apply;
 pub mod config;
 pub mod dlq;
+pub mod dlq_cli;
 pub mod event;
 mod flow;
 pub mod handler;
 pub mod metrics;
+pub mod redrive;
 mod runtime;
 pub mod topics;
 mod worker;
