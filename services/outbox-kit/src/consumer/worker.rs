@@ -176,7 +176,22 @@ impl<H: Handler> Worker<H> {
             Ok(e) => e,
             Err(rejection) => return self.dead_letter(msg, rejection, stop).await,
         };
-        let Some(versions) = self.deps.handler.versions(&envelope.event_type) else {
+        let handler = &*self.deps.handler;
+        let versions = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+            handler.versions(&envelope.event_type)
+        })) {
+            Ok(v) => v,
+            Err(payload) => {
+                self.deps.metrics.handler_panics.inc();
+                let message = panic_message(&*payload);
+                let rejection = Rejection::HandlerPanic {
+                    attempts: 1,
+                    message,
+                };
+                return self.dead_letter(msg, rejection, stop).await;
+            }
+        };
+        let Some(versions) = versions else {
             self.deps.metrics.finished("ignored");
             tracing::trace!(event.id = %envelope.event_id, event.name = %envelope.event_type, "Ignored event");
             return Ok(());
@@ -241,7 +256,18 @@ impl<H: Handler> Worker<H> {
     /// Counts and logs a successful attempt.
     fn finished(&self, msg: &RawMessage, event: &Event, applied: Applied, started: Instant) {
         if let Applied::Effect(effect) = applied {
-            self.deps.handler.committed(event, effect);
+            let handler = &*self.deps.handler;
+            let counted =
+                std::panic::catch_unwind(AssertUnwindSafe(|| handler.committed(event, effect)));
+            if let Err(payload) = counted {
+                self.deps.metrics.handler_panics.inc();
+                tracing::error!(
+                    event.id = %event.event_id(),
+                    event.name = %event.event_type(),
+                    panic = %panic_message(&*payload),
+                    "Handler panicked after its transaction committed; the event stays applied"
+                );
+            }
         }
         self.deps.metrics.observe_apply(started.elapsed());
         self.deps.metrics.finished(applied.as_str());
