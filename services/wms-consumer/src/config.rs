@@ -81,5 +81,22 @@ mod tests {
         assert_eq!(r.topics, ["p.order", "p.stock"]);
         assert_eq!(c.shutdown_timeout(), Duration::from_secs(10));
         assert_eq!(c.command, None, "no subcommand: run the service");
+        let dlq = Config::try_parse_from([
+            "wms-consumer",
+            "--database-url",
+            "postgres://x/wms",
+            "--kafka-brokers",
+            "k:9092",
+            "dlq",
+            "list",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(
+            dlq.command,
+            Some(ConsumerCommand::Dlq(
+                outbox_kit::consumer::dlq_cli::DlqCommand::List { json: true }
+            ))
+        );
     }
 }
