@@ -22,7 +22,8 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use super::event::RawMessage;
 use super::metrics::ConsumerMetrics;
-use super::runtime::{RuntimeContext, WorkerHandle, WorkerRegistry};
+use super::registry::{WorkerHandle, WorkerRegistry};
+use super::runtime::RuntimeContext;
 
 /// How often the fetch loop refills queues from overflow buffers and pauses or resumes
 /// partitions.

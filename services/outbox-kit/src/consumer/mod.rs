@@ -29,8 +29,8 @@
 //!
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
-//! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `flow` (hand-off,
-//! pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`].
+//! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `registry` (the
+//! workers of a runtime), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`].
 
 pub mod apply;
 pub mod config;
@@ -41,6 +41,7 @@ mod flow;
 pub mod handler;
 pub mod metrics;
 pub mod redrive;
+mod registry;
 mod runtime;
 pub mod topics;
 mod worker;

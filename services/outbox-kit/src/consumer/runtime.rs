@@ -20,7 +20,7 @@
 //! retry nor buffer. So a partition stuck on retries holds back only itself, and no message is
 //! skipped, reordered or fetched twice by this process.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,6 +44,7 @@ use super::event::RawMessage;
 use super::flow;
 use super::handler::Handler;
 use super::metrics::ConsumerMetrics;
+use super::registry::{WorkerHandle, WorkerRegistry};
 use super::topics;
 use super::worker::{Deps, Worker};
 
@@ -53,80 +54,6 @@ pub enum ConsumerError {
     /// The Kafka client could not be created or subscribed (invalid settings).
     #[error("Kafka client error")]
     Kafka(#[from] KafkaError),
-}
-
-/// A running partition worker, and the fetch loop's bookkeeping of its partition.
-pub(crate) struct WorkerHandle {
-    pub(crate) tx: mpsc::Sender<RawMessage>,
-    stop: CancellationToken,
-    join: JoinHandle<()>,
-    generation: u64,
-    /// Set by the worker while it retries a message.
-    pub(crate) retrying: Arc<AtomicBool>,
-    /// Fetched messages waiting for room in the queue, in offset order.
-    pub(crate) overflow: VecDeque<RawMessage>,
-    /// Whether the fetch loop paused the partition.
-    pub(crate) paused: bool,
-    /// The offset after the last message handed to this worker (or its overflow buffer).
-    pub(crate) next_offset: i64,
-}
-
-/// The partition workers of one runtime, shared by the fetch loop (which starts them) and the
-/// rebalance callback (which stops them).
-#[derive(Default)]
-pub(crate) struct WorkerRegistry {
-    pub(crate) workers: HashMap<(String, i32), WorkerHandle>,
-    /// Workers of revoked partitions finishing their event in hand.
-    retired: Vec<JoinHandle<()>>,
-    /// Generations of workers told to stop by the shutdown: the partitions are still assigned,
-    /// so what they finish still has its offset stored.
-    draining: HashMap<(String, i32), u64>,
-    next_generation: u64,
-}
-
-impl WorkerRegistry {
-    /// Whether the worker of `generation` still owns the partition (it may store offsets).
-    pub fn is_current(&self, topic: &str, partition: i32, generation: u64) -> bool {
-        let key = (topic.to_owned(), partition);
-        self.workers
-            .get(&key)
-            .is_some_and(|w| w.generation == generation)
-            || self.draining.get(&key) == Some(&generation)
-    }
-
-    /// Stops the workers of the given (revoked) partitions after their event in hand; their
-    /// later finishes store no offset. Returns the partitions that were paused, to resume.
-    fn retire(&mut self, partitions: &[(String, i32)]) -> Vec<(String, i32)> {
-        let mut paused = vec![];
-        for p in partitions {
-            self.draining.remove(p);
-            if let Some(w) = self.workers.remove(p) {
-                w.stop.cancel();
-                self.retired.push(w.join);
-                if w.paused {
-                    paused.push(p.clone());
-                }
-            }
-        }
-        self.retired.retain(|h| !h.is_finished());
-        paused
-    }
-
-    /// Shutdown: stops every worker after its event in hand, keeping its right to store the
-    /// offsets it finishes; returns their tasks.
-    fn retire_all(&mut self) -> Vec<JoinHandle<()>> {
-        for (key, w) in self.workers.drain() {
-            w.stop.cancel();
-            self.draining.insert(key, w.generation);
-            self.retired.push(w.join);
-        }
-        std::mem::take(&mut self.retired)
-    }
-
-    /// Partitions currently paused by the fetch loop.
-    pub(crate) fn paused_count(&self) -> usize {
-        self.workers.values().filter(|w| w.paused).count()
-    }
 }
 
 /// librdkafka callbacks of the runtime's consumer.
@@ -336,22 +263,9 @@ pub async fn run<H: Handler>(
         {
             tracing::info!("Kafka broker reachable again");
         }
-        let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (msg.topic.clone(), msg.partition);
-        if !r.workers.contains_key(&key) {
-            let handle = start_worker(
-                &msg, &config, &deps, &consumer, &registry, &shutdown, &mut r,
-            );
-            r.workers.insert(key.clone(), handle);
-        }
-        if let Some(w) = r.workers.get_mut(&key) {
-            flow::hand_off(w, msg);
-            if flow::regulate(w, &*consumer, &key.0, key.1) {
-                metrics
-                    .paused_partitions
-                    .set(i64::try_from(r.paused_count()).unwrap_or(i64::MAX));
-            }
-        }
+        dispatch(
+            msg, &config, &deps, &consumer, &registry, &shutdown, &metrics,
+        );
     }
 
     drain(&config, &consumer, &registry).await;
@@ -362,6 +276,33 @@ pub async fn run<H: Handler>(
     let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     tracing::info!(consumer = %config.consumer_name, "Consumer stopped");
     Ok(())
+}
+
+/// Hands `msg` to the worker of its partition (starting it if there is none) without waiting,
+/// and pauses the partition if it has to wait ([`flow`]).
+fn dispatch<H: Handler>(
+    msg: RawMessage,
+    config: &RuntimeConfig,
+    deps: &Arc<Deps<H>>,
+    consumer: &Arc<StreamConsumer<RuntimeContext>>,
+    registry: &Arc<Mutex<WorkerRegistry>>,
+    shutdown: &CancellationToken,
+    metrics: &ConsumerMetrics,
+) {
+    let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (msg.topic.clone(), msg.partition);
+    if !r.workers.contains_key(&key) {
+        let handle = start_worker(&msg, config, deps, consumer, registry, shutdown, &mut r);
+        r.workers.insert(key.clone(), handle);
+    }
+    if let Some(w) = r.workers.get_mut(&key) {
+        flow::hand_off(w, msg);
+        if flow::regulate(w, &**consumer, &key.0, key.1) {
+            metrics
+                .paused_partitions
+                .set(i64::try_from(r.paused_count()).unwrap_or(i64::MAX));
+        }
+    }
 }
 
 /// Starts the worker of `msg`'s partition.
@@ -433,74 +374,5 @@ async fn drain(
             tracing::warn!(error = %e, "Final offset commit failed; the inbox skips what is delivered again")
         }
         Err(e) => tracing::warn!(error = %e, "Final offset commit did not run"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn handle(registry: &mut WorkerRegistry, topic: &str, partition: i32) -> CancellationToken {
-        let (tx, _rx) = mpsc::channel(1);
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let generation = registry.next_generation;
-        registry.next_generation += 1;
-        registry.workers.insert(
-            (topic.to_owned(), partition),
-            WorkerHandle {
-                tx,
-                stop: stop.clone(),
-                join: tokio::spawn(async move { s.cancelled().await }),
-                generation,
-                retrying: Arc::default(),
-                overflow: VecDeque::new(),
-                paused: false,
-                next_offset: 0,
-            },
-        );
-        stop
-    }
-
-    #[tokio::test]
-    async fn a_revoked_partition_stops_its_worker_and_its_offsets_are_no_longer_stored() {
-        let mut r = WorkerRegistry::default();
-        let stop0 = handle(&mut r, "t", 0);
-        let stop1 = handle(&mut r, "t", 1);
-        assert!(r.is_current("t", 0, 0) && r.is_current("t", 1, 1));
-        r.retire(&[("t".to_owned(), 0)]);
-        assert!(
-            stop0.is_cancelled(),
-            "the revoked partition's worker is told to stop"
-        );
-        assert!(!stop1.is_cancelled(), "the other partitions go on");
-        assert!(
-            !r.is_current("t", 0, 0),
-            "a late finish must not store an offset"
-        );
-        // Assigned again: a new worker with a new generation; the old one still may not store.
-        let _again = handle(&mut r, "t", 0);
-        assert!(!r.is_current("t", 0, 0) && r.is_current("t", 0, 2));
-        let all = r.retire_all();
-        assert!(stop1.is_cancelled());
-        assert!(r.workers.is_empty());
-        futures::future::join_all(all).await;
-    }
-
-    #[tokio::test]
-    async fn workers_stopped_by_the_shutdown_still_store_what_they_finish() {
-        let mut r = WorkerRegistry::default();
-        let stop = handle(&mut r, "t", 0);
-        let all = r.retire_all();
-        assert!(stop.is_cancelled(), "told to stop after the event in hand");
-        assert!(
-            r.is_current("t", 0, 0),
-            "the partition is still ours until the consumer closes: its finish is stored"
-        );
-        assert!(!r.is_current("t", 0, 1), "only that worker");
-        // A revoke during the drain takes the right away again.
-        r.retire(&[("t".to_owned(), 0)]);
-        assert!(!r.is_current("t", 0, 0));
-        futures::future::join_all(all).await;
     }
 }

@@ -36,7 +36,8 @@ use super::dlq::DeadLetters;
 use super::event::{Event, RawMessage, Rejection};
 use super::handler::{Disposition, Handler, HandlerError};
 use super::metrics::ConsumerMetrics;
-use super::runtime::{RuntimeContext, WorkerRegistry};
+use super::registry::WorkerRegistry;
+use super::runtime::RuntimeContext;
 
 /// What all workers of a runtime share.
 pub(crate) struct Deps<H> {
