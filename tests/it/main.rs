@@ -2,7 +2,9 @@
 //! independent client (kafka-python) checking what landed on the broker.
 
 mod common;
+mod consumer_runtime;
 mod consumers;
+mod dlq_redrive;
 mod failover;
 mod faults;
 mod isolation;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::builder::NonEmptyStringValueParser;
 use clap::Parser;
+use outbox_kit::consumer::dlq_cli::ConsumerCommand;
 use outbox_kit::consumer::{ConsumerArgs, RuntimeConfig};
 
 /// HTTP order service: idempotent orders, signed payment and refund callbacks, events through
@@ -49,6 +50,11 @@ pub struct Config {
     /// Consumer settings (used with `--kafka-brokers`).
     #[command(flatten)]
     pub consumer: ConsumerArgs,
+
+    /// An operator command for the fulfilment consumer (`dlq list`, `dlq redrive`; needs
+    /// `--kafka-brokers`); without one, the service runs.
+    #[command(subcommand)]
+    pub command: Option<ConsumerCommand>,
 }
 
 impl Config {

@@ -1,5 +1,6 @@
 //! `order-service`: parse configuration, migrate, serve until SIGTERM; with `--kafka-brokers`,
-//! also consume the fulfilment events that move orders.
+//! also consume the fulfilment events that move orders. `dlq list` / `dlq redrive` run an
+//! operator command on the fulfilment consumer's dead letters instead.
 
 use std::sync::Arc;
 
@@ -12,6 +13,18 @@ use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
 async fn main() -> anyhow::Result<()> {
     outbox_kit::service::init_tracing();
     let config = Config::parse();
+    if let Some(command) = &config.command {
+        let runtime = config
+            .runtime_config()
+            .context("the dlq commands need --kafka-brokers / KAFKA_BROKERS")?;
+        return outbox_kit::consumer::dlq_cli::run(
+            command,
+            &runtime,
+            &mut std::io::stdout().lock(),
+        )
+        .await
+        .context("dlq command failed");
+    }
     let secret = CallbackSecret::new(&config.payment_callback_secret)
         .context("invalid PAYMENT_CALLBACK_SECRET")?;
     let pool = order_service::connect_lazy(&config.database_url, config.database_max_connections)

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use clap::Parser;
+use outbox_kit::consumer::dlq_cli::ConsumerCommand;
 use outbox_kit::consumer::{ConsumerArgs, RuntimeConfig};
 
 use crate::handler::{CONSUMED_AGGREGATES, CONSUMER_NAME};
@@ -36,6 +37,10 @@ pub struct Config {
     /// How long SIGTERM waits for HTTP requests in flight, in milliseconds.
     #[arg(long, env = "SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
+
+    /// An operator command (`dlq list`, `dlq redrive`); without one, the service runs.
+    #[command(subcommand)]
+    pub command: Option<ConsumerCommand>,
 }
 
 impl Config {
@@ -75,5 +80,23 @@ mod tests {
         assert_eq!(r.consumer_name, "stock");
         assert_eq!(r.topics, ["p.order", "p.outbound"]);
         assert_eq!(c.shutdown_timeout(), Duration::from_secs(10));
+        assert_eq!(c.command, None, "no subcommand: run the service");
+        let dlq = Config::try_parse_from([
+            "stock-consumer",
+            "--database-url",
+            "postgres://x/stock",
+            "--kafka-brokers",
+            "k:9092",
+            "dlq",
+            "list",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(
+            dlq.command,
+            Some(ConsumerCommand::Dlq(
+                outbox_kit::consumer::dlq_cli::DlqCommand::List { json: true }
+            ))
+        );
     }
 }

@@ -1,5 +1,5 @@
 //! `wms-consumer`: parse configuration, migrate, then serve the HTTP API and consume events
-//! until SIGTERM.
+//! until SIGTERM; or run an operator command (`dlq list`, `dlq redrive`) and exit.
 
 use std::sync::Arc;
 
@@ -12,6 +12,15 @@ use wms_consumer::{AppState, WmsHandler};
 async fn main() -> anyhow::Result<()> {
     outbox_kit::service::init_tracing();
     let config = Config::parse();
+    if let Some(command) = &config.command {
+        return outbox_kit::consumer::dlq_cli::run(
+            command,
+            &config.runtime_config(),
+            &mut std::io::stdout().lock(),
+        )
+        .await
+        .context("dlq command failed");
+    }
     let pool =
         outbox_kit::service::connect_lazy(&config.database_url, config.database_max_connections)
             .context("invalid DATABASE_URL")?;

@@ -47,6 +47,13 @@ pub struct ConsumerArgs {
     #[arg(long, env = "CONSUMER_RETRY_MAX_BACKOFF_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub retry_max_backoff_ms: u64,
 
+    /// Attempts at an event failing with an error that comes back the same every time (a row
+    /// not found, a value that does not decode, a handler panic) before it is dead-lettered.
+    /// Infrastructure errors (connection lost, pool timeout, deadlock) are retried without
+    /// limit.
+    #[arg(long, env = "CONSUMER_MAX_ATTEMPTS_DETERMINISTIC", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts_deterministic: u32,
+
     /// How long SIGTERM waits for the events being applied to finish before the consumer
     /// leaves without them (they are delivered again), in milliseconds.
     #[arg(long, env = "CONSUMER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
@@ -84,13 +91,16 @@ impl ConsumerArgs {
                 max: Duration::from_millis(self.retry_max_backoff_ms),
                 ..RetryPolicy::default()
             },
+            max_attempts_deterministic: self.max_attempts_deterministic,
             shutdown_timeout: Duration::from_millis(self.consumer_shutdown_timeout_ms),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
         }
     }
 }
 
-/// Messages buffered per partition between the fetch loop and the partition's worker.
+/// Messages queued per partition between the fetch loop and the partition's worker. When a
+/// queue is full the partition is paused and what is fetched meanwhile waits in the fetch
+/// loop's overflow buffer of that partition.
 pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
 
 /// Partitions and replication of topics the runtime creates.
@@ -119,6 +129,9 @@ pub struct RuntimeConfig {
     pub create_topics: Option<TopicSpec>,
     /// Backoff between attempts at a message.
     pub retry: RetryPolicy,
+    /// Attempts at a message failing with a [`super::Disposition::RetryThenDeadLetter`] error
+    /// (or a panic) before it is dead-lettered; at least 1.
+    pub max_attempts_deterministic: u32,
     /// Drain deadline on shutdown.
     pub shutdown_timeout: Duration,
     /// Messages buffered per partition.
@@ -245,6 +258,11 @@ mod tests {
         assert_eq!(c.create_topics, None);
         assert_eq!(c.retry.max, Duration::from_secs(5));
         assert_eq!(c.shutdown_timeout, Duration::from_secs(10));
+        if std::env::var_os("CONSUMER_MAX_ATTEMPTS_DETERMINISTIC").is_none() {
+            assert_eq!(c.max_attempts_deterministic, 5);
+        }
+        let c3 = config(&["--max-attempts-deterministic", "3"]);
+        assert_eq!(c3.max_attempts_deterministic, 3);
         assert_eq!(dead_letter_topic(&c.topics[0]), "t1.order.dlq");
         if std::env::var_os("KAFKA_GROUP_ID").is_none()
             && std::env::var_os("OUTBOX_TOPIC_PREFIX").is_none()

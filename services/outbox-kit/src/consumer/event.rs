@@ -63,6 +63,23 @@ pub enum Rejection {
     /// database's constraints forbid).
     #[error("rejected by the handler: {0}")]
     Unapplicable(String),
+    /// Every attempt failed with an error that comes back the same each time (a row not
+    /// found, a value that does not decode), up to the bounded number of attempts.
+    #[error("failed {attempts} attempts: {error}")]
+    RetriesExhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's error.
+        error: String,
+    },
+    /// The handler panicked on every attempt, up to the bounded number of attempts.
+    #[error("handler panicked on {attempts} attempts: {message}")]
+    HandlerPanic {
+        /// Attempts made.
+        attempts: u32,
+        /// The last panic's message.
+        message: String,
+    },
 }
 
 impl Rejection {
@@ -74,16 +91,20 @@ impl Rejection {
             Self::UnknownVersion { .. } => "unknown_version",
             Self::Undecodable(_) => "undecodable",
             Self::Unapplicable(_) => "unapplicable",
+            Self::RetriesExhausted { .. } => "retries_exhausted",
+            Self::HandlerPanic { .. } => "handler_panic",
         }
     }
 
     /// Every value of [`Rejection::reason`], to show the metric series from the start.
-    pub const REASONS: [&'static str; 5] = [
+    pub const REASONS: [&'static str; 7] = [
         "missing_header",
         "invalid_header",
         "unknown_version",
         "undecodable",
         "unapplicable",
+        "retries_exhausted",
+        "handler_panic",
     ];
 }
 

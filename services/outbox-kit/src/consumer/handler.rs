@@ -1,6 +1,7 @@
 //! What a service plugs into the runtime: a [`Handler`] that applies one event inside the
 //! runtime's transaction, and the [`HandlerError`]s it may fail with, each sorted into "retry
-//! without moving the offset" or "dead-letter and move on" ([`HandlerError::disposition`]).
+//! without moving the offset", "retry a few times, then dead-letter" or "dead-letter and move
+//! on" ([`HandlerError::disposition`]).
 
 use std::future::Future;
 
@@ -65,14 +66,27 @@ pub enum HandlerError {
     /// Something else that may work later (a dependency is down): retried.
     #[error("transient failure: {0}")]
     Transient(String),
+    /// The consumer's own rows are in a state this code cannot read (an unknown enum value, a
+    /// row that should exist and does not): retried a few times in case it is a race, then
+    /// dead-lettered.
+    #[error("inconsistent state: {0}")]
+    Inconsistent(String),
 }
 
 /// What the runtime does after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
-    /// Roll back, wait (backoff), try the same message again; the offset stays.
+    /// An infrastructure problem (connection lost, pool timeout, deadlock, serialization
+    /// failure): roll back, wait (backoff), try the same message again, for as long as it
+    /// takes; the offset stays.
     Retry,
-    /// Roll back, send the message to the dead-letter topic, move on.
+    /// A problem that almost certainly comes back on every attempt but might be a race (a row
+    /// not found, a value that does not decode, a handler panic): roll back and retry with
+    /// backoff up to the configured number of attempts (`--max-attempts-deterministic`), then
+    /// dead-letter and move on.
+    RetryThenDeadLetter,
+    /// The message itself can never be applied: roll back, send it to the dead-letter topic,
+    /// move on.
     DeadLetter,
 }
 
@@ -82,15 +96,21 @@ pub enum Disposition {
 const DETERMINISTIC_SQLSTATE_CLASSES: [&str; 2] = ["22", "23"];
 
 impl HandlerError {
-    /// Retry or dead-letter. Database errors dead-letter only for the SQLSTATE classes the
-    /// event itself causes; anything else (connection loss, pool timeout, serialization
-    /// failure, deadlock, shutdown, even a missing table) is retried, so a database problem
-    /// stops the partition instead of discarding its events.
+    /// Retry, retry a few times then dead-letter, or dead-letter at once.
+    ///
+    /// Database errors dead-letter at once only for the SQLSTATE classes the event itself
+    /// causes. Errors of reading results (a row not found, a column or value that does not
+    /// decode, an unknown type) are the same on every attempt, so they are retried a bounded
+    /// number of times and then dead-lettered instead of holding the partition forever.
+    /// Anything else (connection loss, pool timeout, serialization failure, deadlock,
+    /// shutdown, even a missing table) is retried for as long as it takes, so a database
+    /// problem stops the partition instead of discarding its events.
     pub fn disposition(&self) -> Disposition {
         let db = match self {
             Self::Payload(_) | Self::Unapplicable(_) => return Disposition::DeadLetter,
             Self::Outbox(crate::OutboxError::Invalid(_)) => return Disposition::DeadLetter,
             Self::Transient(_) => return Disposition::Retry,
+            Self::Inconsistent(_) => return Disposition::RetryThenDeadLetter,
             Self::Database(e) | Self::Outbox(crate::OutboxError::Database(e)) => e,
         };
         match db {
@@ -106,6 +126,13 @@ impl HandlerError {
                     Disposition::Retry
                 }
             }
+            sqlx::Error::RowNotFound
+            | sqlx::Error::TypeNotFound { .. }
+            | sqlx::Error::ColumnNotFound(_)
+            | sqlx::Error::ColumnIndexOutOfBounds { .. }
+            | sqlx::Error::ColumnDecode { .. }
+            | sqlx::Error::Decode(_)
+            | sqlx::Error::Encode(_) => Disposition::RetryThenDeadLetter,
             _ => Disposition::Retry,
         }
     }
@@ -166,10 +193,41 @@ mod tests {
             sqlx::Error::PoolTimedOut,
             sqlx::Error::PoolClosed,
             sqlx::Error::Io(std::io::Error::other("reset")),
-            sqlx::Error::RowNotFound,
         ] {
             assert_eq!(HandlerError::Database(e).disposition(), Disposition::Retry);
         }
+    }
+
+    /// Changed on purpose: `RowNotFound` used to be retried forever, which held its partition
+    /// for good; it now dead-letters after the bounded attempts, like every error of reading
+    /// results that comes back the same on each attempt.
+    #[test]
+    fn errors_that_come_back_on_every_attempt_dead_letter_after_bounded_retries() {
+        let decode =
+            || -> Box<dyn std::error::Error + Send + Sync> { "unknown status `LOST`".into() };
+        for e in [
+            sqlx::Error::RowNotFound,
+            sqlx::Error::Decode(decode()),
+            sqlx::Error::ColumnDecode {
+                index: "status".into(),
+                source: decode(),
+            },
+            sqlx::Error::TypeNotFound {
+                type_name: "mood".into(),
+            },
+            sqlx::Error::ColumnNotFound("status".into()),
+        ] {
+            let shown = format!("{e:?}");
+            assert_eq!(
+                HandlerError::Database(e).disposition(),
+                Disposition::RetryThenDeadLetter,
+                "{shown}"
+            );
+        }
+        assert_eq!(
+            HandlerError::Inconsistent("reservation without lines".into()).disposition(),
+            Disposition::RetryThenDeadLetter
+        );
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub struct ConsumerMetrics {
     /// Offset commits that failed (they are retried by the next commit; at worst a restart
     /// redelivers what the inbox then skips).
     pub commit_failures: IntCounter,
+    /// Attempts whose handler panicked (contained: rolled back, retried, then dead-lettered).
+    pub handler_panics: IntCounter,
+    /// Partitions whose fetching is paused because their worker is retrying or its queue is
+    /// full; the other partitions keep flowing.
+    pub paused_partitions: IntGauge,
 }
 
 impl ConsumerMetrics {
@@ -102,6 +107,20 @@ impl ConsumerMetrics {
             )
             .const_labels(labels()),
         )?;
+        let handler_panics = IntCounter::with_opts(
+            Opts::new(
+                "consumer_handler_panics_total",
+                "Attempts to apply an event whose handler panicked; rolled back and retried, then dead-lettered",
+            )
+            .const_labels(labels()),
+        )?;
+        let paused_partitions = IntGauge::with_opts(
+            Opts::new(
+                "consumer_paused_partitions",
+                "Partitions not being fetched because their worker is retrying or its queue is full",
+            )
+            .const_labels(labels()),
+        )?;
         let up = IntGauge::with_opts(
             Opts::new("consumer_up", "1 while the consumer loop runs").const_labels(labels()),
         )?;
@@ -114,6 +133,8 @@ impl ConsumerMetrics {
         registry.register(Box::new(assigned_partitions.clone()))?;
         registry.register(Box::new(rebalances.clone()))?;
         registry.register(Box::new(commit_failures.clone()))?;
+        registry.register(Box::new(handler_panics.clone()))?;
+        registry.register(Box::new(paused_partitions.clone()))?;
         // Show every series at 0 from the start, so alerts can use `increase()`.
         for outcome in [
             "applied",
@@ -137,6 +158,8 @@ impl ConsumerMetrics {
             rebalances,
             up,
             commit_failures,
+            handler_panics,
+            paused_partitions,
         })
     }
 
@@ -171,6 +194,9 @@ mod tests {
             "consumer_messages_total{consumer=\"wms\",outcome=\"dead_lettered\"} 0",
             "consumer_dead_letters_total{consumer=\"wms\",reason=\"unknown_version\"} 0",
             "consumer_assigned_partitions{consumer=\"wms\"} 0",
+            "consumer_handler_panics_total{consumer=\"wms\"} 0",
+            "consumer_paused_partitions{consumer=\"wms\"} 0",
+            "consumer_dead_letters_total{consumer=\"wms\",reason=\"handler_panic\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

@@ -10,25 +10,38 @@
 //! - the offset is stored only after that transaction committed; librdkafka commits stored
 //!   offsets only, so no commit (periodic, on rebalance, on shutdown) passes an unapplied
 //!   message;
-//! - a retryable failure (database unreachable, deadlock, ...) is retried with backoff on the
-//!   same message; the offset stays;
+//! - an infrastructure failure (database unreachable, pool timeout, deadlock, serialization
+//!   failure, ...) is retried with backoff on the same message for as long as it takes; the
+//!   offset stays;
+//! - a failure that comes back the same on every attempt (a row not found, a value that does
+//!   not decode) and a handler panic are retried a bounded number of times
+//!   (`--max-attempts-deterministic`, default 5), then dead-lettered; a panic is contained: the
+//!   attempt's transaction rolls back and the partition goes on;
 //! - a message that can never be applied (missing or broken contract headers, unknown event
 //!   version, undecodable payload, an effect the database's constraints refuse) goes to
-//!   `<topic>.dlq` with the error in its `dlq.error` header, and consumption continues;
+//!   `<topic>.dlq` at once with the error in its `dlq.error` header, and consumption continues;
 //! - partitions are applied concurrently, each by its own worker in offset order, so the
-//!   events of one key (one aggregate) are applied in order.
+//!   events of one key (one aggregate) are applied in order; a partition whose worker retries
+//!   is paused, so it holds back only itself;
+//! - `dlq list` / `dlq redrive` ([`dlq_cli`], [`redrive`]) show a consumer's dead letters and
+//!   send them back to their source topic; the inbox makes a redrive of an event that was
+//!   applied meanwhile a duplicate.
 //!
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
-//! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), [`dlq`],
-//! [`topics`], [`metrics`].
+//! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `registry` (the
+//! workers of a runtime), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`].
 
 pub mod apply;
 pub mod config;
 pub mod dlq;
+pub mod dlq_cli;
 pub mod event;
+mod flow;
 pub mod handler;
 pub mod metrics;
+pub mod redrive;
+mod registry;
 mod runtime;
 pub mod topics;
 mod worker;

@@ -8,14 +8,19 @@
 //! Rebalances: when partitions are revoked, their workers are told to stop after the event in
 //! hand and their queued messages are dropped; an offset finished after the revoke is not
 //! stored. The new owner starts from the committed offset, and the inbox skips what was applied
-//! but not committed. Shutdown does the same for every partition, waits for the events in hand
-//! up to a deadline, commits the stored offsets and leaves the group.
+//! but not committed. Shutdown tells every worker to stop after the event in hand, waits for
+//! them up to a deadline, and still stores the offsets they finished meanwhile (the partitions
+//! are ours until the consumer closes), then commits the stored offsets and leaves the group.
 //!
-//! Back-pressure: each partition has a bounded queue. When one is full the loop waits for it,
-//! so a partition stuck on retries eventually holds the others back, but no message is ever
-//! skipped or fetched twice by this process.
+//! Back-pressure ([`super::flow`]): the loop never waits for a worker. Each partition has a
+//! bounded queue; a partition whose queue is full, or whose worker is retrying a message, is
+//! paused (`consumer.pause`), and the messages of it fetched before the pause took effect wait
+//! in that partition's overflow buffer, in offset order. Every few milliseconds the loop moves
+//! buffered messages into queues that have room again and resumes the partitions that neither
+//! retry nor buffer. So a partition stuck on retries holds back only itself, and no message is
+//! skipped, reordered or fetched twice by this process.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,8 +41,10 @@ use tokio_util::sync::CancellationToken;
 use super::config::{consumer_client_config, RuntimeConfig};
 use super::dlq::DeadLetters;
 use super::event::RawMessage;
+use super::flow;
 use super::handler::Handler;
 use super::metrics::ConsumerMetrics;
+use super::registry::{WorkerHandle, WorkerRegistry};
 use super::topics;
 use super::worker::{Deps, Worker};
 
@@ -47,51 +54,6 @@ pub enum ConsumerError {
     /// The Kafka client could not be created or subscribed (invalid settings).
     #[error("Kafka client error")]
     Kafka(#[from] KafkaError),
-}
-
-/// A running partition worker.
-struct WorkerHandle {
-    tx: mpsc::Sender<RawMessage>,
-    stop: CancellationToken,
-    join: JoinHandle<()>,
-    generation: u64,
-}
-
-/// The partition workers of one runtime, shared by the fetch loop (which starts them) and the
-/// rebalance callback (which stops them).
-#[derive(Default)]
-pub(crate) struct WorkerRegistry {
-    workers: HashMap<(String, i32), WorkerHandle>,
-    /// Workers of revoked partitions finishing their event in hand.
-    retired: Vec<JoinHandle<()>>,
-    next_generation: u64,
-}
-
-impl WorkerRegistry {
-    /// Whether the worker of `generation` still owns the partition.
-    pub fn is_current(&self, topic: &str, partition: i32, generation: u64) -> bool {
-        self.workers
-            .get(&(topic.to_owned(), partition))
-            .is_some_and(|w| w.generation == generation)
-    }
-
-    /// Stops the workers of the given partitions after their event in hand.
-    fn retire(&mut self, partitions: &[(String, i32)]) {
-        for p in partitions {
-            if let Some(w) = self.workers.remove(p) {
-                w.stop.cancel();
-                self.retired.push(w.join);
-            }
-        }
-        self.retired.retain(|h| !h.is_finished());
-    }
-
-    /// Stops every worker; returns their tasks.
-    fn retire_all(&mut self) -> Vec<JoinHandle<()>> {
-        let keys: Vec<(String, i32)> = self.workers.keys().cloned().collect();
-        self.retire(&keys);
-        std::mem::take(&mut self.retired)
-    }
 }
 
 /// librdkafka callbacks of the runtime's consumer.
@@ -141,13 +103,19 @@ fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
 }
 
 impl ConsumerContext for RuntimeContext {
-    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 let partitions = partitions_of(tpl);
                 self.metrics.rebalances.with_label_values(&["revoke"]).inc();
                 if let Ok(mut r) = self.registry.lock() {
-                    r.retire(&partitions);
+                    // A partition we paused must not stay paused if it comes back to us.
+                    for (topic, partition) in r.retire(&partitions) {
+                        let _ = flow::set_paused(consumer, &topic, partition, false);
+                    }
+                    self.metrics
+                        .paused_partitions
+                        .set(i64::try_from(r.paused_count()).unwrap_or(i64::MAX));
                 }
                 tracing::info!(
                     partitions = ?partitions,
@@ -253,6 +221,7 @@ pub async fn run<H: Handler>(
         dead_letters: DeadLetters::new(&config)?,
         consumer_name: config.consumer_name.clone(),
         retry: config.retry,
+        max_attempts_deterministic: config.max_attempts_deterministic,
     });
     metrics.up.set(1);
     tracing::info!(
@@ -262,10 +231,16 @@ pub async fn run<H: Handler>(
         "Consuming"
     );
 
+    let mut regulate = tokio::time::interval(flow::REGULATE_INTERVAL);
+    regulate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let next = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
+            _ = regulate.tick() => {
+                flow::regulate_all(&registry, &*consumer, &metrics);
+                continue;
+            }
             m = consumer.recv() => m,
         };
         let msg = match next {
@@ -288,47 +263,63 @@ pub async fn run<H: Handler>(
         {
             tracing::info!("Kafka broker reachable again");
         }
-        let tx = worker_for(&msg, &config, &deps, &consumer, &registry, &shutdown);
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled() => break,
-            sent = tx.send(msg) => {
-                if sent.is_err() {
-                    // The partition was revoked while this message was fetched; its next
-                    // owner reads it from the committed offset.
-                    tracing::debug!("Dropped a message of a revoked partition");
-                }
-            }
-        }
+        dispatch(
+            msg, &config, &deps, &consumer, &registry, &shutdown, &metrics,
+        );
     }
 
     drain(&config, &consumer, &registry).await;
     metrics.up.set(0);
     metrics.assigned_partitions.set(0);
+    metrics.paused_partitions.set(0);
     // Closing leaves the group (and commits what is stored once more); it blocks on librdkafka.
     let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     tracing::info!(consumer = %config.consumer_name, "Consumer stopped");
     Ok(())
 }
 
-/// The queue of the worker of `msg`'s partition, starting the worker if there is none.
-fn worker_for<H: Handler>(
+/// Hands `msg` to the worker of its partition (starting it if there is none) without waiting,
+/// and pauses the partition if it has to wait ([`flow`]).
+fn dispatch<H: Handler>(
+    msg: RawMessage,
+    config: &RuntimeConfig,
+    deps: &Arc<Deps<H>>,
+    consumer: &Arc<StreamConsumer<RuntimeContext>>,
+    registry: &Arc<Mutex<WorkerRegistry>>,
+    shutdown: &CancellationToken,
+    metrics: &ConsumerMetrics,
+) {
+    let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (msg.topic.clone(), msg.partition);
+    if !r.workers.contains_key(&key) {
+        let handle = start_worker(&msg, config, deps, consumer, registry, shutdown, &mut r);
+        r.workers.insert(key.clone(), handle);
+    }
+    if let Some(w) = r.workers.get_mut(&key) {
+        flow::hand_off(w, msg);
+        if flow::regulate(w, &**consumer, &key.0, key.1) {
+            metrics
+                .paused_partitions
+                .set(i64::try_from(r.paused_count()).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Starts the worker of `msg`'s partition.
+fn start_worker<H: Handler>(
     msg: &RawMessage,
     config: &RuntimeConfig,
     deps: &Arc<Deps<H>>,
     consumer: &Arc<StreamConsumer<RuntimeContext>>,
     registry: &Arc<Mutex<WorkerRegistry>>,
     shutdown: &CancellationToken,
-) -> mpsc::Sender<RawMessage> {
-    let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
-    let key = (msg.topic.clone(), msg.partition);
-    if let Some(w) = r.workers.get(&key) {
-        return w.tx.clone();
-    }
+    r: &mut WorkerRegistry,
+) -> WorkerHandle {
     let generation = r.next_generation;
     r.next_generation += 1;
     let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
     let stop = shutdown.child_token();
+    let retrying = Arc::new(AtomicBool::new(false));
     let worker = Worker {
         deps: deps.clone(),
         consumer: consumer.clone(),
@@ -336,18 +327,19 @@ fn worker_for<H: Handler>(
         topic: msg.topic.clone(),
         partition: msg.partition,
         generation,
+        retrying: retrying.clone(),
     };
     let join = tokio::spawn(worker.run(rx, stop.clone()));
-    r.workers.insert(
-        key,
-        WorkerHandle {
-            tx: tx.clone(),
-            stop,
-            join,
-            generation,
-        },
-    );
-    tx
+    WorkerHandle {
+        tx,
+        stop,
+        join,
+        generation,
+        retrying,
+        overflow: VecDeque::new(),
+        paused: false,
+        next_offset: 0,
+    }
 }
 
 /// Shutdown: every worker finishes the event in hand (up to the deadline), then the stored
@@ -382,53 +374,5 @@ async fn drain(
             tracing::warn!(error = %e, "Final offset commit failed; the inbox skips what is delivered again")
         }
         Err(e) => tracing::warn!(error = %e, "Final offset commit did not run"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn handle(registry: &mut WorkerRegistry, topic: &str, partition: i32) -> CancellationToken {
-        let (tx, _rx) = mpsc::channel(1);
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let generation = registry.next_generation;
-        registry.next_generation += 1;
-        registry.workers.insert(
-            (topic.to_owned(), partition),
-            WorkerHandle {
-                tx,
-                stop: stop.clone(),
-                join: tokio::spawn(async move { s.cancelled().await }),
-                generation,
-            },
-        );
-        stop
-    }
-
-    #[tokio::test]
-    async fn a_revoked_partition_stops_its_worker_and_its_offsets_are_no_longer_stored() {
-        let mut r = WorkerRegistry::default();
-        let stop0 = handle(&mut r, "t", 0);
-        let stop1 = handle(&mut r, "t", 1);
-        assert!(r.is_current("t", 0, 0) && r.is_current("t", 1, 1));
-        r.retire(&[("t".to_owned(), 0)]);
-        assert!(
-            stop0.is_cancelled(),
-            "the revoked partition's worker is told to stop"
-        );
-        assert!(!stop1.is_cancelled(), "the other partitions go on");
-        assert!(
-            !r.is_current("t", 0, 0),
-            "a late finish must not store an offset"
-        );
-        // Assigned again: a new worker with a new generation; the old one still may not store.
-        let _again = handle(&mut r, "t", 0);
-        assert!(!r.is_current("t", 0, 0) && r.is_current("t", 0, 2));
-        let all = r.retire_all();
-        assert!(stop1.is_cancelled());
-        assert!(r.workers.is_empty());
-        futures::future::join_all(all).await;
     }
 }

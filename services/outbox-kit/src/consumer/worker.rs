@@ -3,13 +3,27 @@
 //! duplicate, ignored, or dead-lettered). Messages of one key share a partition, so they are
 //! applied in order; partitions have a worker each and run concurrently.
 //!
-//! A retryable failure is retried with backoff on the same message: nothing behind it in the
-//! partition is applied meanwhile, and its offset does not move. The worker stops between
-//! messages when told to (revoke, shutdown), or during a backoff wait; the message in hand is
-//! then left unstored, so whoever consumes the partition next gets it again.
+//! A failed attempt is rolled back and retried with backoff on the same message: nothing
+//! behind it in the partition is applied meanwhile, and its offset does not move. Infrastructure
+//! errors are retried for as long as it takes; errors that come back the same on every attempt
+//! ([`Disposition::RetryThenDeadLetter`]) and handler panics are retried up to
+//! `max_attempts_deterministic` times, then dead-lettered ([`next_step`]). A panic is caught
+//! around the attempt: its transaction is dropped (rolled back) and the partition goes on.
+//! While a worker retries, it says so ([`Worker::retrying`]) and the fetch loop pauses its
+//! partition, so the others keep flowing.
+//!
+//! The worker stops between messages when told to (revoke, shutdown), or during a backoff
+//! wait; the message in hand is then left unstored, so whoever consumes the partition next gets
+//! it again. A message finished after a shutdown request still has its offset stored (the
+//! partition is still ours until the consumer closes), so SIGTERM commits it.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
+
+use futures::FutureExt;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -19,10 +33,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::apply::{apply, Applied, RetryPolicy};
 use super::dlq::DeadLetters;
-use super::event::{RawMessage, Rejection};
-use super::handler::{Disposition, Handler};
+use super::event::{Event, RawMessage, Rejection};
+use super::handler::{Disposition, Handler, HandlerError};
 use super::metrics::ConsumerMetrics;
-use super::runtime::{RuntimeContext, WorkerRegistry};
+use super::registry::WorkerRegistry;
+use super::runtime::RuntimeContext;
 
 /// What all workers of a runtime share.
 pub(crate) struct Deps<H> {
@@ -32,6 +47,7 @@ pub(crate) struct Deps<H> {
     pub dead_letters: DeadLetters,
     pub consumer_name: String,
     pub retry: RetryPolicy,
+    pub max_attempts_deterministic: u32,
 }
 
 /// One partition's worker.
@@ -42,10 +58,81 @@ pub(crate) struct Worker<H> {
     pub topic: String,
     pub partition: i32,
     pub generation: u64,
+    /// True while the message in hand failed and waits for another attempt; the fetch loop
+    /// pauses the partition meanwhile.
+    pub retrying: Arc<AtomicBool>,
 }
 
 /// The worker stopped while a message was unfinished.
 struct Abandoned;
+
+/// Why an attempt failed.
+#[derive(Debug)]
+enum Failure {
+    /// The handler (or the inbox, or the commit) returned an error.
+    Error(HandlerError),
+    /// The handler panicked; the message is the panic's payload when it is a string.
+    Panic(String),
+}
+
+impl Failure {
+    fn disposition(&self) -> Disposition {
+        match self {
+            Self::Error(e) => e.disposition(),
+            Self::Panic(_) => Disposition::RetryThenDeadLetter,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Error(e) => e.describe(),
+            Self::Panic(m) => format!("handler panicked: {m}"),
+        }
+    }
+
+    /// What the dead letter says after `attempts` attempts.
+    fn rejection(self, attempts: u32) -> Rejection {
+        match self {
+            Self::Panic(message) => Rejection::HandlerPanic { attempts, message },
+            Self::Error(e) if e.disposition() == Disposition::DeadLetter => {
+                Rejection::Unapplicable(e.describe())
+            }
+            Self::Error(e) => Rejection::RetriesExhausted {
+                attempts,
+                error: e.describe(),
+            },
+        }
+    }
+}
+
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Wait (backoff), then attempt the same message again.
+    Retry,
+    /// Send the message to the dead-letter topic and move on.
+    DeadLetter,
+}
+
+/// The decision after `failures` consecutive failed attempts (1 = the first) of the given
+/// disposition, with at most `max_attempts` attempts for errors that come back every time.
+pub(crate) fn next_step(disposition: Disposition, failures: u32, max_attempts: u32) -> Step {
+    match disposition {
+        Disposition::Retry => Step::Retry,
+        Disposition::DeadLetter => Step::DeadLetter,
+        Disposition::RetryThenDeadLetter if failures >= max_attempts.max(1) => Step::DeadLetter,
+        Disposition::RetryThenDeadLetter => Step::Retry,
+    }
+}
+
+/// The text of a panic payload (`panic!("...")` gives a `&str` or a `String`).
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
 
 impl<H: Handler> Worker<H> {
     /// Applies messages from `rx` until `stop` is cancelled or the channel closes.
@@ -64,7 +151,9 @@ impl<H: Handler> Worker<H> {
                     None => break,
                 },
             };
-            if self.process(&msg, &stop).await.is_err() {
+            let processed = self.process(&msg, &stop).await;
+            self.retrying.store(false, Ordering::Relaxed);
+            if processed.is_err() {
                 tracing::info!(
                     kafka.topic = %self.topic,
                     kafka.partition = self.partition,
@@ -88,7 +177,22 @@ impl<H: Handler> Worker<H> {
             Ok(e) => e,
             Err(rejection) => return self.dead_letter(msg, rejection, stop).await,
         };
-        let Some(versions) = self.deps.handler.versions(&envelope.event_type) else {
+        let handler = &*self.deps.handler;
+        let versions = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+            handler.versions(&envelope.event_type)
+        })) {
+            Ok(v) => v,
+            Err(payload) => {
+                self.deps.metrics.handler_panics.inc();
+                let message = panic_message(&*payload);
+                let rejection = Rejection::HandlerPanic {
+                    attempts: 1,
+                    message,
+                };
+                return self.dead_letter(msg, rejection, stop).await;
+            }
+        };
+        let Some(versions) = versions else {
             self.deps.metrics.finished("ignored");
             tracing::trace!(event.id = %envelope.event_id, event.name = %envelope.event_type, "Ignored event");
             return Ok(());
@@ -100,64 +204,92 @@ impl<H: Handler> Worker<H> {
         let mut failures = 0u32;
         loop {
             let started = Instant::now();
-            let result = apply(
+            // A panicking handler must not take the worker (and its partition) down with it:
+            // the attempt's future, with its transaction, is dropped, which rolls it back.
+            let attempt = AssertUnwindSafe(apply(
                 &self.deps.pool,
                 &self.deps.consumer_name,
                 &*self.deps.handler,
                 &event,
-            )
+            ))
+            .catch_unwind()
             .await;
-            match result {
-                Ok(applied) => {
-                    if let Applied::Effect(effect) = applied {
-                        self.deps.handler.committed(&event, effect);
-                    }
-                    self.deps.metrics.observe_apply(started.elapsed());
-                    self.deps.metrics.finished(applied.as_str());
-                    if applied == Applied::Duplicate {
-                        self.deps.metrics.inbox_duplicates.inc();
-                        tracing::info!(
-                            event.id = %event.event_id(),
-                            event.name = %event.event_type(),
-                            kafka.topic = %msg.topic,
-                            kafka.partition = msg.partition,
-                            kafka.offset = msg.offset,
-                            "Skipped an event the inbox shows as already applied"
-                        );
-                    } else {
-                        tracing::debug!(
-                            event.id = %event.event_id(),
-                            event.name = %event.event_type(),
-                            outcome = applied.as_str(),
-                            duration_ms = started.elapsed().as_secs_f64() * 1000.0,
-                            "Applied event"
-                        );
-                    }
+            let failure = match attempt {
+                Ok(Ok(applied)) => {
+                    self.finished(msg, &event, applied, started);
                     return Ok(());
                 }
-                Err(e) if e.disposition() == Disposition::DeadLetter => {
-                    return self
-                        .dead_letter(msg, Rejection::Unapplicable(e.describe()), stop)
-                        .await;
+                Ok(Err(e)) => Failure::Error(e),
+                Err(payload) => {
+                    self.deps.metrics.handler_panics.inc();
+                    Failure::Panic(panic_message(&*payload))
                 }
-                Err(e) => {
-                    failures += 1;
-                    self.deps.metrics.retries.inc();
-                    let wait = self.deps.retry.delay(failures, rand::random::<f64>());
-                    tracing::warn!(
-                        event.id = %event.event_id(),
-                        event.name = %event.event_type(),
-                        kafka.topic = %msg.topic,
-                        kafka.partition = msg.partition,
-                        kafka.offset = msg.offset,
-                        attempt = failures,
-                        retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        error = %e.describe(),
-                        "Could not apply event; retrying the same message"
-                    );
-                    wait_or_stop(wait, stop).await?;
-                }
+            };
+            failures += 1;
+            let step = next_step(
+                failure.disposition(),
+                failures,
+                self.deps.max_attempts_deterministic,
+            );
+            if step == Step::DeadLetter {
+                return self
+                    .dead_letter(msg, failure.rejection(failures), stop)
+                    .await;
             }
+            self.retrying.store(true, Ordering::Relaxed);
+            self.deps.metrics.retries.inc();
+            let wait = self.deps.retry.delay(failures, rand::random::<f64>());
+            tracing::warn!(
+                event.id = %event.event_id(),
+                event.name = %event.event_type(),
+                kafka.topic = %msg.topic,
+                kafka.partition = msg.partition,
+                kafka.offset = msg.offset,
+                attempt = failures,
+                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                error = %failure.describe(),
+                "Could not apply event; retrying the same message"
+            );
+            wait_or_stop(wait, stop).await?;
+        }
+    }
+
+    /// Counts and logs a successful attempt.
+    fn finished(&self, msg: &RawMessage, event: &Event, applied: Applied, started: Instant) {
+        if let Applied::Effect(effect) = applied {
+            let handler = &*self.deps.handler;
+            let counted =
+                std::panic::catch_unwind(AssertUnwindSafe(|| handler.committed(event, effect)));
+            if let Err(payload) = counted {
+                self.deps.metrics.handler_panics.inc();
+                tracing::error!(
+                    event.id = %event.event_id(),
+                    event.name = %event.event_type(),
+                    panic = %panic_message(&*payload),
+                    "Handler panicked after its transaction committed; the event stays applied"
+                );
+            }
+        }
+        self.deps.metrics.observe_apply(started.elapsed());
+        self.deps.metrics.finished(applied.as_str());
+        if applied == Applied::Duplicate {
+            self.deps.metrics.inbox_duplicates.inc();
+            tracing::info!(
+                event.id = %event.event_id(),
+                event.name = %event.event_type(),
+                kafka.topic = %msg.topic,
+                kafka.partition = msg.partition,
+                kafka.offset = msg.offset,
+                "Skipped an event the inbox shows as already applied"
+            );
+        } else {
+            tracing::debug!(
+                event.id = %event.event_id(),
+                event.name = %event.event_type(),
+                outcome = applied.as_str(),
+                duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+                "Applied event"
+            );
         }
     }
 
@@ -251,5 +383,54 @@ async fn wait_or_stop(
         biased;
         () = stop.cancelled() => Err(Abandoned),
         () = tokio::time::sleep(wait) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infrastructure_errors_retry_forever_and_deterministic_ones_a_bounded_number_of_times() {
+        for failures in [1, 5, 1000] {
+            assert_eq!(next_step(Disposition::Retry, failures, 5), Step::Retry);
+            assert_eq!(
+                next_step(Disposition::DeadLetter, failures, 5),
+                Step::DeadLetter
+            );
+        }
+        let steps: Vec<Step> = (1..=5)
+            .map(|n| next_step(Disposition::RetryThenDeadLetter, n, 5))
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                Step::Retry,
+                Step::Retry,
+                Step::Retry,
+                Step::Retry,
+                Step::DeadLetter
+            ]
+        );
+        assert_eq!(
+            next_step(Disposition::RetryThenDeadLetter, 1, 0),
+            Step::DeadLetter,
+            "at least one attempt, never zero"
+        );
+    }
+
+    #[test]
+    fn a_panic_dead_letters_with_its_message_and_the_attempts() {
+        let payload: Box<dyn Any + Send> = Box::new("boom");
+        let failure = Failure::Panic(panic_message(&*payload));
+        assert_eq!(failure.disposition(), Disposition::RetryThenDeadLetter);
+        let r = failure.rejection(5);
+        assert_eq!(r.reason(), "handler_panic");
+        assert_eq!(r.to_string(), "handler panicked on 5 attempts: boom");
+        let payload: Box<dyn Any + Send> = Box::new(format!("index {} out of range", 3));
+        assert_eq!(panic_message(&*payload), "index 3 out of range");
+        let r = Failure::Error(HandlerError::Database(sqlx::Error::RowNotFound)).rejection(5);
+        assert_eq!(r.reason(), "retries_exhausted");
+        assert!(r.to_string().starts_with("failed 5 attempts: "), "{r}");
     }
 }
