@@ -3,9 +3,11 @@
 
 mod common;
 mod consumers;
+mod deploy;
 mod failover;
 mod faults;
 mod lease_lock;
+mod observe;
 mod order_flow;
 mod poison;
 mod stream;
