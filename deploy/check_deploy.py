@@ -277,12 +277,20 @@ def check_dashboard():
     dash = json.loads((ROOT / "deploy/grafana/outbox-relay.json").read_text())
     ds = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/prometheus.yaml").read_text())
     uid = ds["datasources"][0]["uid"]
+    # Panels use the dashboard's `datasource` variable (so the file imports into any Grafana);
+    # its default is the datasource compose provisions.
+    var = next((v for v in dash.get("templating", {}).get("list", []) if v.get("name") == "datasource"), None)
+    if var is None or var.get("type") != "datasource" or var.get("current", {}).get("value") != uid:
+        problem(f"dashboard: no `datasource` variable defaulting to the provisioned uid {uid!r}")
     exprs = []
     for p in dash["panels"]:
         if p["type"] == "row":
             continue
-        if p.get("datasource", {}).get("uid") != uid:
-            problem(f"dashboard panel {p['title']!r}: datasource is not the provisioned uid {uid!r}")
+        if p.get("datasource", {}).get("uid") != "${datasource}":
+            problem(f"dashboard panel {p['title']!r}: datasource is not the `datasource` variable")
+        for t in p.get("targets", []):
+            if t.get("datasource", {}).get("uid") != "${datasource}":
+                problem(f"dashboard panel {p['title']!r}: a query's datasource is not the `datasource` variable")
         if not p.get("targets"):
             problem(f"dashboard panel {p['title']!r}: no query")
         for t in p.get("targets", []):
