@@ -157,6 +157,11 @@ def check_dockerfile(b):
         if e not in PROCESS_ENV and not any(e in h["env"] for h in readers.values()):
             problem(f"Dockerfile: ENV {e} is read by none of the binaries")
     b.check_invocation("Dockerfile ENTRYPOINT/CMD", entry[0], entry[1:] + cmd, [])
+    # The builder needs the whole workspace (every member) and migrations/ (sqlx::migrate!).
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for needed in ["Cargo.toml", "Cargo.lock", "migrations/", "relay/", "services/", "tests/"]:
+        if needed in ignored or not (ROOT / needed).exists():
+            problem(f"Dockerfile: the build needs {needed} in the context")
     if "HEALTHCHECK" not in text or "/healthz" not in text:
         problem("Dockerfile: no HEALTHCHECK on /healthz")
     for path in re.findall(r"(?:mount=type=cache,target=|WORKDIR )(\S+)", text):
@@ -186,6 +191,11 @@ def check_compose(b):
         if not str(svc.get("image", "")).startswith(IMAGE_PREFIX):
             continue
         ours += 1
+        build = svc.get("build")
+        if build:
+            ctx = (path.parent / build["context"]).resolve()
+            if not (ctx / build.get("dockerfile", "Dockerfile")).is_file():
+                problem(f"compose {name}: no {build.get('dockerfile', 'Dockerfile')} in build context {ctx}")
         entry = svc.get("entrypoint") or [RELAY]
         if isinstance(entry, str):
             entry = entry.split()
