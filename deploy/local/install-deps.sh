@@ -107,6 +107,7 @@ validators_ok() {
     "$VENV/bin/python" - "$CHECK_JSONSCHEMA_VERSION" "$KUBERNETES_VALIDATE_VERSION" 2>/dev/null <<'PY'
 import sys
 from importlib.metadata import version
+import yaml  # deploy/check_deploy.py; comes with kubernetes-validate
 sys.exit(not (version("check-jsonschema") == sys.argv[1] and version("kubernetes-validate") == sys.argv[2]))
 PY
 }
