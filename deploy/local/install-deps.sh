@@ -9,7 +9,11 @@
 #     $CACHE/tansu-<version>, only when that binary is missing (a first build
 #     takes ~35 minutes on 2 cores);
 #   - a Python venv at $CACHE/venv with a pinned kafka-python, for
-#     tests/tools/kafka_tool.py, only when missing or at another version.
+#     tests/tools/kafka_tool.py, only when missing or at another version;
+#   - in the same venv, pinned check-jsonschema and kubernetes-validate (validation of
+#     deploy/compose and deploy/k8s), only when missing or at another version;
+#   - Prometheus and promtool (Debian package `prometheus`), only when promtool is missing;
+#     the package's own service is kept from starting (the tests start their own server).
 #
 # Usage: deploy/local/install-deps.sh      (CACHE: see lib.sh)
 set -euo pipefail
@@ -96,6 +100,58 @@ else
         "kafka-python==$KAFKA_PYTHON_VERSION" "lz4==$LZ4_VERSION"
     venv_ok || die "kafka-python $KAFKA_PYTHON_VERSION not importable from $VENV"
     did+=("python venv $VENV with kafka-python $KAFKA_PYTHON_VERSION")
+fi
+
+# --- deployment validators in the venv ------------------------------------------
+validators_ok() {
+    "$VENV/bin/python" - "$CHECK_JSONSCHEMA_VERSION" "$KUBERNETES_VALIDATE_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+import yaml  # deploy/check_deploy.py; comes with kubernetes-validate
+sys.exit(not (version("check-jsonschema") == sys.argv[1] and version("kubernetes-validate") == sys.argv[2]))
+PY
+}
+
+if validators_ok; then
+    log "python venv: check-jsonschema $CHECK_JSONSCHEMA_VERSION, kubernetes-validate $KUBERNETES_VALIDATE_VERSION present"
+else
+    log "python venv: installing check-jsonschema==$CHECK_JSONSCHEMA_VERSION kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "check-jsonschema==$CHECK_JSONSCHEMA_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+    validators_ok || die "check-jsonschema / kubernetes-validate not installed in $VENV"
+    did+=("check-jsonschema $CHECK_JSONSCHEMA_VERSION and kubernetes-validate $KUBERNETES_VALIDATE_VERSION in $VENV")
+fi
+
+# --- Prometheus and promtool ----------------------------------------------------
+if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
+    log "prometheus: present ($(command -v prometheus), $(command -v promtool))"
+else
+    log "prometheus: promtool missing, installing the Debian package"
+    sudo_cmd=()
+    if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install prometheus"
+        sudo_cmd=(sudo)
+    fi
+    # Keep the package's service from starting (it would listen on :9090 and scrape itself);
+    # policy-rc.d exit code 101 means "action forbidden" to invoke-rc.d.
+    policy=/usr/sbin/policy-rc.d
+    made_policy=0
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
+        "${sudo_cmd[@]}" chmod +x "$policy"
+        made_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    ok=1
+    "${sudo_cmd[@]}" apt-get update -qq || ok=0
+    ((ok)) && { "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null || ok=0; }
+    ((made_policy)) && "${sudo_cmd[@]}" rm -f "$policy"
+    ((ok)) || die "apt-get install prometheus failed"
+    if [[ -d /run/systemd/system ]]; then
+        "${sudo_cmd[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+    fi
+    command -v promtool >/dev/null || die "prometheus installed but promtool is not on PATH"
+    did+=("installed prometheus and promtool ($(promtool --version 2>&1 | head -n 1))")
 fi
 
 if ((${#did[@]} == 0)); then

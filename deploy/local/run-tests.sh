@@ -7,11 +7,17 @@
 # the servers it started. Tests that restart a server (broker outage, PostgreSQL restart)
 # start private servers of their own from the same binaries.
 #
+# Before any server starts, the gates: `cargo fmt --check` and clippy with warnings as errors.
+#
 # TEST_THREADS (default 3) bounds how many tests run at once on this 2-core machine.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 STATE_DIR="${STATE_DIR:-target/test-env}"
+
+# Gates first: formatting and lints fail fast, before servers and the long suite.
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
 
 bash deploy/local/install-deps.sh
 trap 'bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true' EXIT

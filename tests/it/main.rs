@@ -4,11 +4,13 @@
 mod common;
 mod consumer_runtime;
 mod consumers;
+mod deploy;
 mod dlq_redrive;
 mod failover;
 mod faults;
 mod isolation;
 mod lease_lock;
+mod observe;
 mod order_flow;
 mod parking;
 mod stream;

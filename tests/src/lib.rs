@@ -8,6 +8,7 @@
 
 pub mod db;
 pub mod fulfilment;
+pub mod observe;
 pub mod proc;
 pub mod servers;
 pub mod stream;
