@@ -92,6 +92,8 @@ class Binaries:
                     "subcommands": set(
                         re.findall(r"^  ([a-z][a-z0-9-]*)  ", text.split("Commands:")[1], re.M)
                     ) if "Commands:" in text else set(),
+                    # `Usage: x [OPTIONS] [COMMAND]`: runs without one too (the services).
+                    "subcommand_optional": bool(re.search(r"^Usage: .*\[COMMAND\]", text, re.M)),
                 }
         return self.cache[key]
 
@@ -102,7 +104,9 @@ class Binaries:
             return
         sub = None
         top = self.help(binary)
-        if top["subcommands"]:
+        if top["subcommands"] and (not args or args[0].startswith("-")) and top["subcommand_optional"]:
+            pass
+        elif top["subcommands"]:
             if not args or args[0].startswith("-"):
                 problem(f"{where}: {binary} needs a subcommand, got {args}")
                 return
