@@ -11,6 +11,9 @@
 #     `relay-bench --help`): table on stdout, JSON in target/bench/relay-bench.json;
 #  4. stops the servers it started.
 #
+# BENCH_BROKER_PID (set here for the broker this script starts) lets relay-bench account the
+# broker's CPU; PostgreSQL's server processes are found from a backend's parent when the
+# server runs on this machine.
 # BENCH_BROKER_STORAGE names the broker's storage in the results; it is set here for the
 # broker this script starts, give it yourself for a broker of your own.
 set -euo pipefail
@@ -30,6 +33,9 @@ TOPICS="" TANSU_STORAGE=memory bash deploy/local/up.sh "$STATE_DIR"
 export DATABASE_URL KAFKA_BROKERS
 if ((own_broker)); then
     export BENCH_BROKER_STORAGE="memory://tansu/"
+    # Lets relay-bench account the broker's CPU per event (PostgreSQL's it finds itself).
+    BENCH_BROKER_PID="$(cat "$STATE_DIR/tansu.pid" 2>/dev/null || true)"
+    export BENCH_BROKER_PID
 else
     export BENCH_BROKER_STORAGE="${BENCH_BROKER_STORAGE:-external (KAFKA_BROKERS)}"
 fi

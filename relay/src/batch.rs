@@ -12,6 +12,7 @@
 //! 6. **react**: metrics, logs, replacing a fatal producer, backing off on outages.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -65,7 +66,9 @@ pub struct Batcher<'a> {
     pub db: Outage,
     /// Broker outage tracker.
     pub kafka: Outage,
-    /// False once the failure table was seen empty (and nothing failed since): skips a query.
+    /// False once the failure table was seen empty (and nothing failed since): skips the
+    /// failure query and the claim's exclusion. Only this leader writes failures, so the table
+    /// stays empty until it records one.
     pub failures_known: bool,
 }
 
@@ -105,16 +108,20 @@ impl Batcher<'_> {
             return Ok(HashMap::new());
         }
         match self.store.retrying_failures().await {
-            Ok(r) => {
-                self.failures_known = !r.is_empty();
-                Ok(r)
+            Ok((retrying, parked)) => {
+                self.failures_known = parked || !retrying.is_empty();
+                Ok(retrying)
             }
             Err(e) => Err(self.db_failed(&e)),
         }
     }
 
     async fn claim(&mut self) -> Result<Vec<ClaimedRow>, BatchEnd> {
-        match self.store.claim(self.token, self.limits).await {
+        let limits = ClaimLimits {
+            exclude_failed: self.failures_known,
+            ..self.limits
+        };
+        match self.store.claim(self.token, limits).await {
             Ok(ClaimedBatch::Rows(rows)) => {
                 self.db.recovered();
                 self.metrics.set_healthy(!self.kafka.is_failing());
@@ -134,19 +141,29 @@ impl Batcher<'_> {
 
     /// Each row's topic, or the outcome of a row that cannot be sent.
     async fn prepare(&mut self, rows: &[ClaimedRow]) -> Result<Vec<Prepared>, BatchEnd> {
+        // Routed topics are the same for every row of an aggregate type: build each once.
+        let mut routed: HashMap<&str, Arc<str>> = HashMap::new();
         let mut prepared: Vec<Prepared> = rows
             .iter()
             .map(|r| match &r.message {
-                Ok(m) => Prepared::Topic(self.publisher.topic_of(m)),
-                Err(e) => Prepared::Failed(Outcome::Failed {
+                Ok(m) if m.topic.as_deref().is_some_and(|t| !t.is_empty()) => {
+                    Prepared::Topic(Arc::from(self.publisher.topic_of(m)))
+                }
+                Ok(m) => Prepared::Topic(
+                    routed
+                        .entry(m.aggregate_type.as_str())
+                        .or_insert_with(|| Arc::from(self.publisher.topic_of(m)))
+                        .clone(),
+                ),
+                Err(u) => Prepared::Failed(Outcome::Failed {
                     scope: Scope::Event(FailureClass::Undecodable),
-                    detail: e.clone(),
+                    detail: u.error.clone(),
                     alone: false,
                 }),
             })
             .collect();
         let names = prepared.iter().filter_map(|p| match p {
-            Prepared::Topic(t) => Some(t.as_str()),
+            Prepared::Topic(t) => Some(&**t),
             Prepared::Failed(_) => None,
         });
         let problems = match self.topics.check(self.publisher.producer(), names).await {
@@ -160,7 +177,7 @@ impl Batcher<'_> {
         if !problems.is_empty() {
             for p in &mut prepared {
                 if let Prepared::Topic(t) = p {
-                    if let Some(problem) = problems.get(t.as_str()) {
+                    if let Some(problem) = problems.get(&**t) {
                         *p = Prepared::Failed(Outcome::Failed {
                             scope: Scope::Event(problem.class),
                             detail: problem.detail.clone(),
@@ -195,12 +212,12 @@ impl Batcher<'_> {
         // several events, and the culprit may be any of them.
         let suspects: HashSet<(&str, &str)> = rows
             .iter()
-            .filter(|r| retrying.contains_key(&r.id))
-            .map(|r| (r.aggregate_type.as_str(), r.aggregate_id.as_str()))
+            .filter(|r| retrying.contains_key(&r.id()))
+            .map(ClaimedRow::aggregate)
             .collect();
         let mut stopped: HashSet<(&str, &str)> = HashSet::new();
         for (i, row) in rows.iter().enumerate() {
-            let aggregate = (row.aggregate_type.as_str(), row.aggregate_id.as_str());
+            let aggregate = row.aggregate();
             if !suspects.contains(&aggregate) {
                 continue;
             }
@@ -230,7 +247,7 @@ impl Batcher<'_> {
             .iter()
             .enumerate()
             .map(|(i, row)| match (&known[i], &prepared[i], &row.message) {
-                (Some(o), _, _) => Send::Known((&row.aggregate_type, &row.aggregate_id), o),
+                (Some(o), _, _) => Send::Known(row.aggregate(), o),
                 (None, Prepared::Topic(t), Ok(m)) => Send::Message(m, t),
                 (None, _, _) => unreachable!("rows without a topic or message have an outcome"),
             })
@@ -340,7 +357,7 @@ impl Batcher<'_> {
                 return Err(self.db_failed(&e));
             }
         };
-        let by_id: HashMap<i64, &ClaimedRow> = rows.iter().map(|r| (r.id, r)).collect();
+        let by_id: HashMap<i64, &ClaimedRow> = rows.iter().map(|r| (r.id(), r)).collect();
         for (failure, state) in plan.record.iter().zip(&states) {
             debug_assert_eq!(failure.id, state.id);
             let Some(row) = by_id.get(&failure.id) else {
@@ -352,10 +369,10 @@ impl Batcher<'_> {
                     .with_label_values(&[failure.class.as_str()])
                     .inc();
                 tracing::warn!(
-                    outbox.id = row.id,
-                    event.id = %row.event_id,
-                    aggregate.type = %row.aggregate_type,
-                    aggregate.id = %row.aggregate_id,
+                    outbox.id = row.id(),
+                    event.id = %row.event_id(),
+                    aggregate.type = %row.aggregate().0,
+                    aggregate.id = %row.aggregate().1,
                     error.class = failure.class.as_str(),
                     error = %failure.message,
                     attempts = state.attempts,
@@ -363,16 +380,16 @@ impl Batcher<'_> {
                 );
             } else if state.attempts == 1 {
                 tracing::info!(
-                    outbox.id = row.id,
-                    event.id = %row.event_id,
-                    aggregate.id = %row.aggregate_id,
+                    outbox.id = row.id(),
+                    event.id = %row.event_id(),
+                    aggregate.id = %row.aggregate().1,
                     error.class = failure.class.as_str(),
                     error = %failure.message,
                     "Event not published; retrying it with backoff while other aggregates continue"
                 );
             } else {
                 tracing::debug!(
-                    outbox.id = row.id,
+                    outbox.id = row.id(),
                     attempts = state.attempts,
                     error = %failure.message,
                     "Event still not published"
@@ -416,7 +433,7 @@ impl Batcher<'_> {
 /// A claimed row before publishing.
 enum Prepared {
     /// Goes to this topic.
-    Topic(String),
+    Topic(Arc<str>),
     /// Not sent.
     Failed(Outcome),
 }

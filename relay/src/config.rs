@@ -238,6 +238,7 @@ impl RunArgs {
         crate::store::ClaimLimits {
             rows: self.batch_size,
             bytes: self.batch_max_bytes,
+            exclude_failed: true,
         }
     }
 

@@ -62,17 +62,17 @@ pub fn decide(rows: &[ClaimedRow], outcomes: &[Outcome], retrying: &HashMap<i64,
     let mut plan = MarkPlan::default();
     let mut stopped: HashSet<(&str, &str)> = HashSet::new();
     for (row, outcome) in rows.iter().zip(outcomes) {
-        let aggregate = (row.aggregate_type.as_str(), row.aggregate_id.as_str());
-        if stopped.contains(&aggregate) {
+        let aggregate = row.aggregate();
+        if !stopped.is_empty() && stopped.contains(&aggregate) {
             plan.blocked_behind += 1;
             *plan.failure_counts.entry("blocked_behind").or_default() += 1;
             continue;
         }
         match outcome {
             Outcome::Acked(_) => {
-                plan.mark.push(row.id);
-                if retrying.contains_key(&row.id) {
-                    plan.clear_failures.push(row.id);
+                plan.mark.push(row.id());
+                if !retrying.is_empty() && retrying.contains_key(&row.id()) {
+                    plan.clear_failures.push(row.id());
                 }
                 continue;
             }
@@ -105,11 +105,12 @@ pub fn decide(rows: &[ClaimedRow], outcomes: &[Outcome], retrying: &HashMap<i64,
 /// may be another message's fault, so it is retried at once (alone) without parking.
 fn failure(row: &ClaimedRow, class: FailureClass, detail: &str, alone: bool) -> NewFailure {
     let suspect = class.is_batch_wide() && !alone;
+    let (aggregate_type, aggregate_id) = row.aggregate();
     NewFailure {
-        id: row.id,
-        event_id: row.event_id,
-        aggregate_type: row.aggregate_type.clone(),
-        aggregate_id: row.aggregate_id.clone(),
+        id: row.id(),
+        event_id: row.event_id(),
+        aggregate_type: aggregate_type.to_owned(),
+        aggregate_id: aggregate_id.to_owned(),
         class,
         message: detail.to_owned(),
         park: class.is_permanent() || (class.is_batch_wide() && alone),
@@ -124,11 +125,13 @@ mod tests {
 
     fn row(id: i64, agg: &str) -> ClaimedRow {
         ClaimedRow {
-            id,
-            event_id: Uuid::new_v4(),
-            aggregate_type: "order".into(),
-            aggregate_id: agg.into(),
-            message: Err("not needed here".into()),
+            message: Err(Box::new(crate::store::Undecodable {
+                id,
+                event_id: Uuid::new_v4(),
+                aggregate_type: "order".into(),
+                aggregate_id: agg.into(),
+                error: "not needed here".into(),
+            })),
         }
     }
 

@@ -242,17 +242,24 @@ impl Store {
         ))
     }
 
-    /// Attempts so far of the events being retried (failed before, not parked), by outbox id.
+    /// Attempts so far of the events being retried (failed before, not parked), by outbox id,
+    /// and whether any event is parked.
     ///
     /// # Errors
     /// Database errors.
-    pub async fn retrying_failures(&self) -> Result<HashMap<i64, i32>, sqlx::Error> {
+    pub async fn retrying_failures(&self) -> Result<(HashMap<i64, i32>, bool), sqlx::Error> {
         let rows: Vec<(i64, i32)> = sqlx::query_as(
-            "SELECT outbox_id, attempts FROM outbox_failure WHERE parked_at IS NULL",
+            "SELECT outbox_id, attempts FROM outbox_failure WHERE parked_at IS NULL \
+             UNION ALL \
+             SELECT -1, 1 WHERE EXISTS (SELECT 1 FROM outbox_failure WHERE parked_at IS NOT NULL)",
         )
         .fetch_all(self.pool())
         .await?;
-        Ok(rows.into_iter().collect())
+        let parked = rows.iter().any(|(id, _)| *id == -1);
+        Ok((
+            rows.into_iter().filter(|(id, _)| *id != -1).collect(),
+            parked,
+        ))
     }
 
     /// Deletes failure rows whose event is no longer in the outbox (published by an older

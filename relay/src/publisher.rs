@@ -211,7 +211,7 @@ impl Publisher {
                 }
                 Send::Message(row, topic) => {
                     let aggregate = (row.aggregate_type.as_str(), row.aggregate_id.as_str());
-                    if stopped.contains(&aggregate) {
+                    if !stopped.is_empty() && stopped.contains(&aggregate) {
                         pending.push(Pending::Done(Outcome::BlockedBehindFailure));
                         continue;
                     }
@@ -286,14 +286,16 @@ impl Publisher {
         row: &EventEnvelope,
         topic: &str,
     ) -> Result<rdkafka::producer::DeliveryFuture, RDKafkaErrorCode> {
-        let headers = row.kafka_headers();
-        let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-        for (k, v) in &headers {
-            owned = owned.insert(Header {
-                key: k,
-                value: Some(v.as_bytes()),
+        let mut headers = Some(OwnedHeaders::new_with_capacity(6));
+        row.for_each_header(|key, value| {
+            headers = headers.take().map(|h| {
+                h.insert(Header {
+                    key,
+                    value: Some(value),
+                })
             });
-        }
+        });
+        let owned = headers.unwrap_or_default();
         let mut record = FutureRecord::to(topic)
             .key(row.aggregate_id.as_bytes())
             .payload(row.payload.as_bytes())

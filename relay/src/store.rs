@@ -25,19 +25,53 @@ pub struct LeaseToken {
     pub epoch: i64,
 }
 
-/// One claimed outbox row: its identity, and the message it becomes, or why it cannot be read.
+/// One claimed outbox row: the message it becomes, or why it cannot be read.
 #[derive(Debug, Clone)]
 pub struct ClaimedRow {
+    /// The decoded event, or the row's identity and why it cannot become a message (it is
+    /// parked).
+    pub message: Result<EventEnvelope, Box<Undecodable>>,
+}
+
+/// A claimed row that cannot become a message.
+#[derive(Debug, Clone)]
+pub struct Undecodable {
     /// Outbox sequence number.
     pub id: i64,
     /// The event's id.
     pub event_id: Uuid,
-    /// Aggregate type (with `aggregate_id`, the unit of ordering).
+    /// Aggregate type.
     pub aggregate_type: String,
-    /// Aggregate id, the message key.
+    /// Aggregate id.
     pub aggregate_id: String,
-    /// The decoded event, or why the row cannot become a message (it is parked).
-    pub message: Result<EventEnvelope, String>,
+    /// What is wrong.
+    pub error: String,
+}
+
+impl ClaimedRow {
+    /// Outbox sequence number.
+    pub fn id(&self) -> i64 {
+        match &self.message {
+            Ok(m) => m.id,
+            Err(u) => u.id,
+        }
+    }
+
+    /// The event's id.
+    pub fn event_id(&self) -> Uuid {
+        match &self.message {
+            Ok(m) => m.event_id,
+            Err(u) => u.event_id,
+        }
+    }
+
+    /// The aggregate (type, id): the unit of ordering.
+    pub fn aggregate(&self) -> (&str, &str) {
+        match &self.message {
+            Ok(m) => (&m.aggregate_type, &m.aggregate_id),
+            Err(u) => (&u.aggregate_type, &u.aggregate_id),
+        }
+    }
 }
 
 /// Result of [`Store::claim_batch`].
@@ -57,6 +91,9 @@ pub struct ClaimLimits {
     pub rows: i64,
     /// Most bytes of payload and headers (the first row is always taken, whatever its size).
     pub bytes: i64,
+    /// Leave out aggregates held back by `outbox_failure`. Only a caller that knows the
+    /// table is empty (the leader, which is the only writer of failures) may turn it off.
+    pub exclude_failed: bool,
 }
 
 /// Result of [`Store::mark_published`].
@@ -137,6 +174,7 @@ impl Store {
             ClaimLimits {
                 rows: limit,
                 bytes: 1 << 30,
+                exclude_failed: true,
             },
         )
         .await
@@ -162,6 +200,14 @@ impl Store {
         // One round trip: the lateral join yields one all-NULL row when the lease is held and
         // the outbox is empty, and nothing from the outbox when the lease is lost. `NOT IN`
         // over the (small) failure table runs as one hashed subplan, probed per row.
+        let exclusion = if limits.exclude_failed {
+            "AND (aggregate_type, aggregate_id) NOT IN ( \
+                 SELECT f.aggregate_type, f.aggregate_id FROM outbox_failure f \
+                 WHERE (f.parked_at IS NOT NULL OR f.retry_at > now()) \
+                   AND EXISTS (SELECT 1 FROM outbox x WHERE x.id = f.outbox_id))"
+        } else {
+            ""
+        };
         let sql = format!(
             "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
                     o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at \
@@ -173,10 +219,7 @@ impl Store {
                          SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at, \
                                 pg_column_size(payload)::bigint + pg_column_size(headers) AS size \
                          FROM outbox \
-                         WHERE l.held AND (aggregate_type, aggregate_id) NOT IN ( \
-                             SELECT f.aggregate_type, f.aggregate_id FROM outbox_failure f \
-                             WHERE (f.parked_at IS NOT NULL OR f.retry_at > now()) \
-                               AND EXISTS (SELECT 1 FROM outbox x WHERE x.id = f.outbox_id)) \
+                         WHERE l.held {exclusion} \
                          ORDER BY id LIMIT $4 \
                      ) h \
                  ) w WHERE w.before < $5 \
@@ -209,28 +252,32 @@ impl Store {
             let event_id = r.get::<Uuid, _>(2);
             let aggregate_type: String = r.get(3);
             let aggregate_id: String = r.get(4);
-            let headers = if headers == "{}" {
+            let message = if headers == "{}" {
                 Ok(serde_json::Value::Object(Default::default()))
             } else {
-                serde_json::from_str(headers).map_err(|e| format!("headers are not decodable: {e}"))
+                serde_json::from_str(headers)
             };
-            let message = headers.map(|headers| EventEnvelope {
-                id,
-                event_id,
-                aggregate_type: aggregate_type.clone(),
-                aggregate_id: aggregate_id.clone(),
-                event_type: r.get(5),
-                payload,
-                headers,
-                topic: r.get(8),
-                created_at: r.get::<DateTime<Utc>, _>(9),
-            });
             out.push(ClaimedRow {
-                id,
-                event_id,
-                aggregate_type,
-                aggregate_id,
-                message,
+                message: match message {
+                    Ok(headers) => Ok(EventEnvelope {
+                        id,
+                        event_id,
+                        aggregate_type,
+                        aggregate_id,
+                        event_type: r.get(5),
+                        payload,
+                        headers,
+                        topic: r.get(8),
+                        created_at: r.get::<DateTime<Utc>, _>(9),
+                    }),
+                    Err(e) => Err(Box::new(Undecodable {
+                        id,
+                        event_id,
+                        aggregate_type,
+                        aggregate_id,
+                        error: format!("headers are not decodable: {e}"),
+                    })),
+                },
             });
         }
         if !held {

@@ -73,7 +73,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
         ClaimedBatch::LeaseLost
     ));
     assert_eq!(
-        b.mark_published(&forged, &[batch[0].id]).await.unwrap(),
+        b.mark_published(&forged, &[batch[0].id()]).await.unwrap(),
         Marked::LeaseLost
     );
 
@@ -91,7 +91,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
         a.claim_batch(&owner, 100).await.unwrap(),
         ClaimedBatch::LeaseLost
     ));
-    let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
+    let ids: Vec<i64> = batch.iter().map(|r| r.id()).collect();
     assert_eq!(
         a.mark_published(&owner, &ids).await.unwrap(),
         Marked::LeaseLost
@@ -108,7 +108,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     let ClaimedBatch::Rows(again) = b.claim_batch(&taken, 100).await.unwrap() else {
         panic!("new owner lost its lease")
     };
-    assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), ids);
+    assert_eq!(again.iter().map(|r| r.id()).collect::<Vec<_>>(), ids);
     assert_eq!(
         b.mark_published(&taken, &ids).await.unwrap(),
         Marked::Deleted(10)
@@ -143,7 +143,7 @@ async fn a_late_commit_with_a_smaller_id_is_still_claimed() {
         panic!()
     };
     assert_eq!(
-        first.iter().map(|r| r.id).collect::<Vec<_>>(),
+        first.iter().map(|r| r.id()).collect::<Vec<_>>(),
         vec![late.id]
     );
     assert_eq!(
@@ -157,7 +157,7 @@ async fn a_late_commit_with_a_smaller_id_is_still_claimed() {
         panic!()
     };
     assert_eq!(
-        second.iter().map(|r| r.id).collect::<Vec<_>>(),
+        second.iter().map(|r| r.id()).collect::<Vec<_>>(),
         vec![early.id]
     );
 }
@@ -200,14 +200,14 @@ async fn the_same_instance_id_with_a_stale_epoch_is_fenced() {
         store.claim_batch(&old, 100).await.unwrap(),
         ClaimedBatch::LeaseLost
     ));
-    let ids: Vec<i64> = batch.iter().map(|r| r.id).collect();
+    let ids: Vec<i64> = batch.iter().map(|r| r.id()).collect();
     assert_eq!(
         store.mark_published(&old, &ids).await.unwrap(),
         Marked::LeaseLost
     );
     let failure = NewFailure {
-        id: batch[0].id,
-        event_id: batch[0].event_id,
+        id: batch[0].id(),
+        event_id: batch[0].event_id(),
         aggregate_type: "order".into(),
         aggregate_id: "a".into(),
         class: FailureClass::Delivery,

@@ -87,7 +87,7 @@ pub async fn run(
         if claimed.is_empty() {
             break;
         }
-        let ids: Vec<i64> = claimed.iter().map(|r| r.id).collect();
+        let ids: Vec<i64> = claimed.iter().map(|r| r.id()).collect();
         let t1 = Instant::now();
         match store.mark_published(&lease, &ids).await? {
             Marked::Deleted(d) => rows += d,

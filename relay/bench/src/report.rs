@@ -257,6 +257,40 @@ impl Report {
                 m.mark_share * 100.0
             );
         }
+        // CPU per event, per process: the headline next to the throughput ratios.
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            "CPU µs per event", "relay", "postgres", "broker", "bench", "busy"
+        );
+        let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+        let cpu_row = |o: &mut String, name: &str, c: &crate::cpu::CpuFigures| {
+            let _ = writeln!(
+                o,
+                "{name:<52} {:>9} {:>9} {:>9} {:>9} {:>6}",
+                us(c.relay_us_per_event),
+                us(c.postgres_us_per_event),
+                us(c.broker_us_per_event),
+                us(c.bench_us_per_event),
+                c.machine_utilisation
+                    .map_or("-".to_owned(), |u| format!("{:.0} %", u * 100.0))
+            );
+        };
+        if let Some(p) = &self.raw_produce {
+            cpu_row(&mut o, "raw produce (bench is the producer)", &p.cpu);
+            cpu_row(
+                &mut o,
+                "relay publish path (bench runs it)",
+                &p.publish_path_cpu,
+            );
+        }
+        if let Some(d) = &self.raw_db {
+            cpu_row(&mut o, "raw db: claim + mark (bench is the client)", &d.cpu);
+        }
+        if let Some(d) = &self.relay_drain {
+            cpu_row(&mut o, "relay draining the backlog", &d.cpu);
+        }
         let rs = &self.rounds;
         if rs.raw_produce.len() > 1 || rs.relay_drain.len() > 1 || rs.raw_db.len() > 1 {
             let list = |v: &[f64]| v.iter().map(|r| group(*r)).collect::<Vec<_>>().join(", ");

@@ -50,6 +50,36 @@ impl EventEnvelope {
         }
     }
 
+    /// Calls `f` with each message header in contract order (see [`EventEnvelope::kafka_headers`])
+    /// without allocating per header: the relay's hot path.
+    pub fn for_each_header(&self, mut f: impl FnMut(&str, &[u8])) {
+        let mut id = Uuid::encode_buffer();
+        let id = self.event_id.hyphenated().encode_lower(&mut id).as_bytes();
+        f("id", id);
+        f("event_id", id);
+        f("event_type", self.event_type.as_bytes());
+        f("aggregate_type", self.aggregate_type.as_bytes());
+        f("aggregate_id", self.aggregate_id.as_bytes());
+        let mut at = [0u8; 32];
+        f("occurred_at", rfc3339_micros(&self.created_at, &mut at));
+        if let serde_json::Value::Object(extra) = &self.headers {
+            if extra.is_empty() {
+                return;
+            }
+            let mut keys: Vec<&String> = extra.keys().collect();
+            keys.sort();
+            for k in keys {
+                if CONTRACT_HEADERS.contains(&k.as_str()) {
+                    continue;
+                }
+                match &extra[k] {
+                    serde_json::Value::String(s) => f(k, s.as_bytes()),
+                    other => f(k, other.to_string().as_bytes()),
+                }
+            }
+        }
+    }
+
     /// The message headers in contract order: `id`, `event_id`, `event_type`,
     /// `aggregate_type`, `aggregate_id`, `occurred_at`, then each key of the row's `headers`
     /// (sorted by key) that does not collide with a contract header.
@@ -82,6 +112,41 @@ impl EventEnvelope {
         }
         out
     }
+}
+
+/// Writes `t` as `YYYY-MM-DDTHH:MM:SS.ffffffZ` into `buf` (what
+/// `to_rfc3339_opts(SecondsFormat::Micros, true)` gives for years 0-9999).
+fn rfc3339_micros<'b>(t: &DateTime<Utc>, buf: &'b mut [u8; 32]) -> &'b [u8] {
+    use chrono::{Datelike, Timelike};
+    let (y, mo, d) = (t.year().clamp(0, 9999) as u32, t.month(), t.day());
+    let (h, mi, s) = (t.hour(), t.minute(), t.second());
+    // A leap second shows as nanosecond ≥ 1e9; chrono prints it as second 60.
+    let (s, micros) = match t.nanosecond() {
+        n if n >= 1_000_000_000 => (s + 1, (n - 1_000_000_000) / 1000),
+        n => (s, n / 1000),
+    };
+    let mut put = |at: usize, v: u32, width: usize| {
+        let mut v = v;
+        for i in (0..width).rev() {
+            buf[at + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, y, 4);
+    put(5, mo, 2);
+    put(8, d, 2);
+    put(11, h, 2);
+    put(14, mi, 2);
+    put(17, s, 2);
+    put(20, micros, 6);
+    buf[4] = b'-';
+    buf[7] = b'-';
+    buf[10] = b'T';
+    buf[13] = b':';
+    buf[16] = b':';
+    buf[19] = b'.';
+    buf[26] = b'Z';
+    &buf[..27]
 }
 
 #[cfg(test)]
@@ -144,6 +209,20 @@ mod tests {
         assert_eq!(h[5].1, "2026-01-02T03:04:05.000000Z");
         assert_eq!(h[6].1, "3", "non-string values are sent as JSON text");
         assert_eq!(h[7].1, "00-abc-01");
+    }
+
+    #[test]
+    fn the_allocation_free_headers_equal_the_contract_headers() {
+        let mut e = sample();
+        for nanos in [0, 5_000, 999_999_999, 123_456_789] {
+            e.created_at = Utc.with_ymd_and_hms(2026, 12, 31, 23, 59, 58).unwrap()
+                + chrono::Duration::nanoseconds(nanos);
+            let mut got = Vec::new();
+            e.for_each_header(|k, v| {
+                got.push((k.to_owned(), String::from_utf8(v.to_vec()).unwrap()))
+            });
+            assert_eq!(got, e.kafka_headers());
+        }
     }
 
     #[test]
