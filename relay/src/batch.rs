@@ -58,6 +58,8 @@ pub struct Batcher<'a> {
     pub topics: &'a mut TopicCatalog,
     /// Claim bounds.
     pub limits: ClaimLimits,
+    /// Rows asked for in the next claim (lower than `limits.rows` after a byte-bounded batch).
+    pub row_limit: i64,
     /// Retry and parking policy.
     pub policy: ParkPolicy,
     /// Grace period for in-flight acknowledgements after shutdown.
@@ -119,10 +121,18 @@ impl Batcher<'_> {
     async fn claim(&mut self) -> Result<Vec<ClaimedRow>, BatchEnd> {
         let limits = ClaimLimits {
             exclude_failed: self.failures_known,
+            rows: self.row_limit,
             ..self.limits
         };
         match self.store.claim(self.token, limits).await {
-            Ok(ClaimedBatch::Rows(rows)) => {
+            Ok(ClaimedBatch::Rows(rows, cut)) => {
+                // Large events: ask for about twice what fit next time, so PostgreSQL renders
+                // few rows the byte bound drops; back to the full batch once it fits.
+                self.row_limit = if cut {
+                    (rows.len() as i64 * 2).clamp(1, self.limits.rows)
+                } else {
+                    self.limits.rows
+                };
                 self.db.recovered();
                 self.metrics.set_healthy(!self.kafka.is_failing());
                 Ok(rows)

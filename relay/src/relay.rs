@@ -216,6 +216,7 @@ impl Relay {
             publisher,
             topics,
             limits: s.limits,
+            row_limit: s.limits.rows,
             policy: s.park,
             shutdown_timeout: s.shutdown_timeout,
             db: Outage::new("database"),

@@ -78,8 +78,9 @@ impl ClaimedRow {
 #[derive(Debug)]
 pub enum ClaimedBatch {
     /// The lease is held; these rows (possibly none) are the head of the outbox, leaving out
-    /// aggregates held back by a failure (`outbox_failure`).
-    Rows(Vec<ClaimedRow>),
+    /// aggregates held back by a failure (`outbox_failure`); `true` when the byte bound cut
+    /// the batch short.
+    Rows(Vec<ClaimedRow>, bool),
     /// The lease is no longer held under this token: claim nothing.
     LeaseLost,
 }
@@ -185,9 +186,11 @@ impl Store {
     /// behind a failed or parked event (`outbox_failure`), so they neither block nor fill the
     /// batch.
     ///
-    /// The byte bound is applied twice: in SQL on the stored sizes (so PostgreSQL does not
-    /// render rows the relay would drop) and here on the rendered text (stored values may be
-    /// compressed), so the relay never holds much more than `limits.bytes` of a batch.
+    /// The byte bound is applied here, on the rendered text, as rows stream in: rows past it
+    /// are read and dropped (they come first in the next batch), so the relay never holds much
+    /// more than `limits.bytes` of a batch. [`ClaimedBatch::Rows`] says whether it cut, so the
+    /// caller can ask for fewer rows next time (PostgreSQL then renders fewer rows it drops);
+    /// a bound in SQL (a running sum) cost PostgreSQL about 0.7 µs per event on every batch.
     ///
     /// # Errors
     /// Database errors. A row that cannot be decoded is returned with its error, not failed.
@@ -213,16 +216,10 @@ impl Store {
                     o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at \
              FROM (SELECT {LEASE_HELD} AS held) l \
              LEFT JOIN LATERAL ( \
-                 SELECT * FROM ( \
-                     SELECT h.*, sum(h.size) OVER (ORDER BY h.id ROWS UNBOUNDED PRECEDING) - h.size AS before \
-                     FROM ( \
-                         SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at, \
-                                pg_column_size(payload)::bigint + pg_column_size(headers) AS size \
-                         FROM outbox \
-                         WHERE l.held {exclusion} \
-                         ORDER BY id LIMIT $4 \
-                     ) h \
-                 ) w WHERE w.before < $5 \
+                 SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at \
+                 FROM outbox \
+                 WHERE l.held {exclusion} \
+                 ORDER BY id LIMIT $4 \
              ) o ON true"
         );
         let mut rows = sqlx::query(&sql)
@@ -230,11 +227,11 @@ impl Store {
             .bind(&lease.holder)
             .bind(lease.epoch)
             .bind(limits.rows)
-            .bind(limits.bytes)
             .fetch(&self.pool);
         let mut out = Vec::new();
         let mut held = false;
         let mut bytes = 0i64;
+        let mut cut = false;
         // Columns by position (the order of the SELECT list): this loop runs per row.
         while let Some(r) = rows.try_next().await? {
             held = r.get::<bool, _>(0);
@@ -244,6 +241,7 @@ impl Store {
             if bytes >= limits.bytes {
                 // Over the bound once rendered: read on (the statement must finish) but keep
                 // nothing; these rows come first in the next batch.
+                cut = true;
                 continue;
             }
             let payload: String = r.get(6);
@@ -283,7 +281,7 @@ impl Store {
         if !held {
             return Ok(ClaimedBatch::LeaseLost);
         }
-        Ok(ClaimedBatch::Rows(out))
+        Ok(ClaimedBatch::Rows(out, cut))
     }
 
     /// Deletes published rows, fenced by the lease epoch.

@@ -55,7 +55,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     let b = Store::from_pool(db.pool.clone());
 
     // The owner claims a batch and holds it (no mark yet).
-    let ClaimedBatch::Rows(batch) = a.claim_batch(&owner, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(batch, _) = a.claim_batch(&owner, 100).await.unwrap() else {
         panic!("owner lost its lease")
     };
     assert_eq!(batch.len(), 10);
@@ -105,7 +105,7 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
     assert!(!a.renew_lease(&owner, ttl).await.unwrap());
 
     // The new owner sees the same rows, in the same order, and marks them.
-    let ClaimedBatch::Rows(again) = b.claim_batch(&taken, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(again, _) = b.claim_batch(&taken, 100).await.unwrap() else {
         panic!("new owner lost its lease")
     };
     assert_eq!(again.iter().map(|r| r.id()).collect::<Vec<_>>(), ids);
@@ -139,7 +139,7 @@ async fn a_late_commit_with_a_smaller_id_is_still_claimed() {
     assert!(early.id < late.id);
     t2.commit().await.unwrap();
 
-    let ClaimedBatch::Rows(first) = store.claim_batch(&lease, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(first, _) = store.claim_batch(&lease, 100).await.unwrap() else {
         panic!()
     };
     assert_eq!(
@@ -153,7 +153,7 @@ async fn a_late_commit_with_a_smaller_id_is_still_claimed() {
 
     // T1 commits after a larger id was already published: it must still be found.
     t1.commit().await.unwrap();
-    let ClaimedBatch::Rows(second) = store.claim_batch(&lease, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(second, _) = store.claim_batch(&lease, 100).await.unwrap() else {
         panic!()
     };
     assert_eq!(
@@ -183,7 +183,7 @@ async fn the_same_instance_id_with_a_stale_epoch_is_fenced() {
         .await
         .unwrap()
         .unwrap();
-    let ClaimedBatch::Rows(batch) = store.claim_batch(&old, 100).await.unwrap() else {
+    let ClaimedBatch::Rows(batch, _) = store.claim_batch(&old, 100).await.unwrap() else {
         panic!("lost the lease at once")
     };
     // The process is restarted under the same name once the lease expired.

@@ -80,7 +80,7 @@ pub async fn run(
     loop {
         let t0 = Instant::now();
         let claimed = match store.claim_batch(&lease, batch_size).await? {
-            ClaimedBatch::Rows(r) => r,
+            ClaimedBatch::Rows(r, _) => r,
             ClaimedBatch::LeaseLost => bail!("lease lost while claiming"),
         };
         claim_s += t0.elapsed().as_secs_f64();
