@@ -12,6 +12,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 #[derive(Debug, Default, Clone)]
 pub struct RelayContext {
     broker_down: Arc<AtomicBool>,
+    batch: Arc<std::sync::Mutex<Option<Arc<BatchReports>>>>,
 }
 
 impl RelayContext {
@@ -55,6 +56,114 @@ impl ClientContext for RelayContext {
             }
         } else {
             tracing::error!(error = %error, reason, "Kafka client error");
+        }
+    }
+}
+
+/// What a delivery report said about one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Report {
+    /// Persisted; the time the report arrived.
+    Acked(chrono::DateTime<chrono::Utc>),
+    /// Not persisted (or not known to be).
+    Failed(RDKafkaErrorCode),
+}
+
+/// The delivery reports of the batch being published: one slot per row, filled by
+/// librdkafka's delivery callback, and one wake-up when the last report arrived (instead of a
+/// future and a wake-up per message).
+#[derive(Debug)]
+pub struct BatchReports {
+    generation: u32,
+    slots: std::sync::Mutex<Vec<Option<Report>>>,
+    remaining: std::sync::atomic::AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl BatchReports {
+    /// Slots for `rows` rows; nothing is outstanding until [`BatchReports::expect_one`].
+    pub fn new(generation: u32, rows: usize) -> Self {
+        Self {
+            generation,
+            slots: std::sync::Mutex::new(vec![None; rows]),
+            // One for the sender, released by [`BatchReports::sent_all`].
+            remaining: std::sync::atomic::AtomicUsize::new(1),
+            done: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The opaque value of row `index`'s message.
+    pub fn opaque(&self, index: usize) -> usize {
+        ((self.generation as usize) << 32) | (index & 0xffff_ffff)
+    }
+
+    /// A message is about to be handed to librdkafka.
+    pub fn expect_one(&self) {
+        self.remaining.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// librdkafka refused the message handed over after [`BatchReports::expect_one`].
+    pub fn refused_one(&self) {
+        self.arrived();
+    }
+
+    /// Every message of the batch was handed over.
+    pub fn sent_all(&self) {
+        self.arrived();
+    }
+
+    fn arrived(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.done.notify_one();
+        }
+    }
+
+    /// Waits until every expected report arrived.
+    pub async fn wait(&self) {
+        while self.remaining.load(Ordering::Acquire) != 0 {
+            self.done.notified().await;
+        }
+    }
+
+    /// The reports, in row order (`None` for rows not handed over).
+    pub fn take(&self) -> Vec<Option<Report>> {
+        std::mem::take(&mut *self.slots.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn fill(&self, opaque: usize, report: Report) {
+        if (opaque >> 32) as u32 != self.generation {
+            return;
+        }
+        let index = opaque & 0xffff_ffff;
+        {
+            let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            match slots.get_mut(index) {
+                Some(slot) if slot.is_none() => *slot = Some(report),
+                _ => return,
+            }
+        }
+        self.arrived();
+    }
+}
+
+impl RelayContext {
+    /// Routes the delivery reports to come into `batch`.
+    pub fn start_batch(&self, batch: Arc<BatchReports>) {
+        *self.batch.lock().unwrap_or_else(|p| p.into_inner()) = Some(batch);
+    }
+}
+
+impl rdkafka::producer::ProducerContext for RelayContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, opaque: usize) {
+        let report = match result {
+            Ok(_) => Report::Acked(chrono::Utc::now()),
+            Err((e, _)) => Report::Failed(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)),
+        };
+        let batch = self.batch.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(batch) = batch {
+            batch.fill(opaque, report);
         }
     }
 }

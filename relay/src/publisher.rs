@@ -5,20 +5,19 @@
 //! outcome comes from its own delivery report: only a report that says "persisted" counts.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
-use futures::future::join_all;
 use outbox_kit::EventEnvelope;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::util::Timeout;
 
 use crate::decide::Outcome;
 use crate::failure::{classify_delivery, classify_refusal, Scope};
-use crate::kafka_context::RelayContext;
+use crate::kafka_context::{BatchReports, RelayContext, Report};
 
 /// Settings the relay always uses; `enable.idempotence` and `acks` cannot be overridden.
 ///
@@ -89,8 +88,9 @@ pub enum Send<'a> {
 
 /// The Kafka side of the relay.
 pub struct Publisher {
-    producer: FutureProducer<RelayContext>,
+    producer: ThreadedProducer<RelayContext>,
     context: RelayContext,
+    generation: std::sync::atomic::AtomicU32,
     brokers: String,
     extra: Vec<(String, String)>,
     topic_prefix: String,
@@ -150,6 +150,7 @@ impl Publisher {
         Ok(Self {
             producer,
             context,
+            generation: Default::default(),
             brokers: brokers.to_owned(),
             extra: extra.to_vec(),
             topic_prefix: topic_prefix.to_owned(),
@@ -182,7 +183,7 @@ impl Publisher {
     }
 
     /// The underlying producer, for metadata queries.
-    pub fn producer(&self) -> &FutureProducer<RelayContext> {
+    pub fn producer(&self) -> &ThreadedProducer<RelayContext> {
         &self.producer
     }
 
@@ -199,27 +200,34 @@ impl Publisher {
     /// with nothing else in flight (see [`crate::decide`]). Outcomes are in the order of
     /// `rows`.
     pub async fn publish(&self, rows: &[Send<'_>], alone: bool) -> Vec<Outcome> {
+        let generation = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let batch = Arc::new(BatchReports::new(generation, rows.len()));
+        self.context.start_batch(batch.clone());
         let mut stopped: HashSet<(&str, &str)> = HashSet::new();
-        let mut pending = Vec::with_capacity(rows.len());
-        for send in rows {
+        let mut known: Vec<Option<Outcome>> = Vec::with_capacity(rows.len());
+        for (i, send) in rows.iter().enumerate() {
             match *send {
                 Send::Known(aggregate, outcome) => {
                     if !matches!(outcome, Outcome::Acked(_)) {
                         stopped.insert(aggregate);
                     }
-                    pending.push(Pending::Done(outcome.clone()));
+                    known.push(Some(outcome.clone()));
                 }
                 Send::Message(row, topic) => {
                     let aggregate = (row.aggregate_type.as_str(), row.aggregate_id.as_str());
                     if !stopped.is_empty() && stopped.contains(&aggregate) {
-                        pending.push(Pending::Done(Outcome::BlockedBehindFailure));
+                        known.push(Some(Outcome::BlockedBehindFailure));
                         continue;
                     }
-                    match self.enqueue(row, topic).await {
-                        Ok(fut) => pending.push(Pending::InFlight(fut)),
+                    batch.expect_one();
+                    match self.enqueue(row, topic, batch.opaque(i)).await {
+                        Ok(()) => known.push(None),
                         Err(code) => {
+                            batch.refused_one();
                             stopped.insert(aggregate);
-                            pending.push(Pending::Done(Outcome::Failed {
+                            known.push(Some(Outcome::Failed {
                                 scope: classify_refusal(code),
                                 detail: format!("refused by the producer: {code}"),
                                 alone,
@@ -229,36 +237,17 @@ impl Publisher {
                 }
             }
         }
-        let reports = join_all(pending.into_iter().map(|p| async move {
-            match p {
-                Pending::Done(o) => o,
-                Pending::InFlight(fut) => match fut.await {
-                    Ok(Ok(_)) => Outcome::Acked(Utc::now()),
-                    Ok(Err((e, _))) => {
-                        let code = error_code(&e);
-                        Outcome::Failed {
-                            scope: classify_delivery(code),
-                            detail: format!("delivery failed: {code}"),
-                            alone,
-                        }
-                    }
-                    Err(_) => Outcome::Failed {
-                        scope: Scope::Relay,
-                        detail: "delivery report lost (producer replaced)".into(),
-                        alone,
-                    },
-                },
-            }
-        }));
-        tokio::pin!(reports);
+        batch.sent_all();
         // A producer that hit a fatal error does not always report the messages still queued
         // (with no delivery timeout they would wait forever): purge them, so every report
         // arrives and the caller replaces the producer.
         let mut watch = tokio::time::interval(Duration::from_millis(50));
         let mut purged = false;
+        let all_reported = batch.wait();
+        tokio::pin!(all_reported);
         loop {
             tokio::select! {
-                outcomes = &mut reports => return outcomes,
+                () = &mut all_reported => break,
                 _ = watch.tick(), if !purged => {
                     if self.is_fatal() {
                         purged = true;
@@ -268,6 +257,25 @@ impl Publisher {
                 }
             }
         }
+        let reports = batch.take();
+        known
+            .into_iter()
+            .zip(reports)
+            .map(|(known, report)| match (known, report) {
+                (Some(o), _) => o,
+                (None, Some(Report::Acked(at))) => Outcome::Acked(at),
+                (None, Some(Report::Failed(code))) => Outcome::Failed {
+                    scope: classify_delivery(code),
+                    detail: format!("delivery failed: {code}"),
+                    alone,
+                },
+                (None, None) => Outcome::Failed {
+                    scope: Scope::Relay,
+                    detail: "delivery report lost (producer replaced)".into(),
+                    alone,
+                },
+            })
+            .collect()
     }
 
     /// Publishes plain envelopes to their routed topics (the benchmark's raw produce phase).
@@ -285,7 +293,8 @@ impl Publisher {
         &self,
         row: &EventEnvelope,
         topic: &str,
-    ) -> Result<rdkafka::producer::DeliveryFuture, RDKafkaErrorCode> {
+        opaque: usize,
+    ) -> Result<(), RDKafkaErrorCode> {
         let mut headers = Some(OwnedHeaders::new_with_capacity(6));
         row.for_each_header(|key, value| {
             headers = headers.take().map(|h| {
@@ -295,14 +304,13 @@ impl Publisher {
                 })
             });
         });
-        let owned = headers.unwrap_or_default();
-        let mut record = FutureRecord::to(topic)
+        let mut record = BaseRecord::with_opaque_to(topic, opaque)
             .key(row.aggregate_id.as_bytes())
             .payload(row.payload.as_bytes())
-            .headers(owned);
+            .headers(headers.unwrap_or_default());
         loop {
-            match self.producer.send_result(record) {
-                Ok(fut) => return Ok(fut),
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
                     // The local queue is full: let delivery reports drain it, then retry.
                     record = rec;
@@ -322,11 +330,6 @@ impl Publisher {
             .producer
             .flush(Timeout::After(Duration::from_millis(100)));
     }
-}
-
-enum Pending {
-    Done(Outcome),
-    InFlight(rdkafka::producer::DeliveryFuture),
 }
 
 fn error_code(e: &KafkaError) -> RDKafkaErrorCode {

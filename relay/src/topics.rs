@@ -11,7 +11,7 @@ use std::time::Duration;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::ThreadedProducer;
 
 use crate::failure::{check_topic_name, classify_topic_creation, FailureClass};
 use crate::kafka_context::RelayContext;
@@ -93,7 +93,7 @@ impl TopicCatalog {
     /// When the broker cannot be asked (it is down): the caller backs off as a whole.
     pub async fn check<'a>(
         &mut self,
-        producer: &FutureProducer<RelayContext>,
+        producer: &ThreadedProducer<RelayContext>,
         topics: impl IntoIterator<Item = &'a str>,
     ) -> Result<HashMap<String, TopicProblem>, KafkaError> {
         let mut problems = HashMap::new();
@@ -180,7 +180,10 @@ impl TopicCatalog {
 }
 
 /// Asks the broker whether `topic` exists.
-async fn exists(producer: &FutureProducer<RelayContext>, topic: &str) -> Result<bool, KafkaError> {
+async fn exists(
+    producer: &ThreadedProducer<RelayContext>,
+    topic: &str,
+) -> Result<bool, KafkaError> {
     use rdkafka::producer::Producer;
     let producer = producer.clone();
     let topic = topic.to_owned();

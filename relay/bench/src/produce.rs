@@ -103,7 +103,15 @@ pub async fn run(
         .create_topic(&format!("{prefix}{AGGREGATE_TYPE}"))
         .await?;
     let publisher = Publisher::new(infra.brokers(), &[], &prefix)?;
-    warm_up(publisher.producer(), &format!("{prefix}{AGGREGATE_TYPE}")).await?;
+    // Warm up: the producer's first message pays for the connection and the producer id.
+    if let Some(first) = envelopes.first() {
+        let warm = publisher
+            .publish_envelopes(std::slice::from_ref(first))
+            .await;
+        if !matches!(warm.first(), Some(outbox_relay::decide::Outcome::Acked(_))) {
+            bail!("warm-up message through the publish path failed: {warm:?}");
+        }
+    }
     let cpu1 = infra.cpu.snapshot();
     let start = Instant::now();
     let mut batches = 0u64;
