@@ -206,8 +206,7 @@ impl Store {
         let exclusion = if limits.exclude_failed {
             "AND (aggregate_type, aggregate_id) NOT IN ( \
                  SELECT f.aggregate_type, f.aggregate_id FROM outbox_failure f \
-                 WHERE (f.parked_at IS NOT NULL OR f.retry_at > now()) \
-                   AND EXISTS (SELECT 1 FROM outbox x WHERE x.id = f.outbox_id))"
+                 WHERE f.parked_at IS NOT NULL OR f.retry_at > now())"
         } else {
             ""
         };

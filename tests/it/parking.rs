@@ -363,17 +363,17 @@ async fn bulk(pool: &PgPool, n: i64, aggregates: i64, poisoned_aggregates: i64) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_thousand_poisoned_aggregates_leave_the_healthy_drain_rate_at_80_percent() {
     let brokers = e2e::kafka_brokers();
-    // Clean and poisoned runs interleaved twice; each variant's best run counts, so a burst of
-    // load from the tests running alongside does not decide the ratio.
+    // Clean and poisoned runs interleaved three times; each variant's best run counts, so a
+    // burst of load from the tests running alongside does not decide the ratio.
     let mut rates = [0.0f64, 0.0];
-    for poisoned in [0, 2_000, 0, 2_000] {
+    for poisoned in [0, 2_000, 0, 2_000, 0, 2_000] {
         let db = e2e::db::fresh_database().await;
         let prefix = e2e::unique_topic_prefix();
         // The poisons come first, so every batch of the poisoned run meets them.
         if poisoned > 0 {
             bulk(&db.pool, 0, 1, poisoned).await;
         }
-        let healthy = bulk(&db.pool, 150_000, 4_000, 0).await;
+        let healthy = bulk(&db.pool, 250_000, 4_000, 0).await;
         let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "storm"));
         let start = Instant::now();
         e2e::wait_for(
