@@ -69,20 +69,6 @@ async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_over
         },
     )
     .await;
-    let (_, blocked) = ops(&["blocked"], &db.url);
-    let events = blocked["events"].as_array().unwrap();
-    assert_eq!(
-        events.len(),
-        1,
-        "only the refused event is parked: {blocked}"
-    );
-    assert_eq!(events[0]["error_class"], "broker_rejected", "{blocked}");
-    assert_eq!(events[0]["state"], "parked");
-    // Parked on its first refusal while sent alone: at once if its aggregate was already being
-    // retried alone (an earlier event of it shared a refused batch), else on the second try.
-    let attempts = events[0]["attempts"].as_i64().unwrap();
-    assert!((1..=2).contains(&attempts), "{blocked}");
-
     let records = {
         let (b, t) = (brokers.clone(), topic.clone());
         tokio::task::spawn_blocking(move || e2e::verify::dump(&b, &[t]))
@@ -101,8 +87,23 @@ async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_over
     assert_eq!(
         missing.len() as i64,
         behind,
-        "exactly the poison and the events behind it are not on the broker"
+        "exactly the poison and the events behind it are not on the broker (none of them \
+         may be there before the poison)"
     );
+    let (_, blocked) = ops(&["blocked"], &db.url);
+    let events = blocked["events"].as_array().unwrap();
+    assert_eq!(
+        events.len(),
+        1,
+        "only the refused event is parked: {blocked}"
+    );
+    assert_eq!(events[0]["error_class"], "broker_rejected", "{blocked}");
+    assert_eq!(events[0]["state"], "parked");
+    // Parked on its first refusal while sent alone: at once if its aggregate was already being
+    // retried alone (an earlier event of it shared a refused batch), else on the second try.
+    let attempts = events[0]["attempts"].as_i64().unwrap();
+    assert!((1..=2).contains(&attempts), "{blocked}");
+
     let log = relay.log_text();
     eprintln!(
         "broker refusal: {} messages on the broker, {} held, producer sessions replaced {} times",
