@@ -52,6 +52,8 @@ pub fn router(state: AppState) -> Router {
         .route("/orders", post(orders::create_order))
         .route("/orders/{order_id}", get(orders::get_order))
         .route("/orders/{order_id}/cancel", post(orders::cancel_order))
+        .route("/orders/{order_id}/deliver", post(orders::deliver_order))
+        .route("/orders/{order_id}/complete", post(orders::complete_order))
         .route("/orders/{order_id}/refunds", post(orders::request_refund))
         .route("/payments/callback", post(callbacks::payment_callback))
         .route("/refunds/callback", post(callbacks::refund_callback))

@@ -6,6 +6,7 @@ mod callbacks;
 mod lifecycle;
 mod ops;
 mod orders;
+mod refund_kinds;
 mod refunds;
 mod support;
 mod validation;

@@ -194,6 +194,31 @@ impl TestApp {
             .unwrap()
     }
 
+    /// `POST /orders/{id}/refunds` with a kind.
+    pub async fn refund_of_kind(
+        &self,
+        order_id: &str,
+        refund_no: &str,
+        amount_cents: i64,
+        kind: &str,
+    ) -> Response {
+        self.client
+            .post(self.url(&format!("/orders/{order_id}/refunds")))
+            .json(&json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged", "kind": kind }))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /orders/{id}/{action}` (`cancel`, `deliver`, `complete`).
+    pub async fn act(&self, order_id: &str, action: &str) -> Response {
+        self.client
+            .post(self.url(&format!("/orders/{order_id}/{action}")))
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// A signed refund notification.
     pub async fn refund_notice(&self, refund_no: &str, status: &str, modified: i64) -> Response {
         self.signed(
