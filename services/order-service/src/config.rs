@@ -30,6 +30,11 @@ pub struct Config {
     )]
     pub payment_callback_secret: String,
 
+    /// Shared secret of the marketplace: its pushes to `/channels/marketplace/push` carry the
+    /// hex HMAC-SHA256 of their body under it. Unset: the channel answers 404.
+    #[arg(long, env = "MARKETPLACE_SECRET", hide_env_values = true, value_parser = NonEmptyStringValueParser::new())]
+    pub marketplace_secret: Option<String>,
+
     /// Most database connections. Concurrent requests with the same idempotency key each hold
     /// one while they wait for the first.
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]

@@ -14,6 +14,12 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let secret = CallbackSecret::new(&config.payment_callback_secret)
         .context("invalid PAYMENT_CALLBACK_SECRET")?;
+    let marketplace_secret = config
+        .marketplace_secret
+        .as_deref()
+        .map(CallbackSecret::new)
+        .transpose()
+        .context("invalid MARKETPLACE_SECRET")?;
     let pool = order_service::connect_lazy(&config.database_url, config.database_max_connections)
         .context("invalid DATABASE_URL")?;
     order_service::migrate(&pool)
@@ -50,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
         pool: pool.clone(),
         metrics,
         secret,
+        marketplace_secret,
     };
     let served = order_service::serve(listener, state, shutdown.clone(), config.shutdown_timeout())
         .await

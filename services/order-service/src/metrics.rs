@@ -30,6 +30,9 @@ pub struct Metrics {
     pub refunds_requested: IntCounter,
     /// Refund notifications by outcome (`applied`, `duplicate`, `stale`, `conflicting`).
     pub refund_callbacks: IntCounterVec,
+    /// Marketplace messages by source (`push`, `query`) and outcome (`applied`,
+    /// `duplicate_message` = layer 1, `duplicate_change` = layer 2, `stale`).
+    pub channel_messages: IntCounterVec,
     /// The fulfilment consumer's metrics (messages, inbox duplicates, retries, dead letters).
     pub consumer: outbox_kit::consumer::ConsumerMetrics,
 }
@@ -98,8 +101,17 @@ impl Metrics {
             &["outcome"],
         )
         .unwrap();
+        let channel_messages = IntCounterVec::new(
+            Opts::new(
+                "order_channel_messages_total",
+                "Marketplace messages by source (push, query) and outcome (applied, duplicate_message = layer 1, duplicate_change = layer 2, stale)",
+            ),
+            &["source", "outcome"],
+        )
+        .unwrap();
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(channel_messages.clone()),
             Box::new(http_duration.clone()),
             Box::new(orders_created.clone()),
             Box::new(idempotent_replays.clone()),
@@ -131,6 +143,7 @@ impl Metrics {
             payments_flagged_for_refund,
             refunds_requested,
             refund_callbacks,
+            channel_messages,
             consumer,
         }
     }

@@ -5,6 +5,7 @@
 
 mod callbacks;
 mod catalog;
+mod channel;
 mod error;
 mod ops;
 mod orders;
@@ -43,6 +44,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Secret that signs payment and refund callbacks.
     pub secret: CallbackSecret,
+    /// Secret that signs marketplace pushes; `None` turns the channel off (404).
+    pub marketplace_secret: Option<CallbackSecret>,
 }
 
 /// The whole API.
@@ -57,6 +60,7 @@ pub fn router(state: AppState) -> Router {
         .route("/orders/{order_id}/refunds", post(orders::request_refund))
         .route("/payments/callback", post(callbacks::payment_callback))
         .route("/refunds/callback", post(callbacks::refund_callback))
+        .route("/channels/marketplace/push", post(channel::push))
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))

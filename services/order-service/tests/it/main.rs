@@ -3,6 +3,7 @@
 //! through the admin URL in `DATABASE_URL`.
 
 mod callbacks;
+mod channel;
 mod lifecycle;
 mod ops;
 mod orders;

@@ -14,6 +14,9 @@ use tokio_util::sync::CancellationToken;
 /// The secret the test app verifies callbacks with.
 pub const SECRET: &str = "test-callback-secret";
 
+/// The secret the test app verifies marketplace pushes with.
+pub const MARKETPLACE_SECRET: &str = "test-marketplace-secret";
+
 /// A running order service on its own database.
 pub struct TestApp {
     /// `http://127.0.0.1:<port>`.
@@ -80,6 +83,7 @@ impl TestApp {
             pool: pool.clone(),
             metrics: Metrics::new(),
             secret: secret.clone(),
+            marketplace_secret: Some(CallbackSecret::new(MARKETPLACE_SECRET).unwrap()),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
