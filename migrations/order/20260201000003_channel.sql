@@ -50,3 +50,24 @@ CREATE TABLE channel_refunds (
     last_modified_ms   bigint      NOT NULL,
     PRIMARY KEY (channel, external_refund_id)
 );
+
+-- The compensation poller's durable watermark: the platform `modified` up to which changes
+-- were fetched and applied (a change that failed keeps it below itself).
+CREATE TABLE channel_watermarks (
+    channel     text        PRIMARY KEY,
+    modified_ms bigint      NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Ship-backs: a channel order's tracking number reported to the platform, once per
+-- (order, tracking number). `result` is `shipped`, or `already_shipped` (the platform had it).
+CREATE TABLE channel_shipbacks (
+    order_id          uuid        NOT NULL REFERENCES orders (order_id),
+    out_sid           text        NOT NULL,
+    channel           text        NOT NULL,
+    external_order_id text        NOT NULL,
+    result            text        NOT NULL CHECK (result IN ('shipped', 'already_shipped')),
+    attempts          int         NOT NULL,
+    reported_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (order_id, out_sid)
+);

@@ -7,6 +7,7 @@ mod failover;
 mod faults;
 mod isolation;
 mod lease_lock;
+mod marketplace;
 mod order_flow;
 mod parking;
 mod stream;

@@ -69,6 +69,9 @@ pub enum Error {
     /// fetched by compensation, it applies).
     #[error("unknown marketplace order; send its TradeSync first")]
     ChannelOrderUnknown,
+    /// The marketplace's API could not be asked (503).
+    #[error("the marketplace is unavailable: {0}")]
+    PlatformUnavailable(String),
     /// The marketplace channel has no secret configured (404).
     #[error("the marketplace channel is not configured (MARKETPLACE_SECRET)")]
     ChannelDisabled,
@@ -112,7 +115,7 @@ impl Error {
         let db = match self {
             Self::Database(e) => e,
             Self::Outbox(outbox_kit::OutboxError::Database(e)) => e,
-            Self::KeyBusy => return true,
+            Self::KeyBusy | Self::PlatformUnavailable(_) => return true,
             _ => return false,
         };
         match db {

@@ -1,7 +1,10 @@
 //! Events from fulfilment that move orders, consumed through the shared consumer runtime
 //! (consumer name `order`; topics `<prefix>outbound` and `<prefix>stock`):
 //!
-//! - `OutboundShipped` (WMS): `PAID -> SHIPPED`, emits `OrderShipped`;
+//! - `OutboundShipped` (WMS): `PAID -> SHIPPED`, emits `OrderShipped` (and, for a channel
+//!   order, `ShipBackRequested`);
+//! - `ShipBackRequested` (this service, topic `<prefix>shipback`): reports the tracking
+//!   number to the platform ([`crate::channel::shipback`]);
 //! - `ReturnReceived` (WMS): `SHIPPED | DELIVERED | COMPLETED -> RETURNED`, emits
 //!   `OrderReturned`;
 //! - `StockReservationRejected` (stock): `PAID -> CANCELLED`, the payment is flagged for
@@ -17,6 +20,7 @@ use serde::Deserialize;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use crate::channel::{shipback, PlatformClient};
 use crate::domain::{LifecycleEvent, OrderId, OrderStatus};
 use crate::events::{Cause, ShipmentView};
 use crate::metrics::Metrics;
@@ -29,7 +33,7 @@ use crate::views::PaymentView;
 pub const CONSUMER_NAME: &str = "order";
 
 /// Aggregate types (topics `<prefix><aggregate_type>`) the order service consumes.
-pub const CONSUMED_AGGREGATES: [&str; 2] = ["outbound", "stock"];
+pub const CONSUMED_AGGREGATES: [&str; 3] = ["outbound", "stock", shipback::AGGREGATE_TYPE];
 
 const V1: &[u32] = &[1];
 
@@ -54,16 +58,27 @@ struct StockRejected {
     order_id: Uuid,
 }
 
-/// Applies fulfilment events to orders.
+/// Applies fulfilment events to orders, and reports channel shipments to the platform.
 #[derive(Debug, Clone)]
 pub struct FulfilmentHandler {
     metrics: Metrics,
+    platform: Option<PlatformClient>,
 }
 
 impl FulfilmentHandler {
     /// A handler counting flagged payments in `metrics`.
     pub fn new(metrics: Metrics) -> Self {
-        Self { metrics }
+        Self {
+            metrics,
+            platform: None,
+        }
+    }
+
+    /// Reports `ShipBackRequested` to this platform.
+    #[must_use]
+    pub fn with_platform(mut self, platform: Option<PlatformClient>) -> Self {
+        self.platform = platform;
+        self
     }
 }
 
@@ -71,6 +86,7 @@ impl Handler for FulfilmentHandler {
     fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
         match event_type {
             "OutboundShipped" | "ReturnReceived" | "StockReservationRejected" => Some(V1),
+            shipback::EVENT_TYPE => Some(V1),
             _ => None,
         }
     }
@@ -85,6 +101,14 @@ impl Handler for FulfilmentHandler {
                     tracking_no: shipped.tracking_no,
                 };
                 ship(conn, OrderId::from(shipped.order_id), &shipment).await
+            }
+            shipback::EVENT_TYPE => {
+                let req: shipback::ShipBackRequested = event.payload_as()?;
+                let reported = shipback::report(conn, self.platform.as_ref(), &req).await;
+                if matches!(reported, Err(HandlerError::Unapplicable(_))) {
+                    self.metrics.shipback_failures.inc();
+                }
+                reported
             }
             "ReturnReceived" => {
                 let returned: ReturnReceived = event.payload_as()?;
@@ -137,9 +161,13 @@ pub async fn ship(
     )
     .await
     .map_err(order_error)?;
+    let ship_back = shipback::request(conn, order_id, shipment)
+        .await
+        .map_err(order_error)?;
     tracing::info!(
         order.id = %order_id,
         outbound.no = %shipment.outbound_no,
+        ship_back,
         "Order shipped"
     );
     Ok(Effect::Changed)

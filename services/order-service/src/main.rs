@@ -2,9 +2,11 @@
 //! also consume the fulfilment events that move orders.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use order_service::channel::PlatformClient;
 use order_service::config::Config;
 use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
 
@@ -30,12 +32,24 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.listen))?;
     let shutdown = outbox_kit::service::shutdown_on_signal();
     let metrics = Metrics::new();
+    let marketplace = config.marketplace_url.as_deref().map(PlatformClient::new);
+    let compensation = marketplace.clone().map(|client| {
+        tokio::spawn(order_service::channel::compensation::run(
+            pool.clone(),
+            client,
+            metrics.clone(),
+            Duration::from_millis(config.marketplace_compensation_interval_ms),
+            shutdown.clone(),
+        ))
+    });
     let consumer = match config.runtime_config() {
         Some(runtime) => {
             let consumed = outbox_kit::consumer::run(
                 runtime,
                 pool.clone(),
-                Arc::new(FulfilmentHandler::new(metrics.clone())),
+                Arc::new(
+                    FulfilmentHandler::new(metrics.clone()).with_platform(marketplace.clone()),
+                ),
                 metrics.consumer.clone(),
                 shutdown.clone(),
             );
@@ -57,6 +71,7 @@ async fn main() -> anyhow::Result<()> {
         metrics,
         secret,
         marketplace_secret,
+        marketplace,
     };
     let served = order_service::serve(listener, state, shutdown.clone(), config.shutdown_timeout())
         .await
@@ -67,6 +82,9 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("consumer task")?
             .context("running the consumer")?;
+    }
+    if let Some(compensation) = compensation {
+        compensation.await.context("compensation task")?;
     }
     pool.close().await;
     served?;

@@ -36,7 +36,7 @@ pub struct TradeBody {
     pub buyer_id: String,
     /// What was bought.
     pub items: Vec<CreateOrderItemBody>,
-    /// What the buyer paid (once paid).
+    /// What the buyer paid: required once paid, present on a closed trade that was paid.
     #[serde(default)]
     pub paid_cents: Option<i64>,
 }
@@ -251,16 +251,19 @@ impl TryFrom<PushBody> for ChannelMessage {
                     items: t.items,
                 })
                 .map_err(|e| ValidationError::new(format!("trade.{}", e.field), e.reason))?;
-                let paid = match (status.is_paid(), t.paid_cents) {
-                    (true, Some(c)) => Some(Cents::parse("trade.paid_cents", c)?),
-                    (true, None) => {
+                // A closed trade carries `paid_cents` when it was paid before it closed.
+                let paid = match (status, t.paid_cents) {
+                    (_, Some(c)) if status.is_paid() || status == TradeStatus::TradeClosed => {
+                        Some(Cents::parse("trade.paid_cents", c)?)
+                    }
+                    (_, None) if status.is_paid() => {
                         return Err(ValidationError::new(
                             "trade.paid_cents",
                             "is required once the trade is paid",
                         )
                         .into())
                     }
-                    (false, _) => None,
+                    _ => None,
                 };
                 Change::Trade(TradeChange {
                     tid: platform_id("trade.tid", t.tid)?,

@@ -13,14 +13,21 @@
 //!    ([`crate::orders`], [`crate::payments`], [`crate::refunds`]), so stock and WMS work
 //!    unchanged through the outbox.
 //!
+//! Lost pushes are recovered by [`compensation`] (the platform's query API, through the same
+//! path); a shipped channel order's tracking number goes back by [`shipback`].
+//!
 //! Everything, layers included, is one transaction: a message that fails (unknown order,
 //! amount mismatch, refund above what was paid) writes nothing and the platform sends it again.
 
 pub mod apply;
+pub mod client;
+pub mod compensation;
 pub mod message;
+pub mod shipback;
 pub mod store;
 
 pub use apply::{apply, Outcome, Source};
+pub use client::PlatformClient;
 pub use message::{ChannelMessage, PushBody, RefundChange, TradeChange};
 
 /// The channel's name in the channel tables.

@@ -2,6 +2,9 @@
 //! messages. The signature over the raw body is checked first (401, nothing read); a message
 //! that was handled (applied, or absorbed by a dedupe layer) is answered `200` with its
 //! outcome so the platform stops sending it; anything refused is a 4xx and wrote nothing.
+//!
+//! `POST /channels/marketplace/compensate` runs one compensation pass now and answers what it
+//! did.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -36,4 +39,17 @@ pub(super) async fn push(
     Ok(Json(
         json!({ "result": "success", "outcome": outcome.as_str() }),
     ))
+}
+
+pub(super) async fn compensate(State(state): State<AppState>) -> Result<Json<Value>, Error> {
+    let client = state.marketplace.as_ref().ok_or(Error::ChannelDisabled)?;
+    let pass = channel::compensation::run_once(&state.pool, client, &state.metrics)
+        .await
+        .map_err(|e| match e {
+            channel::compensation::CompensationError::Database(e) => Error::Database(e),
+            channel::compensation::CompensationError::Platform(e) => {
+                Error::PlatformUnavailable(e.to_string())
+            }
+        })?;
+    Ok(Json(serde_json::to_value(pass).map_err(Error::Serialize)?))
 }

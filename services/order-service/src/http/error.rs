@@ -38,6 +38,7 @@ impl Error {
             }
             Self::ChannelOrderUnknown => (StatusCode::CONFLICT, "unknown_channel_order"),
             Self::ChannelDisabled => (StatusCode::NOT_FOUND, "channel_disabled"),
+            Self::PlatformUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             e if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             e if e.is_constraint_violation() => (StatusCode::CONFLICT, "conflict"),
             Self::KeyBusy

@@ -46,6 +46,8 @@ pub struct AppState {
     pub secret: CallbackSecret,
     /// Secret that signs marketplace pushes; `None` turns the channel off (404).
     pub marketplace_secret: Option<CallbackSecret>,
+    /// The marketplace's API, for `POST /channels/marketplace/compensate`.
+    pub marketplace: Option<crate::channel::PlatformClient>,
 }
 
 /// The whole API.
@@ -61,6 +63,10 @@ pub fn router(state: AppState) -> Router {
         .route("/payments/callback", post(callbacks::payment_callback))
         .route("/refunds/callback", post(callbacks::refund_callback))
         .route("/channels/marketplace/push", post(channel::push))
+        .route(
+            "/channels/marketplace/compensate",
+            post(channel::compensate),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))

@@ -84,6 +84,7 @@ impl TestApp {
             metrics: Metrics::new(),
             secret: secret.clone(),
             marketplace_secret: Some(CallbackSecret::new(MARKETPLACE_SECRET).unwrap()),
+            marketplace: None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
