@@ -250,7 +250,9 @@ async fn a_closed_unpaid_trade_cancels_and_a_full_refund_before_shipping_refunds
     let app = TestApp::spawn().await;
     app.sku("MUG", 1_000).await;
     pushed(&app, &trade("a1", "TA", "WAIT_BUYER_PAY", 1)).await;
-    pushed(&app, &trade("a2", "TA", "TRADE_CLOSED", 2)).await;
+    let mut closed = trade("a2", "TA", "TRADE_CLOSED", 2);
+    closed["trade"]["paid_cents"] = Value::Null;
+    pushed(&app, &closed).await;
     assert_eq!(
         app.get_order(&our_order(&app, "TA").await).await["status"],
         "CANCELLED"
@@ -271,4 +273,43 @@ async fn a_closed_unpaid_trade_cancels_and_a_full_refund_before_shipping_refunds
             "RefundSucceeded"
         ]
     );
+}
+
+#[tokio::test]
+async fn a_change_recovered_by_compensation_has_no_second_effect_when_its_push_arrives_late() {
+    use order_service::channel::{apply, ChannelMessage, Outcome, PushBody, Source};
+    let app = TestApp::spawn().await;
+    app.sku("MUG", 1_000).await;
+    // The compensation poller fetched the change (its push was delayed).
+    let fetched = trade(
+        "q-T1-WAIT_SELLER_SEND_GOODS-5",
+        "T1",
+        "WAIT_SELLER_SEND_GOODS",
+        5,
+    );
+    let msg =
+        ChannelMessage::try_from(serde_json::from_value::<PushBody>(fetched).unwrap()).unwrap();
+    assert_eq!(
+        apply(&app.pool, &msg, Source::Query).await.unwrap(),
+        Outcome::Applied
+    );
+    let id = our_order(&app, "T1").await;
+    let before = app.snapshot().await;
+    // The push arrives afterwards, under the platform's own msg_id.
+    assert_eq!(
+        pushed(&app, &trade("push-77", "T1", "WAIT_SELLER_SEND_GOODS", 5)).await,
+        "duplicate_change"
+    );
+    let after = app.snapshot().await;
+    assert_eq!(
+        (after.outbox, after.orders, after.payments),
+        (before.outbox, before.orders, before.payments)
+    );
+    assert_eq!(app.event_types(&id).await, ["OrderCreated", "OrderPaid"]);
+    let source: String =
+        sqlx::query_scalar("SELECT source FROM channel_messages WHERE outcome = 'applied'")
+            .fetch_one(&app.pool)
+            .await
+            .unwrap();
+    assert_eq!(source, "query");
 }
