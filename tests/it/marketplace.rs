@@ -306,14 +306,10 @@ async fn marketplace_orders_reach_the_platforms_state_through_duplicates_drops_a
     assert_eq!(shipbacks, i64::try_from(shippable.len()).unwrap());
 
     let sim_calls = m.sim_get("/calls").await;
-    let (layer1, layer2, stale): (i64, i64, i64) = sqlx::query_as(
-        "SELECT COALESCE(sum(duplicates), 0)::bigint, \
-                count(*) FILTER (WHERE outcome = 'duplicate_change'), \
-                count(*) FILTER (WHERE outcome = 'stale') FROM channel_messages",
-    )
-    .fetch_one(&m.sys.order_db.pool)
-    .await
-    .unwrap();
+    let mut conn = m.sys.order_db.pool.acquire().await.unwrap();
+    let (layer1, layer2, stale) = order_service::channel::store::dedupe_counts(&mut conn)
+        .await
+        .unwrap();
     assert!(layer1 > 0 && layer2 > 0, "both layers absorbed duplicates");
     let order_metrics = m.sys.order.metrics().await;
     eprintln!(

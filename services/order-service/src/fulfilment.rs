@@ -1,5 +1,5 @@
 //! Events from fulfilment that move orders, consumed through the shared consumer runtime
-//! (consumer name `order`; topics `<prefix>outbound` and `<prefix>stock`):
+//! (consumer name `order`; topics `<prefix>outbound`, `<prefix>stock`, `<prefix>shipback`):
 //!
 //! - `OutboundShipped` (WMS): `PAID -> SHIPPED`, emits `OrderShipped` (and, for a channel
 //!   order, `ShipBackRequested`);

@@ -57,14 +57,10 @@ async fn our_order(app: &TestApp, tid: &str) -> String {
 }
 
 async fn dedupe_counts(app: &TestApp) -> (i64, i64, i64) {
-    sqlx::query_as(
-        "SELECT COALESCE(sum(duplicates), 0)::bigint, \
-                count(*) FILTER (WHERE outcome = 'duplicate_change'), \
-                count(*) FILTER (WHERE outcome = 'stale') FROM channel_messages",
-    )
-    .fetch_one(&app.pool)
-    .await
-    .unwrap()
+    let mut conn = app.pool.acquire().await.unwrap();
+    order_service::channel::store::dedupe_counts(&mut conn)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

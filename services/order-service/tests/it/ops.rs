@@ -48,6 +48,7 @@ async fn openapi_describes_every_endpoint() {
         ("/payments/callback", "post"),
         ("/refunds/callback", "post"),
         ("/channels/marketplace/push", "post"),
+        ("/channels/marketplace/compensate", "post"),
         ("/healthz", "get"),
         ("/metrics", "get"),
         ("/openapi.json", "get"),
@@ -59,7 +60,7 @@ async fn openapi_describes_every_endpoint() {
             "{method} {path} has no responses"
         );
     }
-    assert_eq!(doc["paths"].as_object().unwrap().len(), 13);
+    assert_eq!(doc["paths"].as_object().unwrap().len(), 14);
     // Every schema reference resolves.
     let text = doc.to_string();
     for part in text.split("#/components/schemas/").skip(1) {
