@@ -418,3 +418,83 @@ impl Platform {
         (out.into_iter().map(|(_, v)| v).collect(), until)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn platform(faults: Faults) -> Platform {
+        Platform::new(CallbackSecret::new("s").unwrap(), faults)
+    }
+
+    fn items() -> Vec<Item> {
+        vec![Item {
+            sku_id: "A".into(),
+            quantity: 1,
+        }]
+    }
+
+    #[tokio::test]
+    async fn the_ship_api_fails_as_configured_then_answers_already_shipped_for_a_retry() {
+        let p = platform(Faults {
+            ship_fail_times: 2,
+            ..Faults::default()
+        });
+        p.create_trade("T1".into(), "b".into(), items(), 100, true)
+            .await
+            .unwrap();
+        assert_eq!(p.ship("T1", "SF1").await, ShipOutcome::Failed);
+        assert_eq!(p.ship("T1", "SF1").await, ShipOutcome::Failed);
+        assert_eq!(p.ship("T1", "SF1").await, ShipOutcome::Shipped);
+        assert_eq!(p.ship("T1", "SF1").await, ShipOutcome::AlreadyShipped);
+        assert!(matches!(
+            p.ship("T1", "SF2").await,
+            ShipOutcome::Conflict(_)
+        ));
+        assert_eq!(p.ship("T9", "SF1").await, ShipOutcome::UnknownTrade);
+        assert_eq!(p.trade("T1").unwrap().status, "WAIT_BUYER_CONFIRM");
+        let results: Vec<String> = p.calls().ship.into_iter().map(|c| c.result).collect();
+        assert_eq!(
+            results,
+            [
+                "failed",
+                "failed",
+                "shipped",
+                "already_shipped",
+                "conflict",
+                "unknown_trade"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn changes_are_queryable_oldest_first_and_a_full_refund_closes_the_trade() {
+        let p = platform(Faults::default());
+        p.create_trade("T1".into(), "b".into(), items(), 100, true)
+            .await
+            .unwrap();
+        p.refund(
+            "T1",
+            "R1".into(),
+            100,
+            "RETURN_AND_REFUND".into(),
+            vec!["WAIT_SELLER_AGREE".into(), "SUCCESS".into()],
+        )
+        .await
+        .unwrap();
+        assert_eq!(p.trade("T1").unwrap().status, "TRADE_CLOSED");
+        let (all, until) = p.changes_since(0);
+        // Latest snapshots only: the trade (closed) and the refund (succeeded).
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0]["refund"]["status"], "SUCCESS");
+        assert_eq!(all[1]["trade"]["status"], "TRADE_CLOSED");
+        assert_eq!(
+            all[1]["trade"]["paid_cents"], 100,
+            "a paid trade says so when closed"
+        );
+        assert_eq!(all[1]["modified"].as_i64(), Some(until));
+        assert!(p.changes_since(until).0.is_empty());
+        // Nothing was pushed (no push URL): every change counts as dropped.
+        assert_eq!(p.calls().pushes_dropped, p.calls().changes);
+    }
+}

@@ -60,7 +60,7 @@ pub struct OrderView {
     /// When it was paid.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paid_at: Option<DateTime<Utc>>,
-    /// When it was cancelled.
+    /// When it was cancelled, or refunded in full before shipping.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled_at: Option<DateTime<Utc>>,
 }

@@ -31,7 +31,7 @@ pub struct OrderRow {
     pub updated_at: DateTime<Utc>,
     /// When it became PAID.
     pub paid_at: Option<DateTime<Utc>>,
-    /// When it became CANCELLED.
+    /// When it became CANCELLED or REFUNDED.
     pub cancelled_at: Option<DateTime<Utc>>,
 }
 
