@@ -61,16 +61,20 @@ pub(super) async fn get_order(
     Ok(Json(detail).into_response())
 }
 
+/// Applies a lifecycle `event` to the order at `order_id` and answers the order.
+async fn move_order(
+    state: &AppState,
+    order_id: &str,
+    event: LifecycleEvent,
+) -> Result<orders::Moved, Error> {
+    orders::apply_event(&state.pool, parse_order_id(order_id)?, event).await
+}
+
 pub(super) async fn cancel_order(
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, Error> {
-    let cancelled = orders::apply_event(
-        &state.pool,
-        parse_order_id(&order_id)?,
-        LifecycleEvent::Cancel,
-    )
-    .await?;
+    let cancelled = move_order(&state, &order_id, LifecycleEvent::Cancel).await?;
     if cancelled.changed {
         state.metrics.orders_cancelled.inc();
     }
@@ -82,12 +86,7 @@ pub(super) async fn deliver_order(
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, Error> {
-    let moved = orders::apply_event(
-        &state.pool,
-        parse_order_id(&order_id)?,
-        LifecycleEvent::Deliver,
-    )
-    .await?;
+    let moved = move_order(&state, &order_id, LifecycleEvent::Deliver).await?;
     Ok(Json(moved.order).into_response())
 }
 
@@ -96,12 +95,7 @@ pub(super) async fn complete_order(
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, Error> {
-    let moved = orders::apply_event(
-        &state.pool,
-        parse_order_id(&order_id)?,
-        LifecycleEvent::Complete,
-    )
-    .await?;
+    let moved = move_order(&state, &order_id, LifecycleEvent::Complete).await?;
     Ok(Json(moved.order).into_response())
 }
 
