@@ -133,8 +133,14 @@ impl Handler for FulfilmentHandler {
     }
 }
 
-fn unknown_order(order_id: OrderId) -> HandlerError {
-    HandlerError::Unapplicable(format!("order {order_id} does not exist"))
+/// Locks an order a consumed event names; an unknown one is a contradiction for operators.
+async fn lock_known(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<orders::OrderRow, HandlerError> {
+    orders::lock(conn, order_id)
+        .await?
+        .ok_or_else(|| HandlerError::Unapplicable(format!("order {order_id} does not exist")))
 }
 
 /// `PAID -> SHIPPED` and `OrderShipped`.
@@ -147,9 +153,7 @@ pub async fn ship(
     order_id: OrderId,
     shipment: &ShipmentView,
 ) -> Result<Effect, HandlerError> {
-    let order = orders::lock(conn, order_id)
-        .await?
-        .ok_or_else(|| unknown_order(order_id))?;
+    let order = lock_known(conn, order_id).await?;
     if order.status.is_shipped() {
         return Ok(Effect::Unchanged);
     }
@@ -183,9 +187,7 @@ pub async fn receive_return(
     conn: &mut PgConnection,
     order_id: OrderId,
 ) -> Result<Effect, HandlerError> {
-    let order = orders::lock(conn, order_id)
-        .await?
-        .ok_or_else(|| unknown_order(order_id))?;
+    let order = lock_known(conn, order_id).await?;
     if order.status == OrderStatus::Returned {
         return Ok(Effect::Unchanged);
     }
@@ -207,9 +209,7 @@ pub async fn cancel_for_lack_of_stock(
     conn: &mut PgConnection,
     order_id: OrderId,
 ) -> Result<Effect, HandlerError> {
-    let order = orders::lock(conn, order_id)
-        .await?
-        .ok_or_else(|| unknown_order(order_id))?;
+    let order = lock_known(conn, order_id).await?;
     if order.status == OrderStatus::Cancelled {
         return Ok(Effect::Unchanged);
     }
