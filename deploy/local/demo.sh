@@ -15,7 +15,10 @@
 #  6. runs the whole system: order-service, wms-consumer and stock-consumer with one relay per
 #     database; forward flow, refunds before/after shipping, a closed refund, an order without
 #     stock; ends with a consistency summary (deploy/local/demo-fulfilment.sh);
-#  7. stops everything it started.
+#  7. drives a short marketplace flow: the marketplace simulator pushes trades and refunds with
+#     duplicates, new msg_ids, out-of-order snapshots and drops; one compensation pass; ship-backs
+#     (deploy/local/demo-marketplace.sh);
+#  8. stops everything it started.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -27,7 +30,7 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 bash deploy/local/install-deps.sh
 cleanup() {
     kill "${RELAY_PID:-}" 2>/dev/null || true
-    for p in "$STATE_DIR"/order-service.pid "$STATE_DIR"/orders-relay.pid "$STATE_DIR"/f-*.pid; do
+    for p in "$STATE_DIR"/order-service.pid "$STATE_DIR"/orders-relay.pid "$STATE_DIR"/f-*.pid "$STATE_DIR"/m-*.pid; do
         [[ -f "$p" ]] && kill "$(cat "$p")" 2>/dev/null || true
     done
     bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true
@@ -39,7 +42,7 @@ TOPICS="outbox.event.order" bash deploy/local/up.sh "$STATE_DIR"
 export DATABASE_URL KAFKA_BROKERS PYTHON STATE_DIR
 
 say "Building"
-cargo build --release -p outbox-relay -p order-service -p wms-consumer -p stock-consumer
+cargo build --release -p outbox-relay -p order-service -p wms-consumer -p stock-consumer -p marketplace-sim
 RELAY=target/release/outbox-relay
 PGBENCH="$PG_BIN_DIR/pgbench"
 
@@ -88,3 +91,4 @@ tail -3 "$STATE_DIR/relay.log"
 
 bash deploy/local/demo-orders.sh
 bash deploy/local/demo-fulfilment.sh
+bash deploy/local/demo-marketplace.sh

@@ -399,7 +399,8 @@ async fn refund_before_shipping(sys: &System) {
     let o = sys.order_of(&order).await;
     assert_eq!(
         (o["status"].as_str(), o["refunds"][0]["status"].as_str()),
-        (Some("PAID"), Some("SUCCEEDED"))
+        (Some("REFUNDED"), Some("SUCCEEDED")),
+        "a full refund before shipping ends the order"
     );
 }
 
@@ -425,9 +426,10 @@ async fn refund_after_shipping(sys: &System) {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "RETURNED");
     sys.wait_stock("R2", (10, 0)).await;
+    sys.wait_order(&order, "RETURNED").await;
     sys.refund_outcome(&refund_no, "SUCCESS").await;
     let o = sys.order_of(&order).await;
-    assert_eq!(o["status"], "SHIPPED");
+    assert_eq!(o["status"], "RETURNED", "the return ends the order");
     assert_eq!(sys.outbounds_of(&order).await[0]["status"], "RETURNED");
 }
 

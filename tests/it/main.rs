@@ -10,6 +10,7 @@ mod failover;
 mod faults;
 mod isolation;
 mod lease_lock;
+mod marketplace;
 mod observe;
 mod order_flow;
 mod parking;

@@ -37,7 +37,8 @@ pub struct Service {
 }
 
 impl Service {
-    fn spawn(name: &str, bin: &str, envs: Vec<(String, String)>) -> Self {
+    /// Starts workspace binary `bin` with environment `envs` (and `LISTEN_ADDR=127.0.0.1:0`).
+    pub fn spawn(name: &str, bin: &str, envs: Vec<(String, String)>) -> Self {
         let log = log_dir().join(format!(
             "{name}-{:06x}.log",
             rand::random::<u32>() & 0xff_ffff
@@ -261,6 +262,11 @@ impl System {
 
     /// Starts everything on `brokers`, waiting until every service is ready.
     pub async fn start_on(brokers: &str) -> Self {
+        Self::start_with(brokers, Vec::new()).await
+    }
+
+    /// Starts everything on `brokers` with extra environment for the order service.
+    pub async fn start_with(brokers: &str, order_extra_env: Vec<(String, String)>) -> Self {
         let prefix = crate::unique_topic_prefix();
         let (order_db, wms_db, stock_db) = tokio::join!(
             crate::db::fresh_database(),
@@ -269,6 +275,7 @@ impl System {
         );
         let mut order_env = consumer_env(&order_db, brokers, &prefix, "order");
         order_env.push(("PAYMENT_CALLBACK_SECRET".to_owned(), SECRET.to_owned()));
+        order_env.extend(order_extra_env);
         let order = Service::spawn("order-service", "order-service", order_env);
         let wms = Service::spawn(
             "wms-consumer",

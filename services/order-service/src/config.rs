@@ -31,6 +31,20 @@ pub struct Config {
     )]
     pub payment_callback_secret: String,
 
+    /// Shared secret of the marketplace: its pushes to `/channels/marketplace/push` carry the
+    /// hex HMAC-SHA256 of their body under it. Unset: the channel answers 404.
+    #[arg(long, env = "MARKETPLACE_SECRET", hide_env_values = true, value_parser = NonEmptyStringValueParser::new())]
+    pub marketplace_secret: Option<String>,
+
+    /// Base URL of the marketplace's API (`http://host:port`): its query API feeds the
+    /// compensation poller, its ship API receives ship-backs. Unset: neither runs.
+    #[arg(long, env = "MARKETPLACE_URL")]
+    pub marketplace_url: Option<String>,
+
+    /// How often the compensation poller asks the marketplace for changes, in milliseconds.
+    #[arg(long, env = "MARKETPLACE_COMPENSATION_INTERVAL_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub marketplace_compensation_interval_ms: u64,
+
     /// Most database connections. Concurrent requests with the same idempotency key each hold
     /// one while they wait for the first.
     #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]

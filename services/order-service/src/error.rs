@@ -62,6 +62,19 @@ pub enum Error {
         /// What may still be refunded.
         refundable_cents: i64,
     },
+    /// A marketplace message's `type` is not one we know (422).
+    #[error("unknown message type `{0}`; expected TradeSync or RefundSync")]
+    UnknownMessageType(String),
+    /// A marketplace refund names a trade we have not seen yet (409; sent again later, or
+    /// fetched by compensation, it applies).
+    #[error("unknown marketplace order; send its TradeSync first")]
+    ChannelOrderUnknown,
+    /// The marketplace's API could not be asked (503).
+    #[error("the marketplace is unavailable: {0}")]
+    PlatformUnavailable(String),
+    /// The marketplace channel has no secret configured (404).
+    #[error("the marketplace channel is not configured (MARKETPLACE_SECRET)")]
+    ChannelDisabled,
     /// Another request with the same idempotency key kept the key busy; retry (503).
     #[error("a request with this Idempotency-Key is still being processed; retry")]
     KeyBusy,
@@ -86,6 +99,15 @@ const RETRYABLE_SQLSTATES: [&str; 3] = [
     "55P03", // lock_not_available
 ];
 
+impl From<crate::channel::message::MessageError> for Error {
+    fn from(e: crate::channel::message::MessageError) -> Self {
+        match e {
+            crate::channel::message::MessageError::UnknownType(t) => Self::UnknownMessageType(t),
+            crate::channel::message::MessageError::Invalid(v) => Self::Validation(v),
+        }
+    }
+}
+
 impl Error {
     /// Whether the client may retry the same request unchanged and expect it to work: the
     /// database was unreachable, busy or chose this transaction as a deadlock victim.
@@ -93,7 +115,7 @@ impl Error {
         let db = match self {
             Self::Database(e) => e,
             Self::Outbox(outbox_kit::OutboxError::Database(e)) => e,
-            Self::KeyBusy => return true,
+            Self::KeyBusy | Self::PlatformUnavailable(_) => return true,
             _ => return false,
         };
         match db {

@@ -23,12 +23,19 @@ pub enum EventType {
     OrderCancelled,
     /// A refund was asked for.
     RefundRequested,
-    /// A refund was paid out.
+    /// A refund was paid out. When it completes a full refund before shipping, the order in
+    /// the payload is `REFUNDED` (that move's one event).
     RefundSucceeded,
     /// A refund was closed without paying out.
     RefundClosed,
     /// The warehouse shipped the order.
     OrderShipped,
+    /// The carrier delivered the order (signed).
+    OrderDelivered,
+    /// The buyer confirmed receipt.
+    OrderCompleted,
+    /// The warehouse received the order's goods back.
+    OrderReturned,
 }
 
 impl EventType {
@@ -42,6 +49,9 @@ impl EventType {
             Self::RefundSucceeded => "RefundSucceeded",
             Self::RefundClosed => "RefundClosed",
             Self::OrderShipped => "OrderShipped",
+            Self::OrderDelivered => "OrderDelivered",
+            Self::OrderCompleted => "OrderCompleted",
+            Self::OrderReturned => "OrderReturned",
         }
     }
 }

@@ -1,9 +1,15 @@
 //! Events from fulfilment that move orders, consumed through the shared consumer runtime
-//! (consumer name `order`; topics `<prefix>outbound` and `<prefix>stock`):
+//! (consumer name `order`; topics `<prefix>outbound`, `<prefix>stock`, `<prefix>shipback`):
 //!
-//! - `OutboundShipped` (WMS): `PAID -> SHIPPED`, emits `OrderShipped`;
+//! - `OutboundShipped` (WMS): `PAID -> SHIPPED`, emits `OrderShipped` (and, for a channel
+//!   order, `ShipBackRequested`);
+//! - `ShipBackRequested` (this service, topic `<prefix>shipback`): reports the tracking
+//!   number to the platform ([`crate::channel::shipback`]);
+//! - `ReturnReceived` (WMS): `SHIPPED | DELIVERED | COMPLETED -> RETURNED`, emits
+//!   `OrderReturned`;
 //! - `StockReservationRejected` (stock): `PAID -> CANCELLED`, the payment is flagged for
-//!   refund (`REFUND_REQUIRED`, reason `stock_rejected`), emits `OrderCancelled`.
+//!   refund (`REFUND_REQUIRED`, reason `stock_rejected`) for what no refund had reserved yet,
+//!   emits `OrderCancelled`.
 //!
 //! Each runs in the runtime's transaction, after the inbox row: the order row is locked first
 //! (like every writer of an order), the status moves by a conditional update, so an event that
@@ -14,10 +20,11 @@ use serde::Deserialize;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::domain::{OrderId, OrderStatus};
-use crate::events::{self, Cause, EventType, ShipmentView};
+use crate::channel::{shipback, PlatformClient};
+use crate::domain::{LifecycleEvent, OrderId, OrderStatus};
+use crate::events::{Cause, ShipmentView};
 use crate::metrics::Metrics;
-use crate::orders::view_of;
+use crate::orders::advance;
 use crate::payments::FlagReason;
 use crate::store::{orders, payments};
 use crate::views::PaymentView;
@@ -26,7 +33,7 @@ use crate::views::PaymentView;
 pub const CONSUMER_NAME: &str = "order";
 
 /// Aggregate types (topics `<prefix><aggregate_type>`) the order service consumes.
-pub const CONSUMED_AGGREGATES: [&str; 2] = ["outbound", "stock"];
+pub const CONSUMED_AGGREGATES: [&str; 3] = ["outbound", "stock", shipback::AGGREGATE_TYPE];
 
 const V1: &[u32] = &[1];
 
@@ -39,29 +46,47 @@ struct OutboundShipped {
     tracking_no: String,
 }
 
+/// The part of `ReturnReceived` the order service reads.
+#[derive(Debug, Clone, Deserialize)]
+struct ReturnReceived {
+    order_id: Uuid,
+}
+
 /// The part of `StockReservationRejected` the order service reads.
 #[derive(Debug, Clone, Deserialize)]
 struct StockRejected {
     order_id: Uuid,
 }
 
-/// Applies fulfilment events to orders.
+/// Applies fulfilment events to orders, and reports channel shipments to the platform.
 #[derive(Debug, Clone)]
 pub struct FulfilmentHandler {
     metrics: Metrics,
+    platform: Option<PlatformClient>,
 }
 
 impl FulfilmentHandler {
     /// A handler counting flagged payments in `metrics`.
     pub fn new(metrics: Metrics) -> Self {
-        Self { metrics }
+        Self {
+            metrics,
+            platform: None,
+        }
+    }
+
+    /// Reports `ShipBackRequested` to this platform.
+    #[must_use]
+    pub fn with_platform(mut self, platform: Option<PlatformClient>) -> Self {
+        self.platform = platform;
+        self
     }
 }
 
 impl Handler for FulfilmentHandler {
     fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
         match event_type {
-            "OutboundShipped" | "StockReservationRejected" => Some(V1),
+            "OutboundShipped" | "ReturnReceived" | "StockReservationRejected" => Some(V1),
+            shipback::EVENT_TYPE => Some(V1),
             _ => None,
         }
     }
@@ -76,6 +101,18 @@ impl Handler for FulfilmentHandler {
                     tracking_no: shipped.tracking_no,
                 };
                 ship(conn, OrderId::from(shipped.order_id), &shipment).await
+            }
+            shipback::EVENT_TYPE => {
+                let req: shipback::ShipBackRequested = event.payload_as()?;
+                let reported = shipback::report(conn, self.platform.as_ref(), &req).await;
+                if matches!(reported, Err(HandlerError::Unapplicable(_))) {
+                    self.metrics.shipback_failures.inc();
+                }
+                reported
+            }
+            "ReturnReceived" => {
+                let returned: ReturnReceived = event.payload_as()?;
+                receive_return(conn, OrderId::from(returned.order_id)).await
             }
             "StockReservationRejected" => {
                 let rejected: StockRejected = event.payload_as()?;
@@ -96,54 +133,74 @@ impl Handler for FulfilmentHandler {
     }
 }
 
-fn unknown_order(order_id: OrderId) -> HandlerError {
-    HandlerError::Unapplicable(format!("order {order_id} does not exist"))
+/// Locks an order a consumed event names; an unknown one is a contradiction for operators.
+async fn lock_known(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<orders::OrderRow, HandlerError> {
+    orders::lock(conn, order_id)
+        .await?
+        .ok_or_else(|| HandlerError::Unapplicable(format!("order {order_id} does not exist")))
 }
 
 /// `PAID -> SHIPPED` and `OrderShipped`.
 ///
 /// # Errors
 /// [`HandlerError::Unapplicable`] for an unknown order or one that cannot ship (not paid,
-/// cancelled): a contradiction for operators; database errors.
+/// cancelled, refunded): a contradiction for operators; database errors.
 pub async fn ship(
     conn: &mut PgConnection,
     order_id: OrderId,
     shipment: &ShipmentView,
 ) -> Result<Effect, HandlerError> {
-    let order = orders::lock(conn, order_id)
-        .await?
-        .ok_or_else(|| unknown_order(order_id))?;
-    match order.status {
-        OrderStatus::Paid => {}
-        OrderStatus::Shipped | OrderStatus::Completed => return Ok(Effect::Unchanged),
-        status => {
-            return Err(HandlerError::Unapplicable(format!(
-                "order {order_id} is {status}; it cannot have shipped"
-            )))
-        }
+    let order = lock_known(conn, order_id).await?;
+    if order.status.is_shipped() {
+        return Ok(Effect::Unchanged);
     }
-    let row = orders::transition(conn, order_id, OrderStatus::Paid, OrderStatus::Shipped)
-        .await?
-        .ok_or_else(|| HandlerError::Unapplicable("locked order changed status".to_owned()))?;
-    let view = view_of(conn, row).await.map_err(order_error)?;
-    events::append(
+    advance(
         conn,
-        EventType::OrderShipped,
-        &view,
+        &order,
+        LifecycleEvent::Ship,
         Cause::Shipment(shipment),
     )
     .await
     .map_err(order_error)?;
+    let ship_back = shipback::request(conn, order_id, shipment)
+        .await
+        .map_err(order_error)?;
     tracing::info!(
         order.id = %order_id,
         outbound.no = %shipment.outbound_no,
+        ship_back,
         "Order shipped"
     );
     Ok(Effect::Changed)
 }
 
-/// `PAID -> CANCELLED` for lack of stock: the payment is flagged for refund and
-/// `OrderCancelled` carries it.
+/// `SHIPPED | DELIVERED | COMPLETED -> RETURNED` and `OrderReturned`: the warehouse has the
+/// goods back (and the stock consumer restocks them from the same `ReturnReceived`).
+///
+/// # Errors
+/// [`HandlerError::Unapplicable`] for an unknown order or one that never shipped; database
+/// errors.
+pub async fn receive_return(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<Effect, HandlerError> {
+    let order = lock_known(conn, order_id).await?;
+    if order.status == OrderStatus::Returned {
+        return Ok(Effect::Unchanged);
+    }
+    advance(conn, &order, LifecycleEvent::ReturnReceived, Cause::None)
+        .await
+        .map_err(order_error)?;
+    Ok(Effect::Changed)
+}
+
+/// `PAID -> CANCELLED` for lack of stock: what no refund has reserved yet is reserved now and
+/// the payment is flagged to give exactly that back; `OrderCancelled` carries it. A refund
+/// requested earlier keeps its own reservation and outcome, so nothing is refunded twice
+/// (`orders_refunds_within_paid` holds the total).
 ///
 /// # Errors
 /// [`HandlerError::Unapplicable`] for an unknown order or one past payment (shipped), database
@@ -152,40 +209,28 @@ pub async fn cancel_for_lack_of_stock(
     conn: &mut PgConnection,
     order_id: OrderId,
 ) -> Result<Effect, HandlerError> {
-    let order = orders::lock(conn, order_id)
-        .await?
-        .ok_or_else(|| unknown_order(order_id))?;
-    match order.status {
-        OrderStatus::Paid => {}
-        OrderStatus::Cancelled => return Ok(Effect::Unchanged),
-        status => {
-            return Err(HandlerError::Unapplicable(format!(
-                "order {order_id} is {status}; a stock rejection cannot cancel it"
-            )))
-        }
+    let order = lock_known(conn, order_id).await?;
+    if order.status == OrderStatus::Cancelled {
+        return Ok(Effect::Unchanged);
     }
-    let row = orders::transition(conn, order_id, OrderStatus::Paid, OrderStatus::Cancelled)
-        .await?
-        .ok_or_else(|| HandlerError::Unapplicable("locked order changed status".to_owned()))?;
+    if order.status != OrderStatus::Paid {
+        return Err(HandlerError::Unapplicable(format!(
+            "order {order_id} is {}; a stock rejection cannot cancel it",
+            order.status
+        )));
+    }
+    let due = orders::reserve_rest(conn, order_id).await?;
     let flagged: PaymentView =
-        payments::flag_applied_for_refund(conn, order_id, FlagReason::StockRejected.as_str())
+        payments::flag_applied_for_refund(conn, order_id, FlagReason::StockRejected.as_str(), due)
             .await?
             .ok_or_else(|| {
                 HandlerError::Unapplicable(format!("paid order {order_id} has no applied payment"))
             })?
             .into();
-    if order.refund_reserved_cents > 0 {
-        tracing::warn!(
-            order.id = %order_id,
-            refund_reserved_cents = order.refund_reserved_cents,
-            "Order cancelled for lack of stock has refunds requested too; check for a double refund"
-        );
-    }
-    let view = view_of(conn, row).await.map_err(order_error)?;
-    events::append(
+    advance(
         conn,
-        EventType::OrderCancelled,
-        &view,
+        &order,
+        LifecycleEvent::StockRejected,
         Cause::Payment(&flagged),
     )
     .await
@@ -193,7 +238,8 @@ pub async fn cancel_for_lack_of_stock(
     tracing::warn!(
         order.id = %order_id,
         payment.transaction_id = %flagged.transaction_id,
-        amount_cents = flagged.amount_cents,
+        refund_due_cents = due,
+        refund_reserved_before_cents = order.refund_reserved_cents,
         reason = FlagReason::StockRejected.as_str(),
         "Paid order cancelled for lack of stock; payment flagged for refund"
     );

@@ -5,10 +5,12 @@
 //! - [`orders`], [`payments`], [`refunds`], [`catalog`]: the rules, each owning its
 //!   transactions; [`store`] holds their SQL and [`events`] the outbox payloads.
 //! - [`http`]: the API (parsing at the edge, errors as JSON); [`signature`] checks callbacks.
+//! - [`channel`]: the marketplace channel (signed pushes, layered dedupe).
 //! - [`fulfilment`]: consumed events that move orders (shipped, stock rejected).
 //! - [`config`], [`server`], [`metrics`]: what the binary needs to run.
 
 pub mod catalog;
+pub mod channel;
 pub mod config;
 pub mod domain;
 pub mod error;

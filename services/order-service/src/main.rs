@@ -3,9 +3,11 @@
 //! operator command on the fulfilment consumer's dead letters instead.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use order_service::channel::PlatformClient;
 use order_service::config::Config;
 use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
 
@@ -27,6 +29,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let secret = CallbackSecret::new(&config.payment_callback_secret)
         .context("invalid PAYMENT_CALLBACK_SECRET")?;
+    let marketplace_secret = config
+        .marketplace_secret
+        .as_deref()
+        .map(CallbackSecret::new)
+        .transpose()
+        .context("invalid MARKETPLACE_SECRET")?;
     let pool = order_service::connect_lazy(&config.database_url, config.database_max_connections)
         .context("invalid DATABASE_URL")?;
     order_service::migrate(&pool)
@@ -37,12 +45,24 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", config.listen))?;
     let shutdown = outbox_kit::service::shutdown_on_signal();
     let metrics = Metrics::new();
+    let marketplace = config.marketplace_url.as_deref().map(PlatformClient::new);
+    let compensation = marketplace.clone().map(|client| {
+        tokio::spawn(order_service::channel::compensation::run(
+            pool.clone(),
+            client,
+            metrics.clone(),
+            Duration::from_millis(config.marketplace_compensation_interval_ms),
+            shutdown.clone(),
+        ))
+    });
     let consumer = match config.runtime_config() {
         Some(runtime) => {
             let consumed = outbox_kit::consumer::run(
                 runtime,
                 pool.clone(),
-                Arc::new(FulfilmentHandler::new(metrics.clone())),
+                Arc::new(
+                    FulfilmentHandler::new(metrics.clone()).with_platform(marketplace.clone()),
+                ),
                 metrics.consumer.clone(),
                 shutdown.clone(),
             );
@@ -63,6 +83,8 @@ async fn main() -> anyhow::Result<()> {
         pool: pool.clone(),
         metrics,
         secret,
+        marketplace_secret,
+        marketplace,
     };
     let served = order_service::serve(listener, state, shutdown.clone(), config.shutdown_timeout())
         .await
@@ -73,6 +95,9 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("consumer task")?
             .context("running the consumer")?;
+    }
+    if let Some(compensation) = compensation {
+        compensation.await.context("compensation task")?;
     }
     pool.close().await;
     served?;

@@ -30,6 +30,13 @@ pub struct Metrics {
     pub refunds_requested: IntCounter,
     /// Refund notifications by outcome (`applied`, `duplicate`, `stale`, `conflicting`).
     pub refund_callbacks: IntCounterVec,
+    /// Marketplace messages by source (`push`, `query`) and outcome (`applied`,
+    /// `duplicate_message` = layer 1, `duplicate_change` = layer 2, `stale`).
+    pub channel_messages: IntCounterVec,
+    /// Changes the compensation poller applied whose push never arrived.
+    pub channel_recovered: IntCounter,
+    /// Ship-backs the platform refused for good (dead-lettered).
+    pub shipback_failures: IntCounter,
     /// The fulfilment consumer's metrics (messages, inbox duplicates, retries, dead letters).
     pub consumer: outbox_kit::consumer::ConsumerMetrics,
 }
@@ -98,8 +105,29 @@ impl Metrics {
             &["outcome"],
         )
         .unwrap();
+        let channel_messages = IntCounterVec::new(
+            Opts::new(
+                "order_channel_messages_total",
+                "Marketplace messages by source (push, query) and outcome (applied, duplicate_message = layer 1, duplicate_change = layer 2, stale)",
+            ),
+            &["source", "outcome"],
+        )
+        .unwrap();
+        let channel_recovered = IntCounter::new(
+            "order_channel_compensation_recovered_total",
+            "Marketplace changes applied by the compensation poller (their push was lost)",
+        )
+        .unwrap();
+        let shipback_failures = IntCounter::new(
+            "order_shipback_failures_total",
+            "Ship-backs the platform refused for good (dead-lettered)",
+        )
+        .unwrap();
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(channel_recovered.clone()),
+            Box::new(shipback_failures.clone()),
+            Box::new(channel_messages.clone()),
             Box::new(http_duration.clone()),
             Box::new(orders_created.clone()),
             Box::new(idempotent_replays.clone()),
@@ -131,6 +159,9 @@ impl Metrics {
             payments_flagged_for_refund,
             refunds_requested,
             refund_callbacks,
+            channel_messages,
+            channel_recovered,
+            shipback_failures,
             consumer,
         }
     }

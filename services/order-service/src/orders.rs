@@ -12,7 +12,8 @@ use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{
-    Cents, IdempotencyKey, OrderId, OrderStatus, Quantity, SkuId, UserId, ValidationError,
+    lifecycle, Cents, IdempotencyKey, LifecycleEvent, OrderId, Quantity, SkuId, UserId,
+    ValidationError,
 };
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
@@ -165,7 +166,10 @@ pub async fn create(
 }
 
 /// Prices the lines from the catalog and inserts the order, its lines and `OrderCreated`.
-async fn insert_order(
+///
+/// # Errors
+/// [`Error::UnknownSku`], [`Error::Validation`] for a total too large, database errors.
+pub(crate) async fn insert_order(
     conn: &mut PgConnection,
     order: &NewOrder,
 ) -> Result<(OrderId, serde_json::Value), Error> {
@@ -207,59 +211,80 @@ async fn insert_order(
     Ok((order_id, body))
 }
 
-/// Result of a cancel request.
+/// Result of a lifecycle request (cancel, deliver, complete).
 #[derive(Debug, Clone)]
-pub struct Cancelled {
+pub struct Moved {
     /// The order after the request.
     pub order: OrderView,
-    /// `false` when it was already cancelled (nothing changed, no event).
+    /// `false` when the order was there already (nothing changed, no event).
     pub changed: bool,
 }
 
-/// Cancels an order that is waiting for payment and emits `OrderCancelled`; cancelling a
-/// cancelled order returns it unchanged.
+/// Applies `event` to an order (`POST /orders/{id}/cancel`, `/deliver`, `/complete`) and
+/// emits the move's event; asking again once the order is where the event leads returns it
+/// unchanged.
 ///
 /// # Errors
-/// [`Error::OrderNotFound`], [`Error::IllegalTransition`] once the order is paid, database
-/// errors.
-pub async fn cancel(pool: &PgPool, order_id: OrderId) -> Result<Cancelled, Error> {
+/// [`Error::OrderNotFound`], [`Error::IllegalTransition`] when the lifecycle has no such move
+/// from the current state, database errors.
+pub async fn apply_event(
+    pool: &PgPool,
+    order_id: OrderId,
+    event: LifecycleEvent,
+) -> Result<Moved, Error> {
     let mut tx = pool.begin().await?;
     let row = orders::lock(&mut tx, order_id)
         .await?
         .ok_or(Error::OrderNotFound)?;
-    match row.status {
-        OrderStatus::Cancelled => {
-            let items = orders::items(&mut tx, order_id).await?;
-            tx.rollback().await?;
-            Ok(Cancelled {
-                order: OrderView::new(row, items),
-                changed: false,
-            })
-        }
-        OrderStatus::PendingPayment => {
-            let row = orders::transition(
-                &mut tx,
-                order_id,
-                OrderStatus::PendingPayment,
-                OrderStatus::Cancelled,
-            )
-            .await?
-            .ok_or(Error::Invariant("locked order changed status"))?;
-            let items = orders::items(&mut tx, order_id).await?;
-            let view = OrderView::new(row, items);
-            events::append(&mut tx, EventType::OrderCancelled, &view, Cause::None).await?;
-            tx.commit().await?;
-            tracing::info!(order.id = %order_id, "Cancelled order");
-            Ok(Cancelled {
-                order: view,
-                changed: true,
-            })
-        }
-        current => Err(Error::IllegalTransition {
-            current,
-            action: "cancel",
-        }),
+    if lifecycle::TRANSITIONS
+        .iter()
+        .any(|t| t.on == event && t.to == row.status)
+    {
+        let order = view_of(&mut tx, row).await?;
+        tx.rollback().await?;
+        return Ok(Moved {
+            order,
+            changed: false,
+        });
     }
+    let order = advance(&mut tx, &row, event, Cause::None).await?;
+    tx.commit().await?;
+    Ok(Moved {
+        order,
+        changed: true,
+    })
+}
+
+/// Moves a locked order by `event` ([`lifecycle::next`]) and appends that move's one event,
+/// in the caller's transaction.
+///
+/// # Errors
+/// [`Error::IllegalTransition`] (with the current state) when the move is not in the table,
+/// database and outbox errors.
+pub(crate) async fn advance(
+    conn: &mut PgConnection,
+    row: &orders::OrderRow,
+    event: LifecycleEvent,
+    cause: Cause<'_>,
+) -> Result<OrderView, Error> {
+    let order_id = OrderId::from(row.order_id);
+    let t = lifecycle::next(row.status, event).ok_or(Error::IllegalTransition {
+        current: row.status,
+        action: event.action(),
+    })?;
+    let moved = orders::transition(conn, order_id, &t)
+        .await?
+        .ok_or(Error::Invariant("locked order changed status"))?;
+    let view = view_of(conn, moved).await?;
+    events::append(conn, t.emits, &view, cause).await?;
+    tracing::info!(
+        order.id = %order_id,
+        order.from = %t.from,
+        order.status = %t.to,
+        event.name = t.emits.as_str(),
+        "Order moved"
+    );
+    Ok(view)
 }
 
 /// Reads an order with its lines, payments and refunds.

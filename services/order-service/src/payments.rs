@@ -8,12 +8,12 @@
 //! revive the order.
 
 use serde::Deserialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
-use crate::domain::{Cents, OrderId, OrderStatus, TransactionId, ValidationError};
+use crate::domain::{Cents, LifecycleEvent, OrderId, OrderStatus, TransactionId, ValidationError};
 use crate::error::Error;
-use crate::events::{self, Cause, EventType};
-use crate::orders::{parse_order_id, view_of};
+use crate::events::Cause;
+use crate::orders::{advance, parse_order_id};
 use crate::store::orders;
 use crate::store::payments::{self, Disposition};
 use crate::views::PaymentView;
@@ -113,10 +113,27 @@ impl PaymentOutcome {
 /// [`Error::TransactionIdReused`] when the transaction id was recorded for another order,
 /// database errors.
 pub async fn apply(pool: &PgPool, notice: &PaymentNotice) -> Result<PaymentOutcome, Error> {
-    let order_id = notice.order_id;
     let mut tx = pool.begin().await?;
+    let outcome = apply_in(&mut tx, notice).await?;
+    if outcome == PaymentOutcome::Duplicate {
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    Ok(outcome)
+}
+
+/// [`apply`] in the caller's transaction (the marketplace channel pays its orders so).
+///
+/// # Errors
+/// As [`apply`]; on an error the caller must roll back.
+pub async fn apply_in(
+    conn: &mut PgConnection,
+    notice: &PaymentNotice,
+) -> Result<PaymentOutcome, Error> {
+    let order_id = notice.order_id;
     // Serializes every writer of this order, duplicates of this notification included.
-    let order = orders::lock(&mut tx, order_id)
+    let order = orders::lock(conn, order_id)
         .await?
         .ok_or(Error::OrderNotFound)?;
     if notice.amount.get() != order.amount_cents {
@@ -127,16 +144,18 @@ pub async fn apply(pool: &PgPool, notice: &PaymentNotice) -> Result<PaymentOutco
     }
     let (disposition, flag) = match order.status {
         OrderStatus::PendingPayment => (Disposition::Applied, None),
-        OrderStatus::Cancelled => (
+        OrderStatus::Cancelled | OrderStatus::Refunded => (
             Disposition::RefundRequired,
             Some(FlagReason::OrderCancelled),
         ),
-        OrderStatus::Paid | OrderStatus::Shipped | OrderStatus::Completed => {
-            (Disposition::RefundRequired, Some(FlagReason::AlreadyPaid))
-        }
+        OrderStatus::Paid
+        | OrderStatus::Shipped
+        | OrderStatus::Delivered
+        | OrderStatus::Completed
+        | OrderStatus::Returned => (Disposition::RefundRequired, Some(FlagReason::AlreadyPaid)),
     };
     let inserted = payments::insert(
-        &mut tx,
+        conn,
         &notice.transaction_id,
         order_id,
         notice.amount,
@@ -145,10 +164,9 @@ pub async fn apply(pool: &PgPool, notice: &PaymentNotice) -> Result<PaymentOutco
     )
     .await?;
     if !inserted {
-        let existing = payments::find(&mut tx, &notice.transaction_id)
+        let existing = payments::find(conn, &notice.transaction_id)
             .await?
             .ok_or(Error::Invariant("conflicting payment row vanished"))?;
-        tx.rollback().await?;
         if existing.order_id != order_id.uuid() {
             return Err(Error::TransactionIdReused);
         }
@@ -160,7 +178,6 @@ pub async fn apply(pool: &PgPool, notice: &PaymentNotice) -> Result<PaymentOutco
         return Ok(PaymentOutcome::Duplicate);
     }
     if let Some(reason) = flag {
-        tx.commit().await?;
         tracing::warn!(
             order.id = %order_id,
             order.status = %order.status,
@@ -171,27 +188,11 @@ pub async fn apply(pool: &PgPool, notice: &PaymentNotice) -> Result<PaymentOutco
         );
         return Ok(PaymentOutcome::FlaggedForRefund(reason));
     }
-    let paid = orders::transition(
-        &mut tx,
-        order_id,
-        OrderStatus::PendingPayment,
-        OrderStatus::Paid,
-    )
-    .await?
-    .ok_or(Error::Invariant("locked order changed status"))?;
-    let payment: PaymentView = payments::find(&mut tx, &notice.transaction_id)
+    let payment: PaymentView = payments::find(conn, &notice.transaction_id)
         .await?
         .ok_or(Error::Invariant("payment row vanished"))?
         .into();
-    let view = view_of(&mut tx, paid).await?;
-    events::append(
-        &mut tx,
-        EventType::OrderPaid,
-        &view,
-        Cause::Payment(&payment),
-    )
-    .await?;
-    tx.commit().await?;
+    advance(conn, &order, LifecycleEvent::Pay, Cause::Payment(&payment)).await?;
     tracing::info!(
         order.id = %order_id,
         payment.transaction_id = %notice.transaction_id,

@@ -11,14 +11,15 @@
 //! newer snapshot that contradicts it is logged and counted for operators, not applied.
 
 use serde::Deserialize;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{
-    Cents, OrderId, RefundNo, RefundOutcome, RefundReason, RefundStatus, ValidationError,
+    Cents, LifecycleEvent, OrderId, OrderStatus, RefundKind, RefundNo, RefundOutcome, RefundReason,
+    RefundStatus, ValidationError,
 };
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
-use crate::orders::view_of;
+use crate::orders::{advance, view_of};
 use crate::store::{orders, refunds};
 use crate::views::RefundView;
 
@@ -31,6 +32,9 @@ pub struct RefundBody {
     pub amount_cents: i64,
     /// Why.
     pub reason: String,
+    /// `REFUND_ONLY` or `RETURN_AND_REFUND` (the default: what refunds did before kinds).
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 /// A validated refund request.
@@ -42,6 +46,8 @@ pub struct RefundRequest {
     pub amount: Cents,
     /// Why.
     pub reason: RefundReason,
+    /// Money only, or money against the goods.
+    pub kind: RefundKind,
 }
 
 impl TryFrom<RefundBody> for RefundRequest {
@@ -52,6 +58,12 @@ impl TryFrom<RefundBody> for RefundRequest {
             refund_no: RefundNo::parse("refund_no", body.refund_no)?,
             amount: Cents::parse("amount_cents", body.amount_cents)?,
             reason: RefundReason::parse("reason", body.reason)?,
+            kind: match body.kind {
+                None => RefundKind::default(),
+                Some(k) => RefundKind::try_from(k).map_err(|_| {
+                    ValidationError::new("kind", "must be REFUND_ONLY or RETURN_AND_REFUND")
+                })?,
+            },
         })
     }
 }
@@ -78,11 +90,29 @@ pub async fn request(
     req: &RefundRequest,
 ) -> Result<RefundCreated, Error> {
     let mut tx = pool.begin().await?;
-    let order = orders::lock(&mut tx, order_id)
+    let created = request_in(&mut tx, order_id, req).await?;
+    if created.replayed {
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+    }
+    Ok(created)
+}
+
+/// [`request`] in the caller's transaction (the marketplace channel's refunds go so). A
+/// replayed answer changed nothing.
+///
+/// # Errors
+/// As [`request`]; on an error the caller must roll back.
+pub async fn request_in(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    req: &RefundRequest,
+) -> Result<RefundCreated, Error> {
+    let order = orders::lock(conn, order_id)
         .await?
         .ok_or(Error::OrderNotFound)?;
-    if let Some(existing) = refunds::find(&mut tx, &req.refund_no).await? {
-        tx.rollback().await?;
+    if let Some(existing) = refunds::find(conn, &req.refund_no).await? {
         return replay(existing, order_id, req);
     }
     if !order.status.is_paid() {
@@ -91,39 +121,47 @@ pub async fn request(
             action: "refund",
         });
     }
-    if !orders::reserve_refund(&mut tx, order_id, req.amount.get()).await? {
+    // The CHECK orders_refunds_within_paid is the truth behind this conditional update.
+    if !orders::reserve_refund(conn, order_id, req.amount.get()).await? {
         return Err(Error::RefundExceedsPaid {
             refundable_cents: order.paid_cents - order.refund_reserved_cents,
         });
     }
-    let Some(row) =
-        refunds::insert(&mut tx, &req.refund_no, order_id, req.amount, &req.reason).await?
-    else {
+    let inserted = refunds::insert(
+        conn,
+        &req.refund_no,
+        order_id,
+        req.amount,
+        &req.reason,
+        req.kind,
+    )
+    .await?;
+    let Some(row) = inserted else {
         // The same number was just committed for another order (this order's writers are
-        // serialized by the lock). Undo the reservation and answer from that refund.
-        tx.rollback().await?;
-        let mut conn = pool.acquire().await?;
-        let existing = refunds::find(&mut conn, &req.refund_no)
+        // serialized by the lock, and the insert waited for that one). Undo the reservation
+        // and answer from that refund, which this statement can now see.
+        orders::release_refund(conn, order_id, req.amount.get()).await?;
+        let existing = refunds::find(conn, &req.refund_no)
             .await?
             .ok_or(Error::Invariant("conflicting refund row vanished"))?;
         return replay(existing, order_id, req);
     };
     let refund = RefundView::from(row);
-    let order = orders::find(&mut tx, order_id)
+    let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
-    let view = view_of(&mut tx, order).await?;
+    let view = view_of(conn, order).await?;
     events::append(
-        &mut tx,
+        conn,
         EventType::RefundRequested,
         &view,
         Cause::Refund(&refund),
     )
     .await?;
-    tx.commit().await?;
     tracing::info!(
         order.id = %order_id,
         refund.no = %req.refund_no,
+        refund.kind = req.kind.as_str(),
         amount_cents = req.amount.get(),
         "Refund requested"
     );
@@ -140,7 +178,8 @@ fn replay(
 ) -> Result<RefundCreated, Error> {
     let same = existing.order_id == order_id.uuid()
         && existing.amount_cents == req.amount.get()
-        && existing.reason == req.reason.as_str();
+        && existing.reason == req.reason.as_str()
+        && existing.kind == req.kind;
     if !same {
         return Err(Error::RefundNoReused);
     }
@@ -229,20 +268,43 @@ pub async fn apply_notice(
     notice: &RefundNotice,
 ) -> Result<RefundNoticeOutcome, Error> {
     let mut tx = pool.begin().await?;
-    let order_id = refunds::find(&mut tx, &notice.refund_no)
+    let outcome = apply_notice_in(&mut tx, notice).await?;
+    if matches!(outcome, RefundNoticeOutcome::Applied(_)) {
+        tx.commit().await?;
+    } else {
+        tx.rollback().await?;
+    }
+    Ok(outcome)
+}
+
+/// [`apply_notice`] in the caller's transaction. Only [`RefundNoticeOutcome::Applied`] changed
+/// something.
+///
+/// A refund that succeeds moves the order only if it completes a full refund of a paid,
+/// unshipped order (`PAID -> REFUNDED`, emitted as that `RefundSucceeded`); otherwise the order
+/// stays where it is: a partial refund does not stop fulfilment, a refund after shipping waits
+/// for the return (if any), and a cancelled order stays cancelled (its stock-rejection flag
+/// covers only what no refund had reserved, so this money goes back once).
+///
+/// # Errors
+/// As [`apply_notice`]; on an error the caller must roll back.
+pub async fn apply_notice_in(
+    conn: &mut PgConnection,
+    notice: &RefundNotice,
+) -> Result<RefundNoticeOutcome, Error> {
+    let order_id = refunds::find(conn, &notice.refund_no)
         .await?
         .map(|r| OrderId::from(r.order_id))
         .ok_or(Error::RefundNotFound)?;
-    orders::lock(&mut tx, order_id)
+    orders::lock(conn, order_id)
         .await?
         .ok_or(Error::Invariant("refund without order"))?;
     // Read again under the order lock: another notification may have applied meanwhile.
-    let refund = refunds::find(&mut tx, &notice.refund_no)
+    let refund = refunds::find(conn, &notice.refund_no)
         .await?
         .ok_or(Error::Invariant("refund vanished"))?;
     let target = notice.outcome.status();
     if refund.status.is_terminal() {
-        tx.rollback().await?;
         let applied_ms = refund.provider_modified_ms.unwrap_or(i64::MIN);
         let outcome = if refund.status == target {
             RefundNoticeOutcome::Duplicate
@@ -272,31 +334,43 @@ pub async fn apply_notice(
         return Ok(outcome);
     }
     let Some(row) =
-        refunds::apply_snapshot(&mut tx, &notice.refund_no, target, notice.modified_ms).await?
+        refunds::apply_snapshot(conn, &notice.refund_no, target, notice.modified_ms).await?
     else {
-        tx.rollback().await?;
         return Ok(RefundNoticeOutcome::Stale);
     };
     if target == RefundStatus::Closed
-        && !orders::release_refund(&mut tx, order_id, row.amount_cents).await?
+        && !orders::release_refund(conn, order_id, row.amount_cents).await?
     {
         return Err(Error::Invariant("closed refund was not reserved"));
     }
     let refund = RefundView::from(row);
-    let order = orders::find(&mut tx, order_id)
+    let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
-    let view = view_of(&mut tx, order).await?;
-    let event = match target {
-        RefundStatus::Succeeded => EventType::RefundSucceeded,
-        _ => EventType::RefundClosed,
-    };
-    events::append(&mut tx, event, &view, Cause::Refund(&refund)).await?;
-    tx.commit().await?;
+    let refunded_in_full = target == RefundStatus::Succeeded
+        && order.status == OrderStatus::Paid
+        && orders::refunded_cents(conn, order_id).await? >= order.paid_cents;
+    if refunded_in_full {
+        advance(
+            conn,
+            &order,
+            LifecycleEvent::RefundedInFull,
+            Cause::Refund(&refund),
+        )
+        .await?;
+    } else {
+        let view = view_of(conn, order).await?;
+        let event = match target {
+            RefundStatus::Succeeded => EventType::RefundSucceeded,
+            _ => EventType::RefundClosed,
+        };
+        events::append(conn, event, &view, Cause::Refund(&refund)).await?;
+    }
     tracing::info!(
         order.id = %order_id,
         refund.no = %notice.refund_no,
         refund.status = %target,
+        refunded_in_full,
         "Refund finished"
     );
     Ok(RefundNoticeOutcome::Applied(target))

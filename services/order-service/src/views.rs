@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::domain::{OrderStatus, RefundStatus};
+use crate::domain::{OrderStatus, RefundKind, RefundStatus};
 use crate::store::orders::{ItemRow, OrderRow};
 use crate::store::payments::PaymentRow;
 use crate::store::refunds::RefundRow;
@@ -60,7 +60,7 @@ pub struct OrderView {
     /// When it was paid.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub paid_at: Option<DateTime<Utc>>,
-    /// When it was cancelled.
+    /// When it was cancelled, or refunded in full before shipping.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled_at: Option<DateTime<Utc>>,
 }
@@ -95,6 +95,9 @@ pub struct PaymentView {
     /// Why a refund is required.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flag_reason: Option<String>,
+    /// How much of a flagged payment must go back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refund_due_cents: Option<i64>,
     /// When it was first received.
     pub received_at: DateTime<Utc>,
 }
@@ -106,6 +109,7 @@ impl From<PaymentRow> for PaymentView {
             amount_cents: r.amount_cents,
             disposition: r.disposition,
             flag_reason: r.flag_reason,
+            refund_due_cents: r.refund_due_cents,
             received_at: r.received_at,
         }
     }
@@ -122,6 +126,8 @@ pub struct RefundView {
     pub amount_cents: i64,
     /// Why.
     pub reason: String,
+    /// `REFUND_ONLY` or `RETURN_AND_REFUND`.
+    pub kind: RefundKind,
     /// `REQUESTED`, `SUCCEEDED` or `CLOSED`.
     pub status: RefundStatus,
     /// `modified` of the provider snapshot applied (epoch milliseconds).
@@ -140,6 +146,7 @@ impl From<RefundRow> for RefundView {
             order_id: r.order_id,
             amount_cents: r.amount_cents,
             reason: r.reason,
+            kind: r.kind,
             status: r.status,
             provider_modified_ms: r.provider_modified_ms,
             created_at: r.created_at,

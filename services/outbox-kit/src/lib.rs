@@ -10,6 +10,7 @@
 //!   retries, dead letters).
 //! - `service` (feature `service`): logging, SIGTERM, HTTP serving and `/healthz` / `/metrics`
 //!   for service binaries.
+//! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
 
 #[cfg(feature = "consumer")]
 pub mod consumer;
@@ -19,6 +20,8 @@ pub mod outbox;
 pub mod schema;
 #[cfg(feature = "service")]
 pub mod service;
+#[cfg(feature = "signature")]
+pub mod signature;
 
 pub use envelope::{EventEnvelope, DEFAULT_TOPIC_PREFIX};
 pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, OutboxError};

@@ -164,6 +164,10 @@ pub struct StockReserved {
 pub struct OrderEvent {
     /// The order.
     pub order_id: Uuid,
+    /// The order's status after the change (`REFUNDED` when a refund took everything back
+    /// before shipping).
+    #[serde(default)]
+    pub status: Option<String>,
     /// The refund of `Refund*` events.
     #[serde(default)]
     pub refund: Option<RefundRef>,
@@ -174,6 +178,30 @@ pub struct OrderEvent {
 pub struct RefundRef {
     /// The merchant's refund number.
     pub refund_no: String,
+    /// `REFUND_ONLY` or `RETURN_AND_REFUND` (absent from older producers: return and refund).
+    #[serde(default)]
+    pub kind: Option<String>,
+}
+
+impl OrderEvent {
+    /// How a refund's success changes its hold: an order refunded in full will never ship; a
+    /// return-and-refund keeps a shipped parcel recalled; a refund-only (a price adjustment,
+    /// or goods the buyer keeps) releases the hold and fulfilment goes on.
+    pub fn refund_success_hold(&self) -> crate::fulfilment::HoldChange {
+        use crate::fulfilment::HoldChange;
+        let refund_only = self
+            .refund
+            .as_ref()
+            .and_then(|r| r.kind.as_deref())
+            .is_some_and(|k| k == "REFUND_ONLY");
+        if self.status.as_deref() == Some("REFUNDED") {
+            HoldChange::MakePermanent
+        } else if refund_only {
+            HoldChange::Release
+        } else {
+            HoldChange::PermanentIfShipped
+        }
+    }
 }
 
 /// The hold a refund puts on its order.
@@ -213,6 +241,42 @@ mod tests {
             "refund": {"refund_no": "R-1", "amount_cents": 100}
         }))
         .unwrap();
-        assert_eq!(e.refund.unwrap().refund_no, "R-1");
+        assert_eq!(e.refund.as_ref().unwrap().refund_no, "R-1");
+    }
+
+    #[test]
+    fn only_a_full_refund_or_a_return_holds_fulfilment_for_good() {
+        use crate::fulfilment::HoldChange;
+        let event = |status: &str, kind: Option<&str>| -> OrderEvent {
+            serde_json::from_value(serde_json::json!({
+                "order_id": "7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90",
+                "status": status,
+                "refund": {"refund_no": "R-1", "kind": kind}
+            }))
+            .unwrap()
+        };
+        let table = [
+            ("REFUNDED", Some("REFUND_ONLY"), HoldChange::MakePermanent),
+            (
+                "REFUNDED",
+                Some("RETURN_AND_REFUND"),
+                HoldChange::MakePermanent,
+            ),
+            ("PAID", Some("REFUND_ONLY"), HoldChange::Release),
+            ("SHIPPED", Some("REFUND_ONLY"), HoldChange::Release),
+            (
+                "PAID",
+                Some("RETURN_AND_REFUND"),
+                HoldChange::PermanentIfShipped,
+            ),
+            ("SHIPPED", None, HoldChange::PermanentIfShipped),
+        ];
+        for (status, kind, change) in table {
+            assert_eq!(
+                event(status, kind).refund_success_hold(),
+                change,
+                "{status} {kind:?}"
+            );
+        }
     }
 }

@@ -23,8 +23,13 @@ pub enum HoldChange {
     Open,
     /// A refund was closed without paying out.
     Release,
-    /// A refund succeeded or the order was cancelled: it will never ship.
+    /// A refund of everything paid succeeded before shipping, or the order was cancelled: it
+    /// will never ship.
     MakePermanent,
+    /// A return-and-refund succeeded without refunding the whole order: if the parcel left, it
+    /// must come back (permanent, the outbound stays recalled); if not, nothing comes back and
+    /// the rest of the order ships (released).
+    PermanentIfShipped,
 }
 
 /// Creates the order's outbound (once: `order_id` is unique) with `lines`, emits
@@ -69,6 +74,16 @@ pub async fn change_hold(
         HoldChange::Open => store::open_hold(conn, order_id, hold).await?,
         HoldChange::Release => store::release_hold(conn, order_id, hold).await?,
         HoldChange::MakePermanent => store::make_hold_permanent(conn, order_id, hold).await?,
+        HoldChange::PermanentIfShipped => {
+            let shipped = store::find_by_order(conn, order_id)
+                .await?
+                .is_some_and(|o| o.status.is_shipped());
+            if shipped {
+                store::make_hold_permanent(conn, order_id, hold).await?;
+            } else {
+                store::release_hold(conn, order_id, hold).await?;
+            }
+        }
     }
     settle(conn, order_id).await?;
     Ok(Effect::Changed)

@@ -55,13 +55,13 @@ impl Handler for WmsHandler {
             }
             refund_event @ ("RefundRequested" | "RefundClosed" | "RefundSucceeded") => {
                 let order: OrderEvent = event.payload_as()?;
-                let refund = order.refund.ok_or_else(|| {
+                let refund = order.refund.as_ref().ok_or_else(|| {
                     HandlerError::Unapplicable(format!("{refund_event} without a refund"))
                 })?;
                 let change = match refund_event {
                     "RefundRequested" => HoldChange::Open,
                     "RefundClosed" => HoldChange::Release,
-                    _ => HoldChange::MakePermanent,
+                    _ => order.refund_success_hold(),
                 };
                 let hold = refund_hold(&refund.refund_no);
                 fulfilment::change_hold(conn, order.order_id, &hold, change).await?

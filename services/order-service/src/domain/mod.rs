@@ -3,14 +3,16 @@
 //! the wire bodies); the core never re-checks them.
 
 mod ids;
+pub mod lifecycle;
 mod money;
 mod status;
 
 pub use ids::{
     IdempotencyKey, OrderId, RefundNo, RefundReason, SkuId, SkuName, TransactionId, UserId,
 };
+pub use lifecycle::{LifecycleEvent, Transition};
 pub use money::{Cents, Quantity};
-pub use status::{OrderStatus, RefundOutcome, RefundStatus, UnknownStatus};
+pub use status::{OrderStatus, RefundKind, RefundOutcome, RefundStatus, UnknownStatus};
 
 /// A field of a request failed validation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

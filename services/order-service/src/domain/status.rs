@@ -1,5 +1,6 @@
-//! The order and refund state machines. Transitions only move forward; the SQL enforces them
-//! with conditional updates (`... WHERE status = $expected`), these types name them.
+//! Order and refund statuses. Which order moves are legal is one table, in
+//! [`super::lifecycle`]; the SQL enforces them with conditional updates
+//! (`... WHERE status = $expected`), these types name the states.
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,15 +12,7 @@ use serde::{Deserialize, Serialize};
 #[error("unknown status `{0}`")]
 pub struct UnknownStatus(String);
 
-/// Where an order is in its life.
-///
-/// ```text
-/// PENDING_PAYMENT ──pay──> PAID ──ship──> SHIPPED ──complete──> COMPLETED
-///        └──cancel──> CANCELLED <──stock rejected──┘ (from PAID)
-/// ```
-/// `PAID -> SHIPPED` (the WMS shipped it) and `PAID -> CANCELLED` (its stock could not be
-/// reserved; the payment is flagged for refund) are driven by consumed events
-/// ([`crate::fulfilment`]); every move goes through [`crate::store::orders::transition`].
+/// Where an order is in its life; the moves between them are [`super::lifecycle::TRANSITIONS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OrderStatus {
@@ -27,12 +20,19 @@ pub enum OrderStatus {
     PendingPayment,
     /// Paid exactly once.
     Paid,
-    /// Handed to the warehouse.
+    /// The warehouse handed it to the carrier.
     Shipped,
-    /// Delivered; final.
+    /// The carrier delivered it (the buyer signed).
+    Delivered,
+    /// The buyer confirmed receipt. A return may still come back.
     Completed,
     /// Cancelled before payment, or after it for lack of stock; final.
     Cancelled,
+    /// Paid, then refunded in full before it shipped: the outbound is cancelled and the stock
+    /// released; final.
+    Refunded,
+    /// Shipped, then returned: the warehouse received the goods back and restocked them; final.
+    Returned,
 }
 
 impl OrderStatus {
@@ -42,26 +42,45 @@ impl OrderStatus {
             Self::PendingPayment => "PENDING_PAYMENT",
             Self::Paid => "PAID",
             Self::Shipped => "SHIPPED",
+            Self::Delivered => "DELIVERED",
             Self::Completed => "COMPLETED",
             Self::Cancelled => "CANCELLED",
+            Self::Refunded => "REFUNDED",
+            Self::Returned => "RETURNED",
         }
     }
 
-    /// Whether `self -> to` is a legal (forward) transition.
-    pub fn can_become(self, to: Self) -> bool {
+    /// Every status.
+    pub const ALL: [Self; 8] = [
+        Self::PendingPayment,
+        Self::Paid,
+        Self::Shipped,
+        Self::Delivered,
+        Self::Completed,
+        Self::Cancelled,
+        Self::Refunded,
+        Self::Returned,
+    ];
+
+    /// Whether money was taken for the order and kept so far, so refunds may be asked for.
+    pub fn is_paid(self) -> bool {
         matches!(
-            (self, to),
-            (Self::PendingPayment, Self::Paid)
-                | (Self::PendingPayment, Self::Cancelled)
-                | (Self::Paid, Self::Shipped)
-                | (Self::Paid, Self::Cancelled)
-                | (Self::Shipped, Self::Completed)
+            self,
+            Self::Paid | Self::Shipped | Self::Delivered | Self::Completed | Self::Returned
         )
     }
 
-    /// Whether money was taken for the order, so refunds may be asked for.
-    pub fn is_paid(self) -> bool {
-        matches!(self, Self::Paid | Self::Shipped | Self::Completed)
+    /// Whether the goods left the warehouse.
+    pub fn is_shipped(self) -> bool {
+        matches!(
+            self,
+            Self::Shipped | Self::Delivered | Self::Completed | Self::Returned
+        )
+    }
+
+    /// Whether nothing can move the order any more.
+    pub fn is_final(self) -> bool {
+        matches!(self, Self::Cancelled | Self::Refunded | Self::Returned)
     }
 }
 
@@ -79,8 +98,11 @@ impl FromStr for OrderStatus {
             "PENDING_PAYMENT" => Self::PendingPayment,
             "PAID" => Self::Paid,
             "SHIPPED" => Self::Shipped,
+            "DELIVERED" => Self::Delivered,
             "COMPLETED" => Self::Completed,
             "CANCELLED" => Self::Cancelled,
+            "REFUNDED" => Self::Refunded,
+            "RETURNED" => Self::Returned,
             other => return Err(UnknownStatus(other.to_owned())),
         })
     }
@@ -161,50 +183,66 @@ impl RefundOutcome {
     }
 }
 
+/// What a refund gives back: money only, or money against the goods coming back.
+///
+/// Before shipping both mean the same (nothing left the warehouse): a refund of everything
+/// paid cancels the outbound, a partial one lets it ship. After shipping, `ReturnAndRefund`
+/// recalls the parcel (a return is expected) and `RefundOnly` (a price adjustment, or the
+/// buyer keeps the goods) changes nothing in fulfilment. Requests without a kind are
+/// `ReturnAndRefund`, which is what every refund did before kinds existed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum RefundKind {
+    /// Money back, the goods stay with the buyer (or never left).
+    RefundOnly,
+    /// Money back once the goods come back.
+    #[default]
+    ReturnAndRefund,
+}
+
+impl RefundKind {
+    /// As stored and sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RefundOnly => "REFUND_ONLY",
+            Self::ReturnAndRefund => "RETURN_AND_REFUND",
+        }
+    }
+}
+
+impl TryFrom<String> for RefundKind {
+    type Error = UnknownStatus;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Ok(match s.as_str() {
+            "REFUND_ONLY" => Self::RefundOnly,
+            "RETURN_AND_REFUND" => Self::ReturnAndRefund,
+            _ => return Err(UnknownStatus(s)),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL: [OrderStatus; 5] = [
-        OrderStatus::PendingPayment,
-        OrderStatus::Paid,
-        OrderStatus::Shipped,
-        OrderStatus::Completed,
-        OrderStatus::Cancelled,
-    ];
-
-    #[test]
-    fn only_forward_transitions_are_legal() {
-        let legal: Vec<(OrderStatus, OrderStatus)> = ALL
-            .iter()
-            .flat_map(|a| ALL.iter().map(move |b| (*a, *b)))
-            .filter(|(a, b)| a.can_become(*b))
-            .collect();
-        assert_eq!(
-            legal,
-            [
-                (OrderStatus::PendingPayment, OrderStatus::Paid),
-                (OrderStatus::PendingPayment, OrderStatus::Cancelled),
-                (OrderStatus::Paid, OrderStatus::Shipped),
-                (OrderStatus::Paid, OrderStatus::Cancelled),
-                (OrderStatus::Shipped, OrderStatus::Completed),
-            ]
-        );
-    }
-
     #[test]
     fn statuses_round_trip_through_text() {
-        for s in ALL {
+        for s in OrderStatus::ALL {
             assert_eq!(s.as_str().parse::<OrderStatus>().unwrap(), s);
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
-        assert!("REFUNDED".parse::<OrderStatus>().is_err());
+        assert!("REFUNDING".parse::<OrderStatus>().is_err());
         for s in [
             RefundStatus::Requested,
             RefundStatus::Succeeded,
             RefundStatus::Closed,
         ] {
             assert_eq!(RefundStatus::try_from(s.as_str().to_owned()).unwrap(), s);
+        }
+        for k in [RefundKind::RefundOnly, RefundKind::ReturnAndRefund] {
+            assert_eq!(RefundKind::try_from(k.as_str().to_owned()).unwrap(), k);
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
         }
     }
 }

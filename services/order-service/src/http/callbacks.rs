@@ -17,7 +17,7 @@ use crate::refunds::{self, RefundCallbackBody, RefundNotice};
 use crate::signature::CallbackSecret;
 
 /// The body, once its signature is verified.
-fn verified(
+pub(super) fn verified(
     secret: &CallbackSecret,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,

@@ -33,6 +33,12 @@ impl Error {
             Self::RefundExceedsPaid { .. } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "refund_exceeds_paid")
             }
+            Self::UnknownMessageType(_) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "unknown_message_type")
+            }
+            Self::ChannelOrderUnknown => (StatusCode::CONFLICT, "unknown_channel_order"),
+            Self::ChannelDisabled => (StatusCode::NOT_FOUND, "channel_disabled"),
+            Self::PlatformUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             e if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             e if e.is_constraint_violation() => (StatusCode::CONFLICT, "conflict"),
             Self::KeyBusy

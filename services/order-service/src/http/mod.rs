@@ -5,6 +5,7 @@
 
 mod callbacks;
 mod catalog;
+mod channel;
 mod error;
 mod ops;
 mod orders;
@@ -43,6 +44,10 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Secret that signs payment and refund callbacks.
     pub secret: CallbackSecret,
+    /// Secret that signs marketplace pushes; `None` turns the channel off (404).
+    pub marketplace_secret: Option<CallbackSecret>,
+    /// The marketplace's API, for `POST /channels/marketplace/compensate`.
+    pub marketplace: Option<crate::channel::PlatformClient>,
 }
 
 /// The whole API.
@@ -52,9 +57,16 @@ pub fn router(state: AppState) -> Router {
         .route("/orders", post(orders::create_order))
         .route("/orders/{order_id}", get(orders::get_order))
         .route("/orders/{order_id}/cancel", post(orders::cancel_order))
+        .route("/orders/{order_id}/deliver", post(orders::deliver_order))
+        .route("/orders/{order_id}/complete", post(orders::complete_order))
         .route("/orders/{order_id}/refunds", post(orders::request_refund))
         .route("/payments/callback", post(callbacks::payment_callback))
         .route("/refunds/callback", post(callbacks::refund_callback))
+        .route("/channels/marketplace/push", post(channel::push))
+        .route(
+            "/channels/marketplace/compensate",
+            post(channel::compensate),
+        )
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))

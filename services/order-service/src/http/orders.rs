@@ -1,4 +1,5 @@
-//! `POST /orders`, `GET /orders/{id}`, `POST /orders/{id}/cancel`, `POST /orders/{id}/refunds`.
+//! `POST /orders`, `GET /orders/{id}`, `POST /orders/{id}/cancel`, `.../deliver`,
+//! `.../complete`, `POST /orders/{id}/refunds`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -8,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::{body_bytes, parse_json, AppState, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-use crate::domain::IdempotencyKey;
+use crate::domain::{IdempotencyKey, LifecycleEvent};
 use crate::error::Error;
 use crate::orders::{self, parse_order_id, CreateOrderBody, NewOrder};
 use crate::refunds::{self, RefundBody, RefundRequest};
@@ -60,15 +61,42 @@ pub(super) async fn get_order(
     Ok(Json(detail).into_response())
 }
 
+/// Applies a lifecycle `event` to the order at `order_id` and answers the order.
+async fn move_order(
+    state: &AppState,
+    order_id: &str,
+    event: LifecycleEvent,
+) -> Result<orders::Moved, Error> {
+    orders::apply_event(&state.pool, parse_order_id(order_id)?, event).await
+}
+
 pub(super) async fn cancel_order(
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, Error> {
-    let cancelled = orders::cancel(&state.pool, parse_order_id(&order_id)?).await?;
+    let cancelled = move_order(&state, &order_id, LifecycleEvent::Cancel).await?;
     if cancelled.changed {
         state.metrics.orders_cancelled.inc();
     }
     Ok(Json(cancelled.order).into_response())
+}
+
+/// `POST /orders/{id}/deliver`: the carrier reports the parcel signed.
+pub(super) async fn deliver_order(
+    State(state): State<AppState>,
+    Path(order_id): Path<String>,
+) -> Result<Response, Error> {
+    let moved = move_order(&state, &order_id, LifecycleEvent::Deliver).await?;
+    Ok(Json(moved.order).into_response())
+}
+
+/// `POST /orders/{id}/complete`: the buyer confirmed receipt.
+pub(super) async fn complete_order(
+    State(state): State<AppState>,
+    Path(order_id): Path<String>,
+) -> Result<Response, Error> {
+    let moved = move_order(&state, &order_id, LifecycleEvent::Complete).await?;
+    Ok(Json(moved.order).into_response())
 }
 
 pub(super) async fn request_refund(

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::domain::{OrderId, OrderStatus, UserId};
+use crate::domain::{OrderId, OrderStatus, Transition, UserId};
 
 const ORDER_COLUMNS: &str = "order_id, user_id, status, amount_cents, paid_cents, \
      refund_reserved_cents, created_at, updated_at, paid_at, cancelled_at";
@@ -31,7 +31,7 @@ pub struct OrderRow {
     pub updated_at: DateTime<Utc>,
     /// When it became PAID.
     pub paid_at: Option<DateTime<Utc>>,
-    /// When it became CANCELLED.
+    /// When it became CANCELLED or REFUNDED.
     pub cancelled_at: Option<DateTime<Utc>>,
 }
 
@@ -167,37 +167,68 @@ pub async fn items(
     .await
 }
 
-/// Moves an order from `from` to `to` if, and only if, it is in `from` now. Returns the
-/// updated row, or `None` when the order was not in `from` (nothing changed). Moving to `PAID`
-/// records the order amount as paid.
+/// Makes the move `t` if, and only if, the order is in `t.from` now. Returns the updated row,
+/// or `None` when the order was not in `t.from` (nothing changed). Moving to `PAID` records the
+/// order amount as paid.
 ///
-/// This is the one place order statuses change; the fulfilment consumer's `PAID -> SHIPPED`
-/// and `SHIPPED -> COMPLETED` will go through it too.
+/// This is the one place order statuses change; `t` comes from the lifecycle table
+/// ([`crate::domain::lifecycle::next`]), so only legal moves reach the database.
 ///
 /// # Errors
 /// When the query fails.
-///
-/// # Panics
-/// When `from -> to` is not a legal transition: that is a bug in the caller.
 pub async fn transition(
     conn: &mut PgConnection,
     order_id: OrderId,
-    from: OrderStatus,
-    to: OrderStatus,
+    t: &Transition,
 ) -> Result<Option<OrderRow>, sqlx::Error> {
-    assert!(from.can_become(to), "illegal transition {from} -> {to}");
     sqlx::query_as(&format!(
         "UPDATE orders SET status = $3, updated_at = now(), \
              paid_at = CASE WHEN $3 = 'PAID' THEN now() ELSE paid_at END, \
              paid_cents = CASE WHEN $3 = 'PAID' THEN amount_cents ELSE paid_cents END, \
-             cancelled_at = CASE WHEN $3 = 'CANCELLED' THEN now() ELSE cancelled_at END \
+             cancelled_at = CASE WHEN $3 IN ('CANCELLED', 'REFUNDED') THEN now() ELSE cancelled_at END \
          WHERE order_id = $1 AND status = $2 \
          RETURNING {ORDER_COLUMNS}"
     ))
     .bind(order_id.uuid())
-    .bind(from.as_str())
-    .bind(to.as_str())
+    .bind(t.from.as_str())
+    .bind(t.to.as_str())
     .fetch_optional(conn)
+    .await
+}
+
+/// Reserves everything still refundable of the order (`refund_reserved_cents = paid_cents`)
+/// and returns how much that was: the part of the payment an operator must give back when a
+/// paid order is cancelled for lack of stock. Refunds requested earlier keep their own
+/// reservations, so the payment is never refunded twice.
+///
+/// # Errors
+/// When the query fails.
+pub async fn reserve_rest(conn: &mut PgConnection, order_id: OrderId) -> Result<i64, sqlx::Error> {
+    let rest: Option<i64> = sqlx::query_scalar(
+        "UPDATE orders o SET refund_reserved_cents = o.paid_cents, updated_at = now() \
+         FROM (SELECT paid_cents - refund_reserved_cents AS rest FROM orders WHERE order_id = $1) r \
+         WHERE o.order_id = $1 RETURNING r.rest",
+    )
+    .bind(order_id.uuid())
+    .fetch_optional(conn)
+    .await?;
+    Ok(rest.unwrap_or(0))
+}
+
+/// Sum of the order's succeeded refunds.
+///
+/// # Errors
+/// When the query fails.
+pub async fn refunded_cents(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(amount_cents), 0)::bigint FROM refunds \
+         WHERE order_id = $1 AND status = 'SUCCEEDED'",
+    )
+    .bind(order_id.uuid())
+    .fetch_one(conn)
     .await
 }
 
@@ -213,7 +244,7 @@ pub async fn reserve_refund(
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "UPDATE orders SET refund_reserved_cents = refund_reserved_cents + $2, updated_at = now() \
-         WHERE order_id = $1 AND status IN ('PAID', 'SHIPPED', 'COMPLETED') \
+         WHERE order_id = $1 AND status IN ('PAID', 'SHIPPED', 'DELIVERED', 'COMPLETED', 'RETURNED') \
            AND refund_reserved_cents + $2 <= paid_cents",
     )
     .bind(order_id.uuid())

@@ -39,6 +39,8 @@ pub struct PaymentRow {
     pub disposition: String,
     /// Why a refund is required (`order_cancelled`, `already_paid`).
     pub flag_reason: Option<String>,
+    /// How much of a `REFUND_REQUIRED` payment must go back.
+    pub refund_due_cents: Option<i64>,
     /// When the notification was first received.
     pub received_at: DateTime<Utc>,
 }
@@ -57,8 +59,10 @@ pub async fn insert(
     flag_reason: Option<&str>,
 ) -> Result<bool, sqlx::Error> {
     let done = sqlx::query(
-        "INSERT INTO payments (transaction_id, order_id, amount_cents, disposition, flag_reason) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (transaction_id) DO NOTHING",
+        "INSERT INTO payments (transaction_id, order_id, amount_cents, disposition, flag_reason, \
+             refund_due_cents) \
+         VALUES ($1, $2, $3, $4, $5, CASE WHEN $4 = 'REFUND_REQUIRED' THEN $3 END) \
+         ON CONFLICT (transaction_id) DO NOTHING",
     )
     .bind(transaction_id.as_str())
     .bind(order_id.uuid())
@@ -79,7 +83,7 @@ pub async fn find(
     transaction_id: &TransactionId,
 ) -> Result<Option<PaymentRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT transaction_id, order_id, amount_cents, disposition, flag_reason, received_at \
+        "SELECT transaction_id, order_id, amount_cents, disposition, flag_reason, refund_due_cents, received_at \
          FROM payments WHERE transaction_id = $1",
     )
     .bind(transaction_id.as_str())
@@ -96,7 +100,7 @@ pub async fn for_order(
     order_id: OrderId,
 ) -> Result<Vec<PaymentRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT transaction_id, order_id, amount_cents, disposition, flag_reason, received_at \
+        "SELECT transaction_id, order_id, amount_cents, disposition, flag_reason, refund_due_cents, received_at \
          FROM payments WHERE order_id = $1 ORDER BY received_at, transaction_id",
     )
     .bind(order_id.uuid())
@@ -105,7 +109,8 @@ pub async fn for_order(
 }
 
 /// Flags the payment that paid the order for refund (`APPLIED -> REFUND_REQUIRED` with
-/// `reason`); `None` when the order has no applied payment.
+/// `reason`), `refund_due_cents` of it to give back; `None` when the order has no applied
+/// payment.
 ///
 /// # Errors
 /// When the query fails.
@@ -113,14 +118,16 @@ pub async fn flag_applied_for_refund(
     conn: &mut PgConnection,
     order_id: OrderId,
     reason: &str,
+    refund_due_cents: i64,
 ) -> Result<Option<PaymentRow>, sqlx::Error> {
     sqlx::query_as(
-        "UPDATE payments SET disposition = 'REFUND_REQUIRED', flag_reason = $2 \
+        "UPDATE payments SET disposition = 'REFUND_REQUIRED', flag_reason = $2, refund_due_cents = $3 \
          WHERE order_id = $1 AND disposition = 'APPLIED' \
-         RETURNING transaction_id, order_id, amount_cents, disposition, flag_reason, received_at",
+         RETURNING transaction_id, order_id, amount_cents, disposition, flag_reason, refund_due_cents, received_at",
     )
     .bind(order_id.uuid())
     .bind(reason)
+    .bind(refund_due_cents)
     .fetch_optional(conn)
     .await
 }

@@ -4,10 +4,10 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::domain::{Cents, OrderId, RefundNo, RefundReason, RefundStatus};
+use crate::domain::{Cents, OrderId, RefundKind, RefundNo, RefundReason, RefundStatus};
 
 const REFUND_COLUMNS: &str =
-    "refund_no, order_id, amount_cents, reason, status, provider_modified_ms, created_at, updated_at";
+    "refund_no, order_id, amount_cents, reason, kind, status, provider_modified_ms, created_at, updated_at";
 
 /// One `refunds` row.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -20,6 +20,9 @@ pub struct RefundRow {
     pub amount_cents: i64,
     /// Why.
     pub reason: String,
+    /// What it gives back.
+    #[sqlx(try_from = "String")]
+    pub kind: RefundKind,
     /// Current state.
     #[sqlx(try_from = "String")]
     pub status: RefundStatus,
@@ -42,16 +45,18 @@ pub async fn insert(
     order_id: OrderId,
     amount: Cents,
     reason: &RefundReason,
+    kind: RefundKind,
 ) -> Result<Option<RefundRow>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "INSERT INTO refunds (refund_no, order_id, amount_cents, reason, status) \
-         VALUES ($1, $2, $3, $4, 'REQUESTED') ON CONFLICT (refund_no) DO NOTHING \
+        "INSERT INTO refunds (refund_no, order_id, amount_cents, reason, kind, status) \
+         VALUES ($1, $2, $3, $4, $5, 'REQUESTED') ON CONFLICT (refund_no) DO NOTHING \
          RETURNING {REFUND_COLUMNS}"
     ))
     .bind(refund_no.as_str())
     .bind(order_id.uuid())
     .bind(amount.get())
     .bind(reason.as_str())
+    .bind(kind.as_str())
     .fetch_optional(conn)
     .await
 }

@@ -79,6 +79,7 @@ async fn a_payment_for_a_cancelled_order_is_recorded_flagged_and_does_not_revive
             "amount_cents": 1_000,
             "disposition": "REFUND_REQUIRED",
             "flag_reason": "order_cancelled",
+            "refund_due_cents": 1_000,
             "received_at": detail["payments"][0]["received_at"]
         }])
     );

@@ -3,9 +3,11 @@
 //! through the admin URL in `DATABASE_URL`.
 
 mod callbacks;
+mod channel;
 mod lifecycle;
 mod ops;
 mod orders;
+mod refund_kinds;
 mod refunds;
 mod support;
 mod validation;

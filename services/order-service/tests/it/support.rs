@@ -14,6 +14,9 @@ use tokio_util::sync::CancellationToken;
 /// The secret the test app verifies callbacks with.
 pub const SECRET: &str = "test-callback-secret";
 
+/// The secret the test app verifies marketplace pushes with.
+pub const MARKETPLACE_SECRET: &str = "test-marketplace-secret";
+
 /// A running order service on its own database.
 pub struct TestApp {
     /// `http://127.0.0.1:<port>`.
@@ -80,6 +83,8 @@ impl TestApp {
             pool: pool.clone(),
             metrics: Metrics::new(),
             secret: secret.clone(),
+            marketplace_secret: Some(CallbackSecret::new(MARKETPLACE_SECRET).unwrap()),
+            marketplace: None,
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
@@ -189,6 +194,31 @@ impl TestApp {
         self.client
             .post(self.url(&format!("/orders/{order_id}/refunds")))
             .json(&json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged" }))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /orders/{id}/refunds` with a kind.
+    pub async fn refund_of_kind(
+        &self,
+        order_id: &str,
+        refund_no: &str,
+        amount_cents: i64,
+        kind: &str,
+    ) -> Response {
+        self.client
+            .post(self.url(&format!("/orders/{order_id}/refunds")))
+            .json(&json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged", "kind": kind }))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /orders/{id}/{action}` (`cancel`, `deliver`, `complete`).
+    pub async fn act(&self, order_id: &str, action: &str) -> Response {
+        self.client
+            .post(self.url(&format!("/orders/{order_id}/{action}")))
             .send()
             .await
             .unwrap()

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+#
+# deploy/local/demo-marketplace.sh: a short marketplace flow (called by demo.sh with the
+# environment exported; BIN overrides the binaries' directory). The marketplace simulator
+# pushes signed TradeSync/RefundSync messages to the order service with the platform's faults
+# (every push twice, some under a new msg_id, refund snapshots newest first, 20 % dropped); one
+# compensation pass recovers what was lost; the warehouse ships and the order service reports
+# each tracking number back to the platform once. Ends with the counts per dedupe layer.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+STATE_DIR="${STATE_DIR:?}"
+BIN="${BIN:-target/release}"
+SECRET=demo-callback-secret MSECRET=demo-marketplace-secret
+ORD=http://127.0.0.1:18190 WMS=http://127.0.0.1:18191 STK=http://127.0.0.1:18192 SIM=http://127.0.0.1:18193
+base="${DATABASE_URL%/*}"
+MO="$base/m_orders" MW="$base/m_wms" MS="$base/m_stock"
+export OUTBOX_TOPIC_PREFIX=marketplace.
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+json_post() { curl -s -X POST "$1" -H 'Content-Type: application/json' -d "$2"; }
+wait_until() {
+    local what="$1" secs="$2"; shift 2
+    for _ in $(seq 1 $((secs * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+    echo "timed out waiting for $what" >&2; return 1
+}
+start() { # name command...
+    local name="$1"; shift
+    "$@" >"$STATE_DIR/$name.log" 2>&1 &
+    echo $! >"$STATE_DIR/$name.pid"
+}
+stop_all() { for f in "$STATE_DIR"/m-*.pid; do [[ -f "$f" ]] && kill -TERM "$(cat "$f")" 2>/dev/null; rm -f "$f"; done; }
+trap stop_all EXIT
+
+for db in m_orders m_wms m_stock; do
+    psql -q "$DATABASE_URL" -tc "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1 \
+        || psql -q "$DATABASE_URL" -c "CREATE DATABASE $db"
+done
+
+say "Starting the marketplace simulator, the three services and one relay per database"
+start m-sim env MARKETPLACE_SECRET=$MSECRET $BIN/marketplace-sim --listen 127.0.0.1:18193 \
+    --push-url "$ORD/channels/marketplace/push" --push-copies 2 --new-msg-id-ratio 0.3 \
+    --drop-ratio 0.2 --refunds-out-of-order --ship-fail-times 2
+start m-order-service env PAYMENT_CALLBACK_SECRET=$SECRET MARKETPLACE_SECRET=$MSECRET \
+    $BIN/order-service --listen 127.0.0.1:18190 --database-url "$MO" --group-id mdemo-order \
+    --create-missing-topics --marketplace-url "$SIM"
+start m-wms $BIN/wms-consumer --listen 127.0.0.1:18191 --database-url "$MW" --group-id mdemo-wms --create-missing-topics
+start m-stock $BIN/stock-consumer --listen 127.0.0.1:18192 --database-url "$MS" --group-id mdemo-stock --create-missing-topics
+i=0
+for db in "$MO" "$MW" "$MS"; do
+    i=$((i + 1))
+    start "m-relay-$i" $BIN/outbox-relay run --database-url "$db" --create-missing-topics \
+        --metrics-addr "127.0.0.1:928$i" --instance-id "mdemo-relay-$i"
+done
+for u in $ORD $WMS $STK $SIM; do wait_until "$u/healthz" 60 curl -sf "$u/healthz"; done
+curl -s -X PUT "$ORD/skus/mk-lamp" -H 'Content-Type: application/json' -d '{"name":"lamp","price_cents":2500}' >/dev/null
+curl -s -X PUT "$STK/stock/mk-lamp" -H 'Content-Type: application/json' -d '{"on_hand":20}' >/dev/null
+
+say "8 buyers place and pay trades on the platform; trade 5 is refunded in full before shipping, trade 6 gets a 1.00 price adjustment (refund only)"
+for n in $(seq 1 8); do
+    json_post "$SIM/trades" '{"tid":"MK-'$n'","buyer_id":"b'$n'","items":[{"sku_id":"mk-lamp","quantity":1}],"paid_cents":2500,"pay":true}' >/dev/null
+done
+json_post "$SIM/trades/MK-5/refunds" '{"refund_id":"RF-5","refund_cents":2500,"kind":"RETURN_AND_REFUND","statuses":["WAIT_SELLER_AGREE","SUCCESS"]}' >/dev/null
+json_post "$SIM/trades/MK-6/refunds" '{"refund_id":"RF-6","refund_cents":100,"kind":"REFUND_ONLY","statuses":["WAIT_SELLER_AGREE","SUCCESS"]}' >/dev/null
+curl -s "$SIM/calls" | jq -c '{changes, pushes_sent, pushes_new_msg_id, pushes_dropped, pushes_refused: .pushes_failed}'
+echo "orders the service knows after the pushes: $(psql -qtA "$MO" -c "SELECT count(*) FROM channel_orders")"
+
+say "One compensation pass (the query API since the durable watermark)"
+json_post "$ORD/channels/marketplace/compensate" '' | jq -c .
+psql -qtA "$MO" -F ' ' -c "SELECT c.external_order_id, o.status FROM channel_orders c JOIN orders o USING (order_id) ORDER BY 1" | sed 's/^/  /'
+
+say "The warehouse ships every outbound; the ship API fails twice per trade, then takes it"
+outbound_of() { curl -s "$WMS/outbounds?order_id=$1" | jq -r '.outbounds[0] | select(.status == "CREATED") | .outbound_no // empty'; }
+has_outbound() { [[ -n "$(outbound_of "$1")" ]]; }
+for n in 1 2 3 4 6 7 8; do
+    o=$(psql -qtA "$MO" -c "SELECT order_id FROM channel_orders WHERE external_order_id = 'MK-$n'")
+    wait_until "an outbound for MK-$n" 60 has_outbound "$o"
+    json_post "$WMS/outbounds/$(outbound_of "$o")/ship" '{"carrier":"SF","tracking_no":"SF'$n'"}' >/dev/null
+done
+all_shipped() { [[ "$(curl -s "$SIM/trades" | jq '[.[] | select(.status == "WAIT_BUYER_CONFIRM")] | length')" == 7 ]]; }
+wait_until "the platform to show 7 trades shipped" 90 all_shipped
+
+say "Summary"
+echo "platform trades:"; curl -s "$SIM/trades" | jq -r '.[] | "  \(.tid) \(.status) \(.out_sid // "-")"'
+echo "our orders by status:"; psql -qtA "$MO" -F ' ' -c "SELECT status, count(*) FROM orders GROUP BY 1 ORDER BY 1" | sed 's/^/  /'
+psql -qtA "$MO" -c "SELECT 'absorbed: layer 1 (msg_id) ' || COALESCE(sum(duplicates), 0) || ', layer 2 (same change, new msg_id) ' || count(*) FILTER (WHERE outcome = 'duplicate_change') || ', stale refund snapshots ' || count(*) FILTER (WHERE outcome = 'stale') || ', recovered by compensation ' || count(*) FILTER (WHERE source = 'query' AND outcome = 'applied') FROM channel_messages"
+curl -s "$SIM/calls" | jq -r '"ship API calls: \(.ship | length) (\(.ship | map(.result) | group_by(.) | map("\(.[0]) \(length)") | join(", ")))"'
+echo "ship-backs recorded: $(psql -qtA "$MO" -c "SELECT count(*) FROM channel_shipbacks"), for MK-5 (refunded): $(curl -s "$SIM/calls" | jq '[.ship[] | select(.tid == "MK-5")] | length')"

@@ -1,0 +1,140 @@
+//! Ship-back: when a channel order ships, its tracking number goes back to the platform once
+//! per `(order_id, out_sid)`.
+//!
+//! [`request`] runs in the transaction that moves the order to `SHIPPED` and emits
+//! `ShipBackRequested` (aggregate `shipback`) only for channel orders; an order refunded before
+//! shipping never ships, so it is never reported. The order service's own consumer
+//! ([`crate::FulfilmentHandler`]) then calls [`report`]: the platform's ship API with a few
+//! quick retries, `already_shipped` counted as success, the outcome stored in
+//! `channel_shipbacks` (unique on `(order_id, out_sid)`) with the inbox row. A platform that is
+//! down is a transient error (the runtime retries with backoff, the offset stays); a refusal
+//! is permanent: dead-lettered and counted in `order_shipback_failures_total`.
+
+use std::time::Duration;
+
+use outbox_kit::consumer::{Effect, HandlerError};
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::client::{ClientError, PlatformClient};
+use super::store;
+use crate::domain::OrderId;
+use crate::events::ShipmentView;
+
+/// Aggregate type (topic `<prefix>shipback`) of ship-back requests.
+pub const AGGREGATE_TYPE: &str = "shipback";
+/// Their event type.
+pub const EVENT_TYPE: &str = "ShipBackRequested";
+
+/// Quick attempts inside one delivery, before the runtime's own backoff takes over.
+const ATTEMPTS: u32 = 3;
+
+/// `ShipBackRequested`'s payload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShipBackRequested {
+    /// Our order.
+    pub order_id: Uuid,
+    /// The channel.
+    pub channel: String,
+    /// The platform's order id.
+    pub tid: String,
+    /// The tracking number.
+    pub out_sid: String,
+    /// The carrier.
+    pub company: String,
+}
+
+/// Emits `ShipBackRequested` if `order_id` is a channel order, in the caller's transaction
+/// (which holds the order's lock and ships it).
+///
+/// # Errors
+/// Database and outbox errors.
+pub async fn request(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    shipment: &ShipmentView,
+) -> Result<bool, crate::Error> {
+    let Some((channel, tid)) = store::external_order_of(conn, order_id.uuid()).await? else {
+        return Ok(false);
+    };
+    let payload = serde_json::to_value(ShipBackRequested {
+        order_id: order_id.uuid(),
+        channel,
+        tid,
+        out_sid: shipment.tracking_no.clone(),
+        company: shipment.carrier.clone(),
+    })
+    .map_err(crate::Error::Serialize)?;
+    let aggregate_id = order_id.to_string();
+    let event = outbox_kit::NewEvent::new(AGGREGATE_TYPE, &aggregate_id, EVENT_TYPE, &payload);
+    outbox_kit::enqueue(&mut *conn, &event).await?;
+    Ok(true)
+}
+
+/// Reports a shipment to the platform, once.
+///
+/// # Errors
+/// [`HandlerError::Transient`] while the platform is unavailable (retried),
+/// [`HandlerError::Unapplicable`] when it refuses (dead-lettered), database errors.
+pub async fn report(
+    conn: &mut PgConnection,
+    client: Option<&PlatformClient>,
+    req: &ShipBackRequested,
+) -> Result<Effect, HandlerError> {
+    let done: Option<String> = sqlx::query_scalar(
+        "SELECT result FROM channel_shipbacks WHERE order_id = $1 AND out_sid = $2",
+    )
+    .bind(req.order_id)
+    .bind(&req.out_sid)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if done.is_some() {
+        return Ok(Effect::Unchanged);
+    }
+    let client = client.ok_or_else(|| {
+        HandlerError::Unapplicable("MARKETPLACE_URL is not configured; cannot ship back".to_owned())
+    })?;
+    let mut delay = Duration::from_millis(50);
+    let mut attempt = 0;
+    let answer = loop {
+        attempt += 1;
+        match client.ship(&req.tid, &req.out_sid, &req.company).await {
+            Ok(answer) => break answer,
+            Err(ClientError::Unavailable(e)) if attempt < ATTEMPTS => {
+                tracing::info!(order.id = %req.order_id, attempt, error = %e, "Ship-back failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay *= 4;
+            }
+            Err(ClientError::Unavailable(e)) => return Err(HandlerError::Transient(e)),
+            Err(e) => {
+                return Err(HandlerError::Unapplicable(format!(
+                    "platform refused the ship-back of {} ({}): {e}",
+                    req.tid, req.out_sid
+                )))
+            }
+        }
+    };
+    let i_attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
+    sqlx::query(
+        "INSERT INTO channel_shipbacks (order_id, out_sid, channel, external_order_id, result, attempts) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(req.order_id)
+    .bind(&req.out_sid)
+    .bind(&req.channel)
+    .bind(&req.tid)
+    .bind(answer.as_str())
+    .bind(i_attempts)
+    .execute(&mut *conn)
+    .await?;
+    tracing::info!(
+        order.id = %req.order_id,
+        channel.tid = %req.tid,
+        out_sid = %req.out_sid,
+        result = answer.as_str(),
+        attempts = attempt,
+        "Shipment reported to the platform"
+    );
+    Ok(Effect::Changed)
+}

@@ -1,0 +1,411 @@
+//! The marketplace channel end to end: the simulator as a process pushing to the order
+//! service (duplicates, new msg_ids, out-of-order refund snapshots, dropped pushes), one
+//! compensation pass, the WMS shipping, ship-backs to the platform.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use e2e::fulfilment::{count, metric, Service, System};
+use futures::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const MARKETPLACE_SECRET: &str = "e2e-marketplace-secret";
+const SKU: &str = "MK";
+const PRICE: i64 = 1_000;
+
+struct Market {
+    sim: Service,
+    sys: System,
+    http: reqwest::Client,
+}
+
+impl Market {
+    /// The simulator, then the system with the order service pointed at it, then the
+    /// simulator's pushes pointed at the order service with `faults`.
+    async fn start(mut faults: Value) -> Self {
+        let sim = Service::spawn(
+            "marketplace-sim",
+            "marketplace-sim",
+            vec![("MARKETPLACE_SECRET".into(), MARKETPLACE_SECRET.into())],
+        );
+        e2e::wait_for(
+            "the simulator to serve",
+            Duration::from_secs(30),
+            || async { e2e::proc::http_get(&sim.addr(), "/healthz").await },
+        )
+        .await;
+        let sys = System::start_with(
+            &e2e::kafka_brokers(),
+            vec![
+                ("MARKETPLACE_SECRET".into(), MARKETPLACE_SECRET.into()),
+                ("MARKETPLACE_URL".into(), sim.url("")),
+                // Only explicit passes in these tests.
+                (
+                    "MARKETPLACE_COMPENSATION_INTERVAL_MS".into(),
+                    "3600000".into(),
+                ),
+            ],
+        )
+        .await;
+        faults["push_url"] = Value::from(sys.order.url("/channels/marketplace/push"));
+        let http = reqwest::Client::new();
+        let r = http
+            .put(sim.url("/admin/faults"))
+            .json(&faults)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        sys.sku(SKU, PRICE).await;
+        Self { sim, sys, http }
+    }
+
+    /// A short id of this test's run (its topic prefix's first part), for unique tids.
+    fn run_id(&self) -> &str {
+        self.sys.prefix.split('.').next().unwrap_or("run")
+    }
+
+    async fn sim_post(&self, path: &str, body: Value) -> Value {
+        let r = self
+            .http
+            .post(self.sim.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{path}: {}", r.status());
+        r.json().await.unwrap()
+    }
+
+    async fn sim_get(&self, path: &str) -> Value {
+        self.http
+            .get(self.sim.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn trade(&self, tid: &str) {
+        self.sim_post(
+            "/trades",
+            json!({"tid": tid, "buyer_id": format!("buyer-{tid}"),
+                   "items": [{"sku_id": SKU, "quantity": 1}], "paid_cents": PRICE, "pay": true}),
+        )
+        .await;
+    }
+
+    async fn refund(&self, tid: &str, cents: i64, kind: &str) {
+        self.sim_post(
+            &format!("/trades/{tid}/refunds"),
+            json!({"refund_id": format!("R-{tid}"), "refund_cents": cents, "kind": kind,
+                   "statuses": ["WAIT_SELLER_AGREE", "SUCCESS"]}),
+        )
+        .await;
+    }
+
+    async fn compensate(&self) -> Value {
+        let r = self
+            .http
+            .post(self.sys.order.url("/channels/marketplace/compensate"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        r.json().await.unwrap()
+    }
+
+    /// tid -> (our order id, our status).
+    async fn our_orders(&self) -> HashMap<String, (String, String)> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT c.external_order_id, o.order_id::text, o.status FROM channel_orders c \
+             JOIN orders o USING (order_id)",
+        )
+        .fetch_all(&self.sys.order_db.pool)
+        .await
+        .unwrap();
+        rows.into_iter().map(|(t, id, s)| (t, (id, s))).collect()
+    }
+
+    /// order id -> (outbound_no, status) in the WMS.
+    async fn outbounds(&self) -> HashMap<String, (String, String)> {
+        let rows: Vec<(String, String, String)> =
+            sqlx::query_as("SELECT order_id::text, outbound_no, status FROM outbounds")
+                .fetch_all(&self.sys.wms_db.pool)
+                .await
+                .unwrap();
+        rows.into_iter().map(|(o, n, s)| (o, (n, s))).collect()
+    }
+
+    /// Ship calls per tid by result.
+    async fn ship_calls(&self) -> HashMap<String, Vec<String>> {
+        let calls = self.sim_get("/calls").await;
+        let mut by_tid: HashMap<String, Vec<String>> = HashMap::new();
+        for c in calls["ship"].as_array().unwrap() {
+            by_tid
+                .entry(c["tid"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(c["result"].as_str().unwrap().to_owned());
+        }
+        by_tid
+    }
+
+    /// Waits for the WMS to have a `CREATED` outbound for each of `orders`, ships them all and
+    /// waits until the platform shows each trade shipped (the ship-back arrived).
+    async fn ship_all(&self, orders: &[(String, String)]) {
+        let ids: Vec<String> = orders.iter().map(|(_, id)| id.clone()).collect();
+        let outbounds = e2e::wait_for(
+            "an outbound CREATED for every shippable order",
+            Duration::from_secs(120),
+            || async {
+                let ob = self.outbounds().await;
+                ids.iter()
+                    .all(|id| ob.get(id).is_some_and(|(_, s)| s == "CREATED"))
+                    .then_some(ob)
+            },
+        )
+        .await;
+        futures::stream::iter(orders.iter().enumerate())
+            .for_each_concurrent(8, |(i, (_, id))| {
+                let no = outbounds[id].0.clone();
+                async move {
+                    let (s, body, _) = self.sys.ship(&no, "SF", &format!("SF{i:06}")).await;
+                    assert_eq!(s, StatusCode::OK, "{body}");
+                }
+            })
+            .await;
+        e2e::wait_for(
+            "the platform to show every shippable trade shipped",
+            Duration::from_secs(120),
+            || async {
+                let trades = self.sim_get("/trades").await;
+                let shipped = trades
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|t| t["status"] == "WAIT_BUYER_CONFIRM")
+                    .count();
+                (shipped == orders.len()).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+fn orders_in_test() -> usize {
+    std::env::var("MARKETPLACE_E2E_ORDERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn marketplace_orders_reach_the_platforms_state_through_duplicates_drops_and_disorder() {
+    let n = orders_in_test();
+    let started = Instant::now();
+    let m = Market::start(json!({
+        "push_copies": 3, "new_msg_id_ratio": 0.2, "drop_ratio": 0.1,
+        "refunds_out_of_order": true
+    }))
+    .await;
+    m.sys.set_stock(SKU, i64::try_from(n).unwrap() * 2).await;
+    let tid = |i: usize| format!("T{i:05}-{}", m.run_id());
+    // Every 5th trade is refunded in full before shipping, every 7th (of the others) gets a
+    // 1-cent refund-only price adjustment; all the others just ship.
+    let full = |i: usize| i.is_multiple_of(5);
+    let partial = |i: usize| !full(i) && i.is_multiple_of(7);
+    futures::stream::iter(0..n)
+        .for_each_concurrent(8, |i| {
+            let m = &m;
+            let t = tid(i);
+            async move {
+                m.trade(&t).await;
+                if full(i) {
+                    m.refund(&t, PRICE, "RETURN_AND_REFUND").await;
+                } else if partial(i) {
+                    m.refund(&t, 1, "REFUND_ONLY").await;
+                }
+            }
+        })
+        .await;
+    let pushed_in = started.elapsed();
+
+    let pass = m.compensate().await;
+    let ours = m.our_orders().await;
+    assert_eq!(
+        ours.len(),
+        n,
+        "every trade is an order after one pass: {pass}"
+    );
+    for i in 0..n {
+        let (_, status) = &ours[&tid(i)];
+        let expected = if full(i) { "REFUNDED" } else { "PAID" };
+        assert_eq!(status, expected, "{}", tid(i));
+        let platform = m.sim_get(&format!("/trades/{}", tid(i))).await;
+        let platform_expected = if full(i) {
+            "TRADE_CLOSED"
+        } else {
+            "WAIT_SELLER_SEND_GOODS"
+        };
+        assert_eq!(platform["status"], platform_expected);
+    }
+    let partial_ok = count(
+        &m.sys.order_db.pool,
+        "SELECT count(*) FROM refunds WHERE status = 'SUCCEEDED' AND kind = 'REFUND_ONLY'",
+    )
+    .await;
+    assert_eq!(
+        partial_ok,
+        i64::try_from((0..n).filter(|i| partial(*i)).count()).unwrap()
+    );
+
+    let shippable: Vec<(String, String)> = (0..n)
+        .filter(|i| !full(*i))
+        .map(|i| (tid(i), ours[&tid(i)].0.clone()))
+        .collect();
+    m.ship_all(&shippable).await;
+
+    // Exactly one outbound per shippable order; the refunded ones never ship.
+    let outbounds = m.outbounds().await;
+    for (t, id) in &shippable {
+        assert_eq!(outbounds[id].1, "SHIPPED", "{t}");
+    }
+    for i in (0..n).filter(|i| full(*i)) {
+        let id = &ours[&tid(i)].0;
+        assert!(
+            outbounds.get(id).is_none_or(|(_, s)| s == "CANCELLED"),
+            "refunded {} has outbound {:?}",
+            tid(i),
+            outbounds.get(id)
+        );
+    }
+    // One ship-back per (order, out_sid); none for orders refunded before shipping.
+    let calls = m.ship_calls().await;
+    for (t, _) in &shippable {
+        assert_eq!(
+            calls.get(t).map(Vec::as_slice),
+            Some(&["shipped".to_owned()][..]),
+            "{t}"
+        );
+    }
+    for i in (0..n).filter(|i| full(*i)) {
+        assert!(
+            !calls.contains_key(&tid(i)),
+            "{} was reported shipped",
+            tid(i)
+        );
+    }
+    let shipbacks = count(
+        &m.sys.order_db.pool,
+        "SELECT count(*) FROM channel_shipbacks",
+    )
+    .await;
+    assert_eq!(shipbacks, i64::try_from(shippable.len()).unwrap());
+
+    let sim_calls = m.sim_get("/calls").await;
+    let mut conn = m.sys.order_db.pool.acquire().await.unwrap();
+    let (layer1, layer2, stale) = order_service::channel::store::dedupe_counts(&mut conn)
+        .await
+        .unwrap();
+    assert!(layer1 > 0 && layer2 > 0, "both layers absorbed duplicates");
+    let order_metrics = m.sys.order.metrics().await;
+    eprintln!(
+        "marketplace e2e: {n} trades ({} refunded in full, {} partial refund-only) in {:.1}s \
+         (pushes done after {:.1}s): changes {}, pushes sent {} (accepted {}, refused {}), \
+         new msg_id {}, dropped {}; absorbed layer 1 {layer1}, layer 2 {layer2}, stale {stale}; \
+         compensation pass {pass}; recovered metric {}; outbounds {}; ship-back calls {}",
+        (0..n).filter(|i| full(*i)).count(),
+        (0..n).filter(|i| partial(*i)).count(),
+        started.elapsed().as_secs_f64(),
+        pushed_in.as_secs_f64(),
+        sim_calls["changes"],
+        sim_calls["pushes_sent"],
+        sim_calls["pushes_accepted"],
+        sim_calls["pushes_failed"],
+        sim_calls["pushes_new_msg_id"],
+        sim_calls["pushes_dropped"],
+        metric(
+            &order_metrics,
+            "order_channel_compensation_recovered_total",
+            &[]
+        ),
+        outbounds.len(),
+        calls.values().map(Vec::len).sum::<usize>(),
+    );
+    assert!(
+        pass["recovered"].as_u64().unwrap() > 0,
+        "dropped pushes were recovered: {pass}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ship_api_failing_five_times_is_retried_and_reported_once() {
+    let m = Market::start(json!({"ship_fail_times": 5})).await;
+    m.sys.set_stock(SKU, 10).await;
+    let tid = format!("TF-{}", m.run_id());
+    m.trade(&tid).await;
+    let ours = m.our_orders().await;
+    let order = vec![(tid.clone(), ours[&tid].0.clone())];
+    m.ship_all(&order).await;
+    m.sys.wait_outboxes_drained().await;
+    let calls = m.ship_calls().await;
+    let results = &calls[&tid];
+    assert_eq!(
+        results.iter().filter(|r| *r == "failed").count(),
+        5,
+        "{results:?}"
+    );
+    assert_eq!(results.last().map(String::as_str), Some("shipped"));
+    assert_eq!(
+        results.len(),
+        6,
+        "reported once after the failures: {results:?}"
+    );
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM channel_shipbacks")
+        .fetch_one(&m.sys.order_db.pool)
+        .await
+        .unwrap();
+    assert!(attempts >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ship_back_the_platform_refuses_is_dead_lettered_and_counted() {
+    let m = Market::start(json!({"ship_refuse": true})).await;
+    m.sys.set_stock(SKU, 10).await;
+    let tid = format!("TR-{}", m.run_id());
+    m.trade(&tid).await;
+    let id = m.our_orders().await[&tid].0.clone();
+    let outbound = m.sys.wait_outbound(&id, "CREATED").await;
+    let (s, _, _) = m
+        .sys
+        .ship(outbound["outbound_no"].as_str().unwrap(), "SF", "SF-R1")
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    e2e::wait_for(
+        "the refused ship-back to be dead-lettered and counted",
+        Duration::from_secs(60),
+        || async {
+            let text = m.sys.order.metrics().await;
+            (metric(&text, "order_shipback_failures_total", &[]) >= 1.0
+                && metric(
+                    &text,
+                    "consumer_dead_letters_total",
+                    &[("reason", "unapplicable")],
+                ) >= 1.0)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(m.ship_calls().await[&tid], ["refused"]);
+    assert_eq!(
+        count(
+            &m.sys.order_db.pool,
+            "SELECT count(*) FROM channel_shipbacks"
+        )
+        .await,
+        0
+    );
+}
