@@ -64,10 +64,11 @@ pub struct Batcher<'a> {
     pub policy: ParkPolicy,
     /// Grace period for in-flight acknowledgements after shutdown.
     pub shutdown_timeout: Duration,
-    /// Database outage tracker.
-    pub db: Outage,
-    /// Broker outage tracker.
-    pub kafka: Outage,
+    /// Database outage tracker (kept across leadership terms, so an outage that cost the
+    /// lease still ends with one "Recovered" line).
+    pub db: &'a mut Outage,
+    /// Broker outage tracker (likewise).
+    pub kafka: &'a mut Outage,
     /// False once the failure table was seen empty (and nothing failed since): skips the
     /// failure query and the claim's exclusion. Only this leader writes failures, so the table
     /// stays empty until it records one.

@@ -121,6 +121,8 @@ impl Relay {
             helpers.clone(),
         ));
 
+        let mut db = Outage::new("database");
+        let mut kafka = Outage::new("kafka publish");
         tracing::info!(instance = %s.instance_id, lease.name = %s.lease_name, "Relay started");
         while let Some((token, acquired_at)) = self.wait_for_lease(&shutdown).await {
             tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, "Acquired the relay lease; publishing");
@@ -128,7 +130,13 @@ impl Relay {
             self.metrics.lease_epoch.set(token.epoch);
             let guard = LeaseGuard::start(self.store.clone(), token, s.lease_ttl, acquired_at);
             let end = self
-                .lead(&guard, &mut publisher, &mut topics, &shutdown)
+                .lead(
+                    &guard,
+                    &mut publisher,
+                    &mut topics,
+                    (&mut db, &mut kafka),
+                    &shutdown,
+                )
                 .await;
             let token = guard.token().clone();
             guard.stop().await;
@@ -202,6 +210,7 @@ impl Relay {
         guard: &LeaseGuard,
         publisher: &mut Publisher,
         topics: &mut TopicCatalog,
+        (db, kafka): (&mut Outage, &mut Outage),
         shutdown: &CancellationToken,
     ) -> LeadEnd {
         let s = &self.settings;
@@ -219,8 +228,8 @@ impl Relay {
             row_limit: s.limits.rows,
             policy: s.park,
             shutdown_timeout: s.shutdown_timeout,
-            db: Outage::new("database"),
-            kafka: Outage::new("kafka publish"),
+            db,
+            kafka,
             failures_known: true,
         };
         loop {
