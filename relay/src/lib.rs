@@ -8,8 +8,9 @@
 //!   per-row decision; [`lease`] keeps the leader lease.
 //! - [`failure`], [`parking`], [`topics`]: failure isolation — what a failure holds back, the
 //!   durable retry/park records and the operator's commands, topic checks.
-//! - [`metrics`], [`status`], [`ops`]: what operators see and do.
+//! - [`metrics`], [`backlog`], [`status`], [`ops`]: what operators see and do.
 
+pub mod backlog;
 pub mod batch;
 pub mod config;
 pub mod decide;

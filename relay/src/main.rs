@@ -127,6 +127,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance_id: args.instance_id(),
         lease_ttl: args.lease_ttl(),
         shutdown_timeout: args.shutdown_timeout(),
+        discarded_retention: args.discarded_retention(),
+        purge: args.purge.settings(),
     };
     let metrics = Metrics::new();
     let shutdown = CancellationToken::new();

@@ -14,6 +14,16 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
+/// The retention rule of the `outbox_discarded` audit table.
+pub fn discarded_rule(window: Duration) -> outbox_kit::retention::RetentionRule {
+    outbox_kit::retention::RetentionRule {
+        table: "outbox_discarded",
+        time_column: "discarded_at",
+        scope: None,
+        window,
+    }
+}
+
 /// Proof of holding the relay lease: the lease name, this instance and the fencing epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseToken {

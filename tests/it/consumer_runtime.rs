@@ -130,6 +130,8 @@ impl Rig {
             max_attempts_deterministic: MAX_ATTEMPTS,
             shutdown_timeout: Duration::from_secs(10),
             queue_capacity,
+            inbox_retention: None,
+            purge: Default::default(),
         }
     }
 

@@ -13,4 +13,5 @@ mod lease_lock;
 mod observe;
 mod order_flow;
 mod parking;
+mod retention;
 mod stream;
