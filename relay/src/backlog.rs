@@ -41,14 +41,16 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn backlog_by_topic(&self, prefix: &str) -> Result<Vec<TopicBacklog>, sqlx::Error> {
+        let mut s = self.session().await?;
         let rows = sqlx::query(
             "SELECT COALESCE(topic, $1 || aggregate_type) AS topic, count(*) AS n, \
                     extract(epoch FROM now() - min(created_at))::float8 AS age \
              FROM outbox GROUP BY 1 ORDER BY n DESC, topic",
         )
         .bind(prefix)
-        .fetch_all(self.pool())
+        .fetch_all(s.conn())
         .await?;
+        s.finish().await?;
         Ok(rows
             .iter()
             .map(|r| TopicBacklog {
@@ -66,14 +68,16 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn oldest_transaction_age(&self) -> Result<f64, sqlx::Error> {
+        let mut s = self.session().await?;
         let age: f64 = sqlx::query_scalar(
             "SELECT COALESCE(extract(epoch FROM now() - min(xact_start)), 0)::float8 \
              FROM pg_stat_activity \
              WHERE datname = current_database() AND pid <> pg_backend_pid() \
                AND backend_type = 'client backend' AND xact_start IS NOT NULL",
         )
-        .fetch_one(self.pool())
+        .fetch_one(s.conn())
         .await?;
+        s.finish().await?;
         Ok(age.max(0.0))
     }
 }

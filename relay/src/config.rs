@@ -101,6 +101,14 @@ pub struct DbArgs {
     /// PostgreSQL connection URL of the database that holds the outbox table.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
+
+    /// The database is reached through PgBouncer with `pool_mode = transaction`: send no
+    /// `extra_float_digits` startup parameter, prepare no named statement that outlives its
+    /// transaction, run every statement in its own transaction, and do not LISTEN (the relay
+    /// polls). Run `migrate` against PostgreSQL directly (migrations take a session advisory
+    /// lock).
+    #[arg(long, env = "OUTBOX_PGBOUNCER", default_value_t = false)]
+    pub pgbouncer: bool,
 }
 
 /// Kafka producer and topic settings.

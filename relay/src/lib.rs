@@ -2,7 +2,8 @@
 //! order per aggregate, surviving crashes and outages of either side.
 //!
 //! - [`config`]: flags and environment of the binary.
-//! - [`store`]: the SQL (claim, fenced mark, lease, backlog).
+//! - [`store`]: the SQL (claim, fenced mark, lease, backlog); [`session`] runs it safely
+//!   behind PgBouncer's transaction pooling.
 //! - [`publisher`]: the idempotent Kafka producer and a batch's delivery outcomes.
 //! - [`relay`]: the loop that drives both; [`batch`] is one batch as its steps, [`decide`] the
 //!   per-row decision; [`lease`] keeps the leader lease.
@@ -23,6 +24,7 @@ pub mod outage;
 pub mod parking;
 pub mod publisher;
 pub mod relay;
+pub mod session;
 pub mod status;
 pub mod store;
 pub mod topics;

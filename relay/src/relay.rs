@@ -114,11 +114,15 @@ impl Relay {
         let mut publisher = Publisher::new(&s.brokers, &s.kafka_config, &s.topic_prefix)?;
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
         let helpers = shutdown.child_token();
-        let listener = tokio::spawn(listen_for_wakeups(
-            self.store.clone(),
-            self.wake.clone(),
-            helpers.clone(),
-        ));
+        // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
+        // only polls.
+        let listener = (!self.store.behind_pgbouncer()).then(|| {
+            tokio::spawn(listen_for_wakeups(
+                self.store.clone(),
+                self.wake.clone(),
+                helpers.clone(),
+            ))
+        });
         let refresher = tokio::spawn(refresh_backlog(
             self.store.clone(),
             s.topic_prefix.clone(),
@@ -167,7 +171,9 @@ impl Relay {
         }
         publisher.purge();
         helpers.cancel();
-        let _ = listener.await;
+        if let Some(listener) = listener {
+            let _ = listener.await;
+        }
         let _ = refresher.await;
         let _ = retention.await;
         tracing::info!("Relay stopped");

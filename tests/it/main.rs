@@ -13,5 +13,6 @@ mod lease_lock;
 mod observe;
 mod order_flow;
 mod parking;
+mod pgbouncer;
 mod retention;
 mod stream;

@@ -8,6 +8,10 @@
 //! ([`run`]) with its own [`RetentionRule`]s; [`RetentionMetrics`] counts what it removed
 //! (`retention_rows_deleted_total{table}`, `retention_batches_total{table}`) and what is still
 //! past the window (`retention_rows_pending{table}`).
+//!
+//! Each statement runs unnamed (not prepared for reuse) in its own short transaction, so the
+//! purge also works through PgBouncer's transaction pooling: PgBouncer keeps the server
+//! connection from the statement's Parse to its Bind, and no named statement is left behind.
 
 use std::time::Duration;
 
@@ -160,13 +164,17 @@ pub async fn count_expired(
         rule.predicate()
     );
     let q = sqlx::query_scalar(&sql)
+        .persistent(false)
         .bind(rule.window.as_secs_f64())
         .bind(cap);
     let q = match &rule.scope {
         Some((_, v)) => q.bind(v),
         None => q,
     };
-    q.fetch_one(pool).await
+    let mut tx = pool.begin().await?;
+    let n = q.fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// Deletes at most `limit` rows of `rule` past its window, in one short statement; returns
@@ -185,13 +193,17 @@ pub async fn delete_batch(
         p = rule.predicate()
     );
     let q = sqlx::query(&sql)
+        .persistent(false)
         .bind(rule.window.as_secs_f64())
         .bind(limit);
     let q = match &rule.scope {
         Some((_, v)) => q.bind(v),
         None => q,
     };
-    Ok(q.execute(pool).await?.rows_affected())
+    let mut tx = pool.begin().await?;
+    let n = q.execute(&mut *tx).await?.rows_affected();
+    tx.commit().await?;
+    Ok(n)
 }
 
 /// Most rows [`purge`] counts as pending.
