@@ -14,5 +14,6 @@ mod observe;
 mod order_flow;
 mod parking;
 mod pgbouncer;
+mod relay_metrics;
 mod retention;
 mod stream;
