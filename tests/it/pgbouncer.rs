@@ -125,6 +125,21 @@ async fn two_relays_and_writers_through_pgbouncer_deliver_in_order_and_fail_over
             assert!(hits.is_empty(), "{name} relay logged {bad:?}: {hits:#?}");
         }
     }
+    // The operator commands take the same flag.
+    let status = e2e::proc::relay_cli(&[
+        "status",
+        "--database-url",
+        &via_bouncer,
+        "--pgbouncer",
+        "--json",
+    ]);
+    assert!(
+        status.status.success(),
+        "status through pgbouncer: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["unpublished"], 0, "{status}");
     let bouncer_log = bouncer.log_text();
     assert!(
         !bouncer_log.contains("prepared statement"),
