@@ -13,7 +13,9 @@
 #   - in the same venv, pinned check-jsonschema and kubernetes-validate (validation of
 #     deploy/compose and deploy/k8s), only when missing or at another version;
 #   - Prometheus and promtool (Debian package `prometheus`), only when promtool is missing;
-#     the package's own service is kept from starting (the tests start their own server).
+#     the package's own service is kept from starting (the tests start their own server);
+#   - PgBouncer (Debian package `pgbouncer`), only when the binary is missing; its service is
+#     kept from starting too (tests/it/pgbouncer.rs starts its own on a free port).
 #
 # Usage: deploy/local/install-deps.sh      (CACHE: see lib.sh)
 set -euo pipefail
@@ -152,6 +154,39 @@ else
     fi
     command -v promtool >/dev/null || die "prometheus installed but promtool is not on PATH"
     did+=("installed prometheus and promtool ($(promtool --version 2>&1 | head -n 1))")
+fi
+
+# --- PgBouncer -------------------------------------------------------------------
+if command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]]; then
+    log "pgbouncer: present ($(command -v pgbouncer || echo /usr/sbin/pgbouncer))"
+else
+    log "pgbouncer: missing, installing the Debian package"
+    sudo_cmd=()
+    if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install pgbouncer"
+        sudo_cmd=(sudo)
+    fi
+    # Keep the package's service from starting (it would hold :6432).
+    policy=/usr/sbin/policy-rc.d
+    made_policy=0
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
+        "${sudo_cmd[@]}" chmod +x "$policy"
+        made_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    ok=1
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null \
+        || { "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null; } \
+        || ok=0
+    ((made_policy)) && "${sudo_cmd[@]}" rm -f "$policy"
+    ((ok)) || die "apt-get install pgbouncer failed"
+    if [[ -d /run/systemd/system ]]; then
+        "${sudo_cmd[@]}" systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+    fi
+    [[ -x /usr/sbin/pgbouncer ]] || command -v pgbouncer >/dev/null \
+        || die "pgbouncer installed but not found"
+    did+=("installed pgbouncer ($(/usr/sbin/pgbouncer --version 2>&1 | head -n 1))")
 fi
 
 if ((${#did[@]} == 0)); then

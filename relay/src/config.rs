@@ -101,6 +101,14 @@ pub struct DbArgs {
     /// PostgreSQL connection URL of the database that holds the outbox table.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: String,
+
+    /// The database is reached through PgBouncer with `pool_mode = transaction`: send no
+    /// `extra_float_digits` startup parameter, prepare no named statement that outlives its
+    /// transaction, run every statement in its own transaction, and do not LISTEN (the relay
+    /// polls). Run `migrate` against PostgreSQL directly (migrations take a session advisory
+    /// lock).
+    #[arg(long, env = "OUTBOX_PGBOUNCER", default_value_t = false)]
+    pub pgbouncer: bool,
 }
 
 /// Kafka producer and topic settings.
@@ -199,6 +207,15 @@ pub struct RunArgs {
     /// relay exits without marking them (they are published again later), in milliseconds.
     #[arg(long, env = "OUTBOX_SHUTDOWN_TIMEOUT_MS", default_value_t = 7000)]
     pub shutdown_timeout_ms: u64,
+
+    /// Days a row of the `outbox_discarded` audit table is kept; the leading relay deletes
+    /// older ones in the background.
+    #[arg(long, env = "OUTBOX_DISCARDED_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..))]
+    pub discarded_retention_days: u32,
+
+    /// How the retention purge runs (batch size, pause, interval).
+    #[command(flatten)]
+    pub purge: outbox_kit::retention::PurgeArgs,
 }
 
 /// Settings of `outbox-relay status`.
@@ -240,6 +257,11 @@ impl RunArgs {
             bytes: self.batch_max_bytes,
             exclude_failed: true,
         }
+    }
+
+    /// How long `outbox_discarded` rows are kept.
+    pub fn discarded_retention(&self) -> Duration {
+        Duration::from_secs(u64::from(self.discarded_retention_days) * 86_400)
     }
 
     /// The instance id, or a generated one.

@@ -29,15 +29,16 @@ async fn main() -> anyhow::Result<()> {
     init_tracing();
     match Cli::parse().command {
         Command::Migrate(db) => {
-            let store = Store::connect_lazy(&db.database_url).context("invalid DATABASE_URL")?;
+            let store = Store::connect_lazy_with(&db.database_url, db.pgbouncer)
+                .context("invalid DATABASE_URL")?;
             outbox_kit::schema::migrate(store.pool())
                 .await
                 .context("applying the outbox schema")?;
             println!("outbox schema is up to date");
         }
         Command::Status(args) => {
-            let store =
-                Store::connect_lazy(&args.db.database_url).context("invalid DATABASE_URL")?;
+            let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
+                .context("invalid DATABASE_URL")?;
             let status = Status::read(&store, &args.lease_name)
                 .await
                 .context("reading the outbox status")?;
@@ -90,7 +91,8 @@ async fn main() -> anyhow::Result<()> {
 }
 
 fn ops_store(args: &OpsArgs) -> anyhow::Result<Store> {
-    Store::connect_lazy(&args.db.database_url).context("invalid DATABASE_URL")
+    Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
+        .context("invalid DATABASE_URL")
 }
 
 fn exit_with(report: ops::Report) {
@@ -106,7 +108,8 @@ fn exit_with(report: ops::Report) {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     outbox_relay::publisher::check_overrides(&args.kafka.kafka_config)
         .map_err(|e| anyhow::anyhow!(e))?;
-    let store = Store::connect_lazy(&args.db.database_url).context("invalid DATABASE_URL")?;
+    let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
+        .context("invalid DATABASE_URL")?;
     let settings = RelaySettings {
         brokers: args.kafka.kafka_brokers.clone(),
         kafka_config: args.kafka.kafka_config.clone(),
@@ -127,6 +130,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance_id: args.instance_id(),
         lease_ttl: args.lease_ttl(),
         shutdown_timeout: args.shutdown_timeout(),
+        discarded_retention: args.discarded_retention(),
+        purge: args.purge.settings(),
     };
     let metrics = Metrics::new();
     let shutdown = CancellationToken::new();

@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +47,14 @@ pub struct Metrics {
     pub blocked_aggregates: IntGauge,
     /// Events waiting behind parked events.
     pub waiting_behind: IntGauge,
+    /// Unpublished events per destination topic (bounded: see [`crate::backlog`]).
+    pub backlog_by_topic: IntGaugeVec,
+    /// Age of the oldest unpublished event per destination topic.
+    pub oldest_age_by_topic: GaugeVec,
+    /// Age of the oldest open transaction of the database (it holds back vacuum).
+    pub db_oldest_transaction_age: Gauge,
+    /// Rows the retention purge of `outbox_discarded` removed and has still to remove.
+    pub retention: outbox_kit::retention::RetentionMetrics,
     healthy: Arc<AtomicBool>,
 }
 
@@ -144,6 +152,27 @@ impl Metrics {
             "Events waiting behind a parked event of their aggregate",
         )
         .unwrap();
+        let backlog_by_topic = IntGaugeVec::new(
+            Opts::new(
+                "outbox_backlog_events_by_topic",
+                "Unpublished events per destination topic (the 20 largest; the rest as topic=\"other\")",
+            ),
+            &["topic"],
+        )
+        .unwrap();
+        let oldest_age_by_topic = GaugeVec::new(
+            Opts::new(
+                "outbox_oldest_unpublished_age_seconds_by_topic",
+                "Age of the oldest unpublished event per destination topic",
+            ),
+            &["topic"],
+        )
+        .unwrap();
+        let db_oldest_transaction_age = Gauge::new(
+            "outbox_db_oldest_transaction_age_seconds",
+            "Age of the oldest open transaction of another session in the outbox's database; it holds back vacuum of the outbox",
+        )
+        .unwrap();
         for c in [
             Box::new(published.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(publish_failures.clone()),
@@ -159,9 +188,13 @@ impl Metrics {
             Box::new(retrying.clone()),
             Box::new(blocked_aggregates.clone()),
             Box::new(waiting_behind.clone()),
+            Box::new(backlog_by_topic.clone()),
+            Box::new(oldest_age_by_topic.clone()),
+            Box::new(db_oldest_transaction_age.clone()),
         ] {
             registry.register(c).unwrap();
         }
+        let retention = outbox_kit::retention::RetentionMetrics::register(&registry).unwrap();
         Self {
             registry,
             published,
@@ -178,6 +211,10 @@ impl Metrics {
             retrying,
             blocked_aggregates,
             waiting_behind,
+            backlog_by_topic,
+            oldest_age_by_topic,
+            db_oldest_transaction_age,
+            retention,
             healthy: Arc::new(AtomicBool::new(true)),
         }
     }
@@ -265,6 +302,7 @@ mod tests {
         m.published.inc_by(3);
         m.publish_failures.with_label_values(&["delivery"]).inc();
         m.latency.observe(0.004);
+        m.retention.init("outbox_discarded");
         let text = m.render();
         for name in [
             "outbox_events_published_total 3",
@@ -279,6 +317,8 @@ mod tests {
             "outbox_retrying_events",
             "outbox_blocked_aggregates",
             "outbox_events_waiting_behind_parked",
+            "outbox_db_oldest_transaction_age_seconds 0",
+            "retention_rows_deleted_total",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -182,6 +182,7 @@ impl Store {
         let event_ids: Vec<Uuid> = failures.iter().map(|f| f.event_id).collect();
         let parks: Vec<bool> = failures.iter().map(|f| f.park).collect();
         let now: Vec<bool> = failures.iter().map(|f| f.retry_now).collect();
+        let mut s = self.session().await?;
         let rows = sqlx::query(
             "WITH l AS ( \
                  SELECT 1 FROM outbox_relay_lease \
@@ -224,8 +225,9 @@ impl Store {
         .bind(&parks)
         .bind(&now)
         .bind(policy.max_delay.as_secs_f64())
-        .fetch_all(self.pool())
+        .fetch_all(s.conn())
         .await?;
+        s.finish().await?;
         if rows.first().is_none_or(|r| r.get::<i64, _>("held") == 0) {
             return Ok(Recorded::LeaseLost);
         }
@@ -248,13 +250,15 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn retrying_failures(&self) -> Result<(HashMap<i64, i32>, bool), sqlx::Error> {
+        let mut s = self.session().await?;
         let rows: Vec<(i64, i32)> = sqlx::query_as(
             "SELECT outbox_id, attempts FROM outbox_failure WHERE parked_at IS NULL \
              UNION ALL \
              SELECT -1, 1 WHERE EXISTS (SELECT 1 FROM outbox_failure WHERE parked_at IS NOT NULL)",
         )
-        .fetch_all(self.pool())
+        .fetch_all(s.conn())
         .await?;
+        s.finish().await?;
         let parked = rows.iter().any(|(id, _)| *id == -1);
         Ok((
             rows.into_iter().filter(|(id, _)| *id != -1).collect(),
@@ -268,13 +272,16 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn forget_orphan_failures(&self) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::query(
+        let mut s = self.session().await?;
+        let n = sqlx::query(
             "DELETE FROM outbox_failure f \
              WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.id = f.outbox_id)",
         )
-        .execute(self.pool())
+        .execute(s.conn())
         .await?
-        .rows_affected())
+        .rows_affected();
+        s.finish().await?;
+        Ok(n)
     }
 
     /// Every failed event still in the outbox, oldest first, with how many events of its
@@ -283,6 +290,7 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn blocked_events(&self) -> Result<Vec<BlockedEvent>, sqlx::Error> {
+        let mut s = self.session().await?;
         let rows = sqlx::query(
             "SELECT f.outbox_id, f.event_id, f.aggregate_type, f.aggregate_id, \
                     CASE WHEN f.parked_at IS NULL THEN 'retrying' ELSE 'parked' END AS state, \
@@ -293,8 +301,9 @@ impl Store {
              FROM outbox_failure f JOIN outbox o ON o.id = f.outbox_id \
              ORDER BY f.outbox_id",
         )
-        .fetch_all(self.pool())
+        .fetch_all(s.conn())
         .await?;
+        s.finish().await?;
         Ok(rows
             .iter()
             .map(|r| BlockedEvent {
@@ -321,11 +330,12 @@ impl Store {
     /// Database errors.
     pub async fn parking_stats(&self) -> Result<ParkingStats, sqlx::Error> {
         let mut stats = ParkingStats::default();
+        let mut s = self.session().await?;
         let rows: Vec<(String, bool, i64)> = sqlx::query_as(
             "SELECT f.error_class, f.parked_at IS NOT NULL, count(*) \
              FROM outbox_failure f JOIN outbox o ON o.id = f.outbox_id GROUP BY 1, 2",
         )
-        .fetch_all(self.pool())
+        .fetch_all(s.conn())
         .await?;
         for (class, parked, n) in rows {
             if parked {
@@ -344,11 +354,12 @@ impl Store {
                         (SELECT count(*) FROM outbox b JOIN p ON b.aggregate_type = p.aggregate_type \
                             AND b.aggregate_id = p.aggregate_id AND b.id > p.first_id)",
             )
-            .fetch_one(self.pool())
+            .fetch_one(s.conn())
             .await?;
             stats.blocked_aggregates = aggregates;
             stats.waiting_behind = behind;
         }
+        s.finish().await?;
         Ok(stats)
     }
 
@@ -376,13 +387,20 @@ impl Store {
                 sqlx::query_scalar("DELETE FROM outbox_failure RETURNING outbox_id")
             }
         };
-        let mut ids: Vec<i64> = q.fetch_all(self.pool()).await?;
+        let mut s = self.session().await?;
+        let mut ids: Vec<i64> = q.fetch_all(s.conn()).await?;
+        s.finish().await?;
         ids.sort_unstable();
         // Wake a relay that is idle (optional for it: it polls anyway).
-        let _ = sqlx::query("SELECT pg_notify($1, '')")
-            .bind(outbox_kit::outbox::NOTIFY_CHANNEL)
-            .execute(self.pool())
-            .await;
+        if let Ok(mut s) = self.session().await {
+            let notified = sqlx::query("SELECT pg_notify($1, '')")
+                .bind(outbox_kit::outbox::NOTIFY_CHANNEL)
+                .execute(s.conn())
+                .await;
+            if notified.is_ok() {
+                let _ = s.finish().await;
+            }
+        }
         Ok(ids)
     }
 
@@ -398,14 +416,14 @@ impl Store {
         reason: &str,
         by: &str,
     ) -> Result<Discarded, sqlx::Error> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.transaction().await?;
         let row: Option<(i64, Option<chrono::DateTime<Utc>>)> = sqlx::query_as(
             "SELECT o.id, f.parked_at FROM outbox o \
              LEFT JOIN outbox_failure f ON f.outbox_id = o.id \
              WHERE o.event_id = $1 FOR UPDATE OF o",
         )
         .bind(event_id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(tx.conn())
         .await?;
         let id = match row {
             None => return Ok(Discarded::NotFound),
@@ -423,17 +441,17 @@ impl Store {
         .bind(id)
         .bind(reason)
         .bind(by)
-        .execute(&mut *tx)
+        .execute(tx.conn())
         .await?;
         sqlx::query("DELETE FROM outbox_failure WHERE outbox_id = $1")
             .bind(id)
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await?;
         sqlx::query("DELETE FROM outbox WHERE id = $1")
             .bind(id)
-            .execute(&mut *tx)
+            .execute(tx.conn())
             .await?;
-        tx.commit().await?;
+        tx.finish().await?;
         Ok(Discarded::Done { outbox_id: id })
     }
 }

@@ -49,6 +49,10 @@ pub struct RelaySettings {
     pub lease_ttl: Duration,
     /// Grace period for in-flight acknowledgements on shutdown.
     pub shutdown_timeout: Duration,
+    /// How long `outbox_discarded` audit rows are kept (deleted by the leader).
+    pub discarded_retention: Duration,
+    /// How the retention purge runs.
+    pub purge: outbox_kit::retention::PurgeSettings,
 }
 
 /// Why leading stopped.
@@ -110,19 +114,33 @@ impl Relay {
         let mut publisher = Publisher::new(&s.brokers, &s.kafka_config, &s.topic_prefix)?;
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
         let helpers = shutdown.child_token();
-        let listener = tokio::spawn(listen_for_wakeups(
-            self.store.clone(),
-            self.wake.clone(),
-            helpers.clone(),
-        ));
+        // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
+        // only polls.
+        let listener = (!self.store.behind_pgbouncer()).then(|| {
+            tokio::spawn(listen_for_wakeups(
+                self.store.clone(),
+                self.wake.clone(),
+                helpers.clone(),
+            ))
+        });
         let refresher = tokio::spawn(refresh_backlog(
             self.store.clone(),
+            s.topic_prefix.clone(),
             self.metrics.clone(),
             helpers.clone(),
         ));
 
         let mut db = Outage::new("database");
         let mut kafka = Outage::new("kafka publish");
+        let leader = self.metrics.leader.clone();
+        let retention = tokio::spawn(outbox_kit::retention::run(
+            self.store.pool().clone(),
+            vec![crate::store::discarded_rule(s.discarded_retention)],
+            s.purge,
+            self.metrics.retention.clone(),
+            move || leader.get() == 1,
+            helpers.clone(),
+        ));
         tracing::info!(instance = %s.instance_id, lease.name = %s.lease_name, "Relay started");
         while let Some((token, acquired_at)) = self.wait_for_lease(&shutdown).await {
             tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, "Acquired the relay lease; publishing");
@@ -161,8 +179,11 @@ impl Relay {
         }
         publisher.purge();
         helpers.cancel();
-        let _ = listener.await;
+        if let Some(listener) = listener {
+            let _ = listener.await;
+        }
         let _ = refresher.await;
+        let _ = retention.await;
         tracing::info!("Relay stopped");
         Ok(())
     }
@@ -297,14 +318,17 @@ async fn listen_for_wakeups(store: Store, wake: Arc<Notify>, stop: CancellationT
     }
 }
 
-/// Refreshes the backlog and parking gauges every few seconds, and forgets failure records
-/// of events that are gone.
-async fn refresh_backlog(store: Store, metrics: Metrics, stop: CancellationToken) {
+/// Refreshes the backlog (per topic), oldest-transaction and parking gauges every few
+/// seconds, and forgets failure records of events that are gone.
+async fn refresh_backlog(store: Store, prefix: String, metrics: Metrics, stop: CancellationToken) {
     let mut round = 0u64;
+    let mut topics = crate::backlog::TopicSeries::default();
     loop {
-        if let Ok(b) = store.backlog().await {
-            metrics.backlog.set(b.unpublished);
-            metrics.oldest_age.set(b.oldest_age_seconds);
+        if let Ok(b) = store.backlog_by_topic(&prefix).await {
+            topics.publish(&metrics, b);
+        }
+        if let Ok(age) = store.oldest_transaction_age().await {
+            metrics.db_oldest_transaction_age.set(age);
         }
         if let Ok(p) = store.parking_stats().await {
             metrics.set_parking(&p);

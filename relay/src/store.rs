@@ -10,9 +10,19 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use outbox_kit::EventEnvelope;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
+
+/// The retention rule of the `outbox_discarded` audit table.
+pub fn discarded_rule(window: Duration) -> outbox_kit::retention::RetentionRule {
+    outbox_kit::retention::RetentionRule {
+        table: "outbox_discarded",
+        time_column: "discarded_at",
+        scope: None,
+        window,
+    }
+}
 
 /// Proof of holding the relay lease: the lease name, this instance and the fencing epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +142,8 @@ pub struct LeaseInfo {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
+    /// Behind PgBouncer's transaction pooling: see [`crate::session`].
+    pgbouncer: bool,
 }
 
 pub(crate) const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM outbox_relay_lease \
@@ -143,16 +155,55 @@ impl Store {
     /// # Errors
     /// When the URL cannot be parsed.
     pub fn connect_lazy(database_url: &str) -> Result<Self, sqlx::Error> {
+        Self::connect_lazy_with(database_url, false)
+    }
+
+    /// [`Store::connect_lazy`]; with `pgbouncer`, for a server behind PgBouncer's transaction
+    /// pooling: no `extra_float_digits` startup parameter (PgBouncer refuses it unless told
+    /// to ignore it), no statement cache, and every statement in its own transaction that
+    /// deallocates what it prepared ([`crate::session`]).
+    ///
+    /// # Errors
+    /// When the URL cannot be parsed.
+    pub fn connect_lazy_with(database_url: &str, pgbouncer: bool) -> Result<Self, sqlx::Error> {
+        let mut options: PgConnectOptions = database_url.parse()?;
+        if pgbouncer {
+            options = options.statement_cache_capacity(0).extra_float_digits(None);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(3))
-            .connect_lazy(database_url)?;
-        Ok(Self { pool })
+            .connect_lazy_with(options);
+        Ok(Self { pool, pgbouncer })
     }
 
-    /// Wraps an existing pool.
+    /// Wraps an existing pool (directly on PostgreSQL).
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            pgbouncer: false,
+        }
+    }
+
+    /// True when the store talks to PostgreSQL through PgBouncer's transaction pooling.
+    pub fn behind_pgbouncer(&self) -> bool {
+        self.pgbouncer
+    }
+
+    /// A connection for one statement (behind PgBouncer: in its own transaction).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(crate) async fn session(&self) -> Result<crate::session::Session, sqlx::Error> {
+        crate::session::Session::begin(&self.pool, self.pgbouncer).await
+    }
+
+    /// A transaction, in either mode.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(crate) async fn transaction(&self) -> Result<crate::session::Session, sqlx::Error> {
+        crate::session::Session::transaction(&self.pool, self.pgbouncer).await
     }
 
     /// The connection pool.
@@ -221,12 +272,13 @@ impl Store {
                  ORDER BY id LIMIT $4 \
              ) o ON true"
         );
+        let mut session = self.session().await?;
         let mut rows = sqlx::query(&sql)
             .bind(&lease.name)
             .bind(&lease.holder)
             .bind(lease.epoch)
             .bind(limits.rows)
-            .fetch(&self.pool);
+            .fetch(session.conn());
         let mut out = Vec::new();
         let mut held = false;
         let mut bytes = 0i64;
@@ -277,6 +329,8 @@ impl Store {
                 },
             });
         }
+        drop(rows);
+        session.finish().await?;
         if !held {
             return Ok(ClaimedBatch::LeaseLost);
         }
@@ -310,6 +364,7 @@ impl Store {
         ids: &[i64],
         had_failures: &[i64],
     ) -> Result<Marked, sqlx::Error> {
+        let mut s = self.session().await?;
         let row = sqlx::query(
             "WITH l AS ( \
                  SELECT 1 FROM outbox_relay_lease \
@@ -326,8 +381,9 @@ impl Store {
         .bind(lease.epoch)
         .bind(ids)
         .bind(had_failures)
-        .fetch_one(&self.pool)
+        .fetch_one(s.conn())
         .await?;
+        s.finish().await?;
         if row.get::<i64, _>("held") == 0 {
             return Ok(Marked::LeaseLost);
         }
@@ -344,6 +400,7 @@ impl Store {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<LeaseToken>, sqlx::Error> {
+        let mut s = self.session().await?;
         let epoch: Option<i64> = sqlx::query_scalar(
             "INSERT INTO outbox_relay_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at) \
              VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3)) \
@@ -356,8 +413,9 @@ impl Store {
         .bind(name)
         .bind(holder)
         .bind(ttl.as_secs_f64())
-        .fetch_optional(&self.pool)
+        .fetch_optional(s.conn())
         .await?;
+        s.finish().await?;
         Ok(epoch.map(|epoch| LeaseToken {
             name: name.to_owned(),
             holder: holder.to_owned(),
@@ -375,6 +433,7 @@ impl Store {
         lease: &LeaseToken,
         ttl: Duration,
     ) -> Result<bool, sqlx::Error> {
+        let mut s = self.session().await?;
         let n = sqlx::query(
             "UPDATE outbox_relay_lease \
              SET renewed_at = now(), expires_at = now() + make_interval(secs => $4) \
@@ -384,9 +443,10 @@ impl Store {
         .bind(&lease.holder)
         .bind(lease.epoch)
         .bind(ttl.as_secs_f64())
-        .execute(&self.pool)
+        .execute(s.conn())
         .await?
         .rows_affected();
+        s.finish().await?;
         Ok(n == 1)
     }
 
@@ -395,6 +455,7 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn release_lease(&self, lease: &LeaseToken) -> Result<(), sqlx::Error> {
+        let mut s = self.session().await?;
         sqlx::query(
             "UPDATE outbox_relay_lease SET expires_at = now() \
              WHERE name = $1 AND holder = $2 AND epoch = $3",
@@ -402,8 +463,9 @@ impl Store {
         .bind(&lease.name)
         .bind(&lease.holder)
         .bind(lease.epoch)
-        .execute(&self.pool)
+        .execute(s.conn())
         .await?;
+        s.finish().await?;
         Ok(())
     }
 
@@ -412,6 +474,7 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn lease_info(&self, name: &str) -> Result<Option<LeaseInfo>, sqlx::Error> {
+        let mut s = self.session().await?;
         let row = sqlx::query(
             "SELECT holder, epoch, \
                     extract(epoch FROM now() - renewed_at)::float8 AS renewed_ago, \
@@ -419,8 +482,9 @@ impl Store {
              FROM outbox_relay_lease WHERE name = $1",
         )
         .bind(name)
-        .fetch_optional(&self.pool)
+        .fetch_optional(s.conn())
         .await?;
+        s.finish().await?;
         Ok(row.map(|r| LeaseInfo {
             holder: r.get("holder"),
             epoch: r.get("epoch"),
@@ -434,13 +498,15 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn backlog(&self) -> Result<Backlog, sqlx::Error> {
+        let mut s = self.session().await?;
         let row = sqlx::query(
             "SELECT count(*) AS n, \
                     COALESCE(extract(epoch FROM now() - min(created_at))::float8, 0) AS age \
              FROM outbox",
         )
-        .fetch_one(&self.pool)
+        .fetch_one(s.conn())
         .await?;
+        s.finish().await?;
         Ok(Backlog {
             unpublished: row.get("n"),
             oldest_age_seconds: row.get::<f64, _>("age").max(0.0),

@@ -1,7 +1,8 @@
 //! The consumer runtime in this process (`outbox_kit::consumer::run`) with a probe handler, on
 //! a fresh database and the shared broker: handler panics and errors that come back on every
 //! attempt are dead-lettered after bounded attempts while everything else flows; a partition
-//! stuck on retries is paused and holds back only itself; SIGTERM commits the offset of the
+//! stuck on retries is paused and holds back only itself (and its lag, `consumer_lag_messages`,
+//! shows it); SIGTERM commits the offset of the
 //! message it just finished.
 
 use std::sync::Arc;
@@ -130,6 +131,8 @@ impl Rig {
             max_attempts_deterministic: MAX_ATTEMPTS,
             shutdown_timeout: Duration::from_secs(10),
             queue_capacity,
+            inbox_retention: None,
+            purge: Default::default(),
         }
     }
 
@@ -345,6 +348,19 @@ async fn a_partition_stuck_retrying_is_paused_and_holds_back_only_itself() {
         1,
         "the stuck partition is paused"
     );
+    // The lag gauge shows it: the stuck partition's 20 messages, nothing on the others.
+    let lag = |partition: &str| {
+        rt.metrics
+            .lag
+            .with_label_values(&[rig.topic.as_str(), partition])
+            .get()
+    };
+    e2e::wait_for(
+        "the lag of the stuck partition to show",
+        Duration::from_secs(30),
+        || async { (lag("0") == 20 && lag("1") == 0 && lag("2") == 0).then_some(()) },
+    )
+    .await;
 
     sqlx::query("INSERT INTO flags (name) VALUES ('unstuck')")
         .execute(&rig.pool)
@@ -360,6 +376,12 @@ async fn a_partition_stuck_retrying_is_paused_and_holds_back_only_itself() {
         "the partition to be resumed",
         Duration::from_secs(10),
         || async { (rt.metrics.paused_partitions.get() == 0).then_some(()) },
+    )
+    .await;
+    e2e::wait_for(
+        "the lag of the caught-up partition to fall to 0",
+        Duration::from_secs(30),
+        || async { (lag("0") == 0).then_some(()) },
     )
     .await;
     assert_eq!(

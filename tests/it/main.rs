@@ -14,4 +14,7 @@ mod marketplace;
 mod observe;
 mod order_flow;
 mod parking;
+mod pgbouncer;
+mod relay_metrics;
+mod retention;
 mod stream;

@@ -61,7 +61,14 @@ pub struct Config {
     #[arg(long, env = "KAFKA_BROKERS")]
     pub kafka_brokers: Option<String>,
 
-    /// Consumer settings (used with `--kafka-brokers`).
+    /// Hours an idempotency key (and its stored response) is kept; older keys are deleted in
+    /// the background, and a retry with such a key creates a new order. Keep it longer than
+    /// any client retries.
+    #[arg(long, env = "IDEMPOTENCY_RETENTION_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..))]
+    pub idempotency_retention_hours: u32,
+
+    /// Consumer settings (used with `--kafka-brokers`; the retention purge settings apply to
+    /// the idempotency keys too).
     #[command(flatten)]
     pub consumer: ConsumerArgs,
 
@@ -72,6 +79,16 @@ pub struct Config {
 }
 
 impl Config {
+    /// The retention rule of the idempotency keys.
+    pub fn idempotency_retention(&self) -> outbox_kit::retention::RetentionRule {
+        outbox_kit::retention::RetentionRule {
+            table: "idempotency_keys",
+            time_column: "created_at",
+            scope: None,
+            window: Duration::from_secs(u64::from(self.idempotency_retention_hours) * 3_600),
+        }
+    }
+
     /// The drain deadline on SIGTERM.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.shutdown_timeout_ms)

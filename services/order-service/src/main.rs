@@ -55,6 +55,14 @@ async fn main() -> anyhow::Result<()> {
             shutdown.clone(),
         ))
     });
+    let retention = tokio::spawn(outbox_kit::retention::run(
+        pool.clone(),
+        vec![config.idempotency_retention()],
+        config.consumer.purge.settings(),
+        metrics.consumer.retention.clone(),
+        || true,
+        shutdown.clone(),
+    ));
     let consumer = match config.runtime_config() {
         Some(runtime) => {
             let consumed = outbox_kit::consumer::run(
@@ -90,6 +98,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("serving HTTP");
     shutdown.cancel();
+    let _ = retention.await;
     if let Some(consumer) = consumer {
         consumer
             .await

@@ -8,6 +8,8 @@
 //! - [`inbox`]: the consumers' dedupe table, written in the business transaction.
 //! - `consumer` (feature `consumer`): the Kafka consumer runtime (inbox, manual offsets,
 //!   retries, dead letters).
+//! - `retention` (feature `retention`): the bounded-batch purge of rows past a retention
+//!   window, shared by every service.
 //! - `service` (feature `service`): logging, SIGTERM, HTTP serving and `/healthz` / `/metrics`
 //!   for service binaries.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
@@ -17,6 +19,8 @@ pub mod consumer;
 pub mod envelope;
 pub mod inbox;
 pub mod outbox;
+#[cfg(feature = "retention")]
+pub mod retention;
 pub mod schema;
 #[cfg(feature = "service")]
 pub mod service;

@@ -58,6 +58,17 @@ pub struct ConsumerArgs {
     /// leaves without them (they are delivered again), in milliseconds.
     #[arg(long, env = "CONSUMER_SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub consumer_shutdown_timeout_ms: u64,
+
+    /// Days an inbox row is kept after its event was applied; older rows of this consumer are
+    /// deleted in the background. Keep it longer than any redelivery can come late (topic
+    /// retention, a `dlq redrive` of an old dead letter): a redelivery after that is applied
+    /// again, with only the business unique keys to stop it.
+    #[arg(long, env = "INBOX_RETENTION_DAYS", default_value_t = 14, value_parser = clap::value_parser!(u32).range(1..))]
+    pub inbox_retention_days: u32,
+
+    /// How the retention purge runs (batch size, pause, interval).
+    #[command(flatten)]
+    pub purge: crate::retention::PurgeArgs,
 }
 
 impl ConsumerArgs {
@@ -94,6 +105,10 @@ impl ConsumerArgs {
             max_attempts_deterministic: self.max_attempts_deterministic,
             shutdown_timeout: Duration::from_millis(self.consumer_shutdown_timeout_ms),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
+            inbox_retention: Some(Duration::from_secs(
+                u64::from(self.inbox_retention_days) * 86_400,
+            )),
+            purge: self.purge.settings(),
         }
     }
 }
@@ -136,6 +151,10 @@ pub struct RuntimeConfig {
     pub shutdown_timeout: Duration,
     /// Messages buffered per partition.
     pub queue_capacity: usize,
+    /// How long this consumer's inbox rows are kept (`None`: forever).
+    pub inbox_retention: Option<Duration>,
+    /// How the inbox purge runs.
+    pub purge: crate::retention::PurgeSettings,
 }
 
 /// The dead-letter topic of `topic`.

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use super::event::Rejection;
 
@@ -35,6 +37,12 @@ pub struct ConsumerMetrics {
     /// Partitions whose fetching is paused because their worker is retrying or its queue is
     /// full; the other partitions keep flowing.
     pub paused_partitions: IntGauge,
+    /// Messages not applied yet per assigned partition: high watermark minus committed
+    /// offset (labels `topic`, `partition`; see [`super::lag`]).
+    pub lag: IntGaugeVec,
+    /// Rows the retention purge removed and has still to remove (the inbox; services add their
+    /// own tables).
+    pub retention: crate::retention::RetentionMetrics,
 }
 
 impl ConsumerMetrics {
@@ -135,6 +143,16 @@ impl ConsumerMetrics {
         registry.register(Box::new(commit_failures.clone()))?;
         registry.register(Box::new(handler_panics.clone()))?;
         registry.register(Box::new(paused_partitions.clone()))?;
+        let lag = IntGaugeVec::new(
+            Opts::new(
+                "consumer_lag_messages",
+                "Messages not applied yet per assigned partition: high watermark minus committed offset",
+            )
+            .const_labels(labels()),
+            &["topic", "partition"],
+        )?;
+        registry.register(Box::new(lag.clone()))?;
+        let retention = crate::retention::RetentionMetrics::register(registry)?;
         // Show every series at 0 from the start, so alerts can use `increase()`.
         for outcome in [
             "applied",
@@ -160,6 +178,8 @@ impl ConsumerMetrics {
             commit_failures,
             handler_panics,
             paused_partitions,
+            lag,
+            retention,
         })
     }
 

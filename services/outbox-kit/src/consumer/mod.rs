@@ -30,7 +30,7 @@
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
 //! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `registry` (the
-//! workers of a runtime), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`].
+//! workers of a runtime), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
 
 pub mod apply;
 pub mod config;
@@ -39,6 +39,7 @@ pub mod dlq_cli;
 pub mod event;
 mod flow;
 pub mod handler;
+pub mod lag;
 pub mod metrics;
 pub mod redrive;
 mod registry;

@@ -204,6 +204,16 @@ pub async fn run<H: Handler>(
             }
         }
     }
+    let retention = config.inbox_retention.map(|window| {
+        tokio::spawn(crate::retention::run(
+            pool.clone(),
+            vec![inbox_rule(&config.consumer_name, window)],
+            config.purge,
+            metrics.retention.clone(),
+            || true,
+            shutdown.child_token(),
+        ))
+    });
     let registry = Arc::new(Mutex::new(WorkerRegistry::default()));
     let context = RuntimeContext {
         registry: registry.clone(),
@@ -224,6 +234,12 @@ pub async fn run<H: Handler>(
         max_attempts_deterministic: config.max_attempts_deterministic,
     });
     metrics.up.set(1);
+    let lag_stop = shutdown.child_token();
+    let lag = tokio::spawn(super::lag::report(
+        consumer.clone(),
+        metrics.clone(),
+        lag_stop.clone(),
+    ));
     tracing::info!(
         consumer = %config.consumer_name,
         kafka.group = %config.group_id,
@@ -269,6 +285,12 @@ pub async fn run<H: Handler>(
     }
 
     drain(&config, &consumer, &registry).await;
+    if let Some(r) = retention {
+        r.abort();
+    }
+    // The lag task holds the consumer; it must be gone before the consumer closes.
+    lag_stop.cancel();
+    let _ = lag.await;
     metrics.up.set(0);
     metrics.assigned_partitions.set(0);
     metrics.paused_partitions.set(0);
@@ -276,6 +298,16 @@ pub async fn run<H: Handler>(
     let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     tracing::info!(consumer = %config.consumer_name, "Consumer stopped");
     Ok(())
+}
+
+/// The retention rule of `consumer_name`'s inbox rows.
+fn inbox_rule(consumer_name: &str, window: Duration) -> crate::retention::RetentionRule {
+    crate::retention::RetentionRule {
+        table: "inbox",
+        time_column: "processed_at",
+        scope: Some(("consumer_name", consumer_name.to_owned())),
+        window,
+    }
 }
 
 /// Hands `msg` to the worker of its partition (starting it if there is none) without waiting,
