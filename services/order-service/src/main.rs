@@ -35,8 +35,9 @@ async fn main() -> anyhow::Result<()> {
         .map(CallbackSecret::new)
         .transpose()
         .context("invalid MARKETPLACE_SECRET")?;
-    let pool = order_service::connect_lazy(&config.database_url, config.database_max_connections)
-        .context("invalid DATABASE_URL")?;
+    let pool =
+        outbox_kit::service::connect_lazy(&config.database_url, config.database_max_connections)
+            .context("invalid DATABASE_URL")?;
     order_service::migrate(&pool)
         .await
         .context("applying the outbox, inbox and order migrations")?;
