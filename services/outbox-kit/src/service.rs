@@ -4,10 +4,12 @@
 //! consuming services, the whole skeleton ([`ConsumerService`]).
 
 mod api_error;
+mod args;
 #[cfg(feature = "consumer")]
 mod consumer_app;
 
 pub use api_error::ApiError;
+pub use args::ServiceArgs;
 #[cfg(feature = "consumer")]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 

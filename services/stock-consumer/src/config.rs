@@ -37,7 +37,7 @@ mod tests {
             "p.",
         ])
         .unwrap();
-        assert_eq!(c.service.listen, "127.0.0.1:8082");
+        assert_eq!(c.service.service.listen, "127.0.0.1:8082");
         let r = crate::service().runtime_config(&c.service);
         assert_eq!(r.consumer_name, "stock");
         assert_eq!(r.group_id, "stock-consumer");

@@ -3,30 +3,24 @@
 //! the HTTP API and consumes events until SIGTERM, or runs a `dlq` operator command and
 //! returns. Each service names itself and hands over its migrations, router and handler.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::Router;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::PgPool;
+use std::sync::Arc;
 
-use super::ConsumerServiceMetrics;
+use super::{ConsumerServiceMetrics, ServiceArgs};
 use crate::consumer::dlq_cli::ConsumerCommand;
 use crate::consumer::redrive::DlqError;
 use crate::consumer::{ConsumerArgs, ConsumerError, Handler, RuntimeConfig};
 
-/// The flags and environment variables every consuming service takes. Flatten it into the
-/// service's `clap::Parser` and give `listen` its default there:
-/// `#[command(mut_arg("listen", |a| a.default_value("127.0.0.1:8081").required(false)))]`.
+/// The flags and environment variables every consuming service takes: [`ServiceArgs`], the
+/// brokers, the consumer's settings and the `dlq` subcommand. Flatten it into the service's
+/// `clap::Parser` and give `listen` its default there (see [`ServiceArgs`]).
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConsumerServiceArgs {
-    /// Address of the HTTP API (`host:port`).
-    #[arg(long, env = "LISTEN_ADDR")]
-    pub listen: String,
-
-    /// PostgreSQL connection URL of the service's database (its tables, inbox and outbox).
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: String,
+    /// Listen address, database and drain deadline.
+    #[command(flatten)]
+    pub service: ServiceArgs,
 
     /// Kafka bootstrap servers, comma separated.
     #[arg(long, env = "KAFKA_BROKERS")]
@@ -36,24 +30,9 @@ pub struct ConsumerServiceArgs {
     #[command(flatten)]
     pub consumer: ConsumerArgs,
 
-    /// Most database connections (HTTP requests and one per partition being applied).
-    #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub database_max_connections: u32,
-
-    /// How long SIGTERM waits for HTTP requests in flight, in milliseconds.
-    #[arg(long, env = "SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
-    pub shutdown_timeout_ms: u64,
-
     /// An operator command (`dlq list`, `dlq redrive`); without one, the service runs.
     #[command(subcommand)]
     pub command: Option<ConsumerCommand>,
-}
-
-impl ConsumerServiceArgs {
-    /// The HTTP drain deadline on SIGTERM.
-    pub fn shutdown_timeout(&self) -> Duration {
-        Duration::from_millis(self.shutdown_timeout_ms)
-    }
 }
 
 /// Why a consuming service stopped with an error.
@@ -186,7 +165,8 @@ impl<H: Handler> ConsumerService<H> {
             )
             .await?);
         }
-        let pool = super::connect_lazy(&args.database_url, args.database_max_connections)
+        let settings = &args.service;
+        let pool = super::connect_lazy(&settings.database_url, settings.database_max_connections)
             .map_err(ServiceError::DatabaseUrl)?;
         self.migrate(&pool)
             .await
@@ -194,10 +174,10 @@ impl<H: Handler> ConsumerService<H> {
                 service: self.name,
                 source,
             })?;
-        let listener = tokio::net::TcpListener::bind(&args.listen)
+        let listener = tokio::net::TcpListener::bind(&settings.listen)
             .await
             .map_err(|source| ServiceError::Bind {
-                addr: args.listen.clone(),
+                addr: settings.listen.clone(),
                 source,
             })?;
         let shutdown = super::shutdown_on_signal();
@@ -210,7 +190,7 @@ impl<H: Handler> ConsumerService<H> {
             listener,
             router,
             shutdown.clone(),
-            args.shutdown_timeout(),
+            settings.shutdown_timeout(),
         ));
         let consumed = crate::consumer::run(
             runtime,
@@ -243,6 +223,8 @@ impl<H: Handler> ConsumerService<H> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use clap::Parser;
 
     use super::*;
@@ -264,9 +246,12 @@ mod tests {
             "k:9092",
         ])
         .unwrap();
-        assert_eq!(c.service.listen, "127.0.0.1:9999");
-        assert_eq!(c.service.database_max_connections, 20);
-        assert_eq!(c.service.shutdown_timeout(), Duration::from_secs(10));
+        assert_eq!(c.service.service.listen, "127.0.0.1:9999");
+        assert_eq!(c.service.service.database_max_connections, 20);
+        assert_eq!(
+            c.service.service.shutdown_timeout(),
+            Duration::from_secs(10)
+        );
         assert_eq!(c.service.command, None, "no subcommand: run the service");
         let dlq = Config::try_parse_from([
             "svc",
