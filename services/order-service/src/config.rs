@@ -1,25 +1,28 @@
 //! Command-line and environment configuration of the `order-service` binary. Every setting is
 //! a flag with an environment fallback.
 
-use std::time::Duration;
-
 use clap::builder::NonEmptyStringValueParser;
 use clap::Parser;
 use outbox_kit::consumer::dlq_cli::ConsumerCommand;
 use outbox_kit::consumer::{ConsumerArgs, RuntimeConfig};
+use outbox_kit::service::ServiceArgs;
 
 /// HTTP order service: idempotent orders, signed payment and refund callbacks, events through
 /// the transactional outbox.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "order-service", version, about, long_about = None)]
+#[command(
+    name = "order-service",
+    version,
+    about,
+    long_about = None,
+    mut_arg("listen", |a| a.default_value("127.0.0.1:8080").required(false))
+)]
 pub struct Config {
-    /// Address to listen on (`host:port`).
-    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
-    pub listen: String,
-
-    /// PostgreSQL connection URL of the service's database (its tables and the outbox).
-    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    pub database_url: String,
+    /// Listen address, database and drain deadline. Requests still in flight at the deadline
+    /// roll back; clients retry with the same keys. Concurrent requests with the same
+    /// idempotency key each hold a connection while they wait for the first.
+    #[command(flatten)]
+    pub service: ServiceArgs,
 
     /// Shared secret of the payment provider: callbacks carry the hex HMAC-SHA256 of their
     /// body under it. Prefer the environment variable: flags show up in process listings.
@@ -44,16 +47,6 @@ pub struct Config {
     /// How often the compensation poller asks the marketplace for changes, in milliseconds.
     #[arg(long, env = "MARKETPLACE_COMPENSATION_INTERVAL_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub marketplace_compensation_interval_ms: u64,
-
-    /// Most database connections. Concurrent requests with the same idempotency key each hold
-    /// one while they wait for the first.
-    #[arg(long, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
-    pub database_max_connections: u32,
-
-    /// How long SIGTERM waits for requests in flight before the process exits anyway, in
-    /// milliseconds. Their transactions roll back; clients retry with the same keys.
-    #[arg(long, env = "SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
-    pub shutdown_timeout_ms: u64,
 
     /// Kafka bootstrap servers, comma separated. When set, the service also consumes the
     /// fulfilment events (`OutboundShipped`, `StockReservationRejected`) that move orders;
@@ -85,13 +78,10 @@ impl Config {
             table: "idempotency_keys",
             time_column: "created_at",
             scope: None,
-            window: Duration::from_secs(u64::from(self.idempotency_retention_hours) * 3_600),
+            window: std::time::Duration::from_secs(
+                u64::from(self.idempotency_retention_hours) * 3_600,
+            ),
         }
-    }
-
-    /// The drain deadline on SIGTERM.
-    pub fn shutdown_timeout(&self) -> Duration {
-        Duration::from_millis(self.shutdown_timeout_ms)
     }
 
     /// The fulfilment consumer's configuration (default group `order-service`), when
@@ -109,6 +99,8 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -121,12 +113,12 @@ mod tests {
             "s3cret",
         ])
         .unwrap();
-        assert_eq!(c.database_url, "postgres://x/db");
+        assert_eq!(c.service.database_url, "postgres://x/db");
         assert_eq!(c.payment_callback_secret, "s3cret");
-        assert_eq!(c.database_max_connections, 20);
-        assert_eq!(c.shutdown_timeout(), Duration::from_secs(10));
+        assert_eq!(c.service.database_max_connections, 20);
+        assert_eq!(c.service.shutdown_timeout(), Duration::from_secs(10));
         if std::env::var_os("LISTEN_ADDR").is_none() {
-            assert_eq!(c.listen, "127.0.0.1:8080");
+            assert_eq!(c.service.listen, "127.0.0.1:8080");
         }
     }
 

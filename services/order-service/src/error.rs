@@ -92,13 +92,6 @@ pub enum Error {
     Serialize(#[source] serde_json::Error),
 }
 
-/// SQLSTATEs after which the same request may simply be sent again.
-const RETRYABLE_SQLSTATES: [&str; 3] = [
-    "40001", // serialization_failure
-    "40P01", // deadlock_detected
-    "55P03", // lock_not_available
-];
-
 impl From<crate::channel::message::MessageError> for Error {
     fn from(e: crate::channel::message::MessageError) -> Self {
         match e {
@@ -112,17 +105,11 @@ impl Error {
     /// Whether the client may retry the same request unchanged and expect it to work: the
     /// database was unreachable, busy or chose this transaction as a deadlock victim.
     pub fn is_retryable(&self) -> bool {
-        let db = match self {
-            Self::Database(e) => e,
-            Self::Outbox(outbox_kit::OutboxError::Database(e)) => e,
-            Self::KeyBusy | Self::PlatformUnavailable(_) => return true,
-            _ => return false,
-        };
-        match db {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
-            sqlx::Error::Database(e) => e
-                .code()
-                .is_some_and(|c| RETRYABLE_SQLSTATES.contains(&c.as_ref())),
+        match self {
+            Self::Database(e) | Self::Outbox(outbox_kit::OutboxError::Database(e)) => {
+                outbox_kit::db::is_retryable(e)
+            }
+            Self::KeyBusy | Self::PlatformUnavailable(_) => true,
             _ => false,
         }
     }

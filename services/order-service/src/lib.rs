@@ -30,5 +30,5 @@ pub use error::Error;
 pub use fulfilment::FulfilmentHandler;
 pub use http::{router, AppState};
 pub use metrics::Metrics;
-pub use server::{connect_lazy, migrate, serve};
+pub use server::{migrate, serve};
 pub use signature::CallbackSecret;

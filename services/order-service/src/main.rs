@@ -35,14 +35,17 @@ async fn main() -> anyhow::Result<()> {
         .map(CallbackSecret::new)
         .transpose()
         .context("invalid MARKETPLACE_SECRET")?;
-    let pool = order_service::connect_lazy(&config.database_url, config.database_max_connections)
-        .context("invalid DATABASE_URL")?;
+    let pool = outbox_kit::service::connect_lazy(
+        &config.service.database_url,
+        config.service.database_max_connections,
+    )
+    .context("invalid DATABASE_URL")?;
     order_service::migrate(&pool)
         .await
         .context("applying the outbox, inbox and order migrations")?;
-    let listener = tokio::net::TcpListener::bind(&config.listen)
+    let listener = tokio::net::TcpListener::bind(&config.service.listen)
         .await
-        .with_context(|| format!("binding {}", config.listen))?;
+        .with_context(|| format!("binding {}", config.service.listen))?;
     let shutdown = outbox_kit::service::shutdown_on_signal();
     let metrics = Metrics::new();
     let marketplace = config.marketplace_url.as_deref().map(PlatformClient::new);
@@ -94,9 +97,14 @@ async fn main() -> anyhow::Result<()> {
         marketplace_secret,
         marketplace,
     };
-    let served = order_service::serve(listener, state, shutdown.clone(), config.shutdown_timeout())
-        .await
-        .context("serving HTTP");
+    let served = order_service::serve(
+        listener,
+        state,
+        shutdown.clone(),
+        config.service.shutdown_timeout(),
+    )
+    .await
+    .context("serving HTTP");
     shutdown.cancel();
     let _ = retention.await;
     if let Some(consumer) = consumer {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use outbox_kit::service::ObserveHttp;
+
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
@@ -166,16 +168,6 @@ impl Metrics {
         }
     }
 
-    /// Records one HTTP request.
-    pub fn observe_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        self.http_requests
-            .with_label_values(&[method, route, &status.to_string()])
-            .inc();
-        self.http_duration
-            .with_label_values(&[route])
-            .observe(elapsed.as_secs_f64());
-    }
-
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -183,6 +175,18 @@ impl Metrics {
             .encode(&self.registry.gather(), &mut buf)
             .unwrap();
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// Counts every HTTP request and records its latency by route.
+impl ObserveHttp for Metrics {
+    fn observe_http(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.http_requests
+            .with_label_values(&[method, route, &status.to_string()])
+            .inc();
+        self.http_duration
+            .with_label_values(&[route])
+            .observe(elapsed.as_secs_f64());
     }
 }
 

@@ -1,8 +1,8 @@
-//! Start-up and shutdown: database pool, migrations, and the HTTP server with a drain deadline.
+//! Start-up and shutdown: migrations and the HTTP server with a drain deadline (the pool is
+//! [`outbox_kit::service::connect_lazy`]).
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -26,18 +26,6 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     outbox_kit::schema::migrate(pool).await?;
     outbox_kit::schema::migrate_inbox(pool).await?;
     migrator().run(pool).await
-}
-
-/// A lazily connecting pool: the process starts even while the database is still coming up;
-/// requests fail with 503 until it is reachable.
-///
-/// # Errors
-/// When the URL is invalid.
-pub fn connect_lazy(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy(database_url)
 }
 
 /// Serves the API on `listener` until `shutdown` is cancelled, then lets requests in flight

@@ -2,6 +2,7 @@
 //! transactional outbox.
 //!
 //! - [`outbox`]: write an event inside the caller's database transaction ([`outbox::enqueue`]).
+//! - [`db`]: which database errors are transient (the one retryable-SQLSTATE list).
 //! - [`envelope`]: how an outbox row maps onto a Kafka message (topic, key, headers); the relay
 //!   and the consumers both use it, so the contract lives in one place.
 //! - [`schema`]: the outbox and inbox migrations, embedded.
@@ -10,12 +11,14 @@
 //!   retries, dead letters).
 //! - `retention` (feature `retention`): the bounded-batch purge of rows past a retention
 //!   window, shared by every service.
-//! - `service` (feature `service`): logging, SIGTERM, HTTP serving and `/healthz` / `/metrics`
-//!   for service binaries.
+//! - `service` (feature `service`): logging, SIGTERM, HTTP serving, `/healthz` / `/metrics`
+//!   and the JSON error envelope for service binaries; with `consumer` also the builder of a
+//!   consuming service.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
 
 #[cfg(feature = "consumer")]
 pub mod consumer;
+pub mod db;
 pub mod envelope;
 pub mod inbox;
 pub mod outbox;

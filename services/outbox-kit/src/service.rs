@@ -1,6 +1,17 @@
 //! What every service binary needs besides its own logic: structured logs, a cancellation
-//! token fired by SIGTERM / SIGINT, an HTTP server that drains with a deadline, and the
-//! `/healthz` and `/metrics` answers.
+//! token fired by SIGTERM / SIGINT, an HTTP server that drains with a deadline, the
+//! `/healthz` and `/metrics` answers, the JSON error envelope ([`ApiError`]) and, for
+//! consuming services, the whole skeleton ([`ConsumerService`]).
+
+mod api_error;
+mod args;
+#[cfg(feature = "consumer")]
+mod consumer_app;
+
+pub use api_error::ApiError;
+pub use args::ServiceArgs;
+#[cfg(feature = "consumer")]
+pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 
 use std::future::IntoFuture;
 use std::time::Duration;
@@ -97,11 +108,26 @@ pub fn connect_lazy(database_url: &str, max_connections: u32) -> Result<PgPool, 
         .connect_lazy(database_url)
 }
 
-/// Middleware counting every request in `requests` (labels `method`, `route`, `status`) under
-/// its route template, never the raw path with ids, and logging it (probes and scrapes at
-/// debug level). Install with `axum::middleware::from_fn_with_state(counter, track_requests)`.
-pub async fn track_requests(
-    State(requests): State<IntCounterVec>,
+/// What [`track_requests`] records each request into: a request counter, or a service's own
+/// metrics that also keep a latency histogram.
+pub trait ObserveHttp: Clone + Send + Sync + 'static {
+    /// Records one request under its route template.
+    fn observe_http(&self, method: &str, route: &str, status: u16, elapsed: Duration);
+}
+
+/// Counts requests by `method`, `route` and `status`.
+impl ObserveHttp for IntCounterVec {
+    fn observe_http(&self, method: &str, route: &str, status: u16, _elapsed: Duration) {
+        self.with_label_values(&[method, route, &status.to_string()])
+            .inc();
+    }
+}
+
+/// Middleware recording every request in `metrics` under its route template, never the raw
+/// path with ids, and logging it (probes and scrapes at debug level). Install with
+/// `axum::middleware::from_fn_with_state(metrics, track_requests::<M>)`.
+pub async fn track_requests<M: ObserveHttp>(
+    State(metrics): State<M>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -112,11 +138,11 @@ pub async fn track_requests(
     let method = req.method().clone();
     let started = std::time::Instant::now();
     let response = next.run(req).await;
+    let elapsed = started.elapsed();
     let status = response.status().as_u16();
-    requests
-        .with_label_values(&[method.as_str(), &route, &status.to_string()])
-        .inc();
-    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    metrics.observe_http(method.as_str(), &route, status, elapsed);
+    let duration_ms = elapsed.as_secs_f64() * 1000.0;
+    // Probes and scrapes arrive every few seconds; keep them out of the info log.
     if matches!(route.as_str(), "/healthz" | "/metrics") {
         tracing::debug!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
     } else {

@@ -28,12 +28,7 @@ impl Error {
     /// Whether the client may retry unchanged: the database was unreachable or busy.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
-            ) => true,
-            Self::Database(sqlx::Error::Database(e)) => e
-                .code()
-                .is_some_and(|c| ["40001", "40P01", "55P03"].contains(&c.as_ref())),
+            Self::Database(e) => outbox_kit::db::is_retryable(e),
             _ => false,
         }
     }

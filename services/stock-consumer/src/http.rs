@@ -9,20 +9,21 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use outbox_kit::service::ApiError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::PgPool;
 
 use crate::domain::{OnHand, SkuId};
 use crate::error::Error;
-use crate::metrics::Metrics;
 use crate::stock;
 use crate::store::StockRow;
+use crate::Metrics;
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -43,51 +44,36 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(middleware::from_fn_with_state(
             state.metrics.http_requests.clone(),
-            outbox_kit::service::track_requests,
+            outbox_kit::service::track_requests::<prometheus::IntCounterVec>,
         ))
         .with_state(state)
 }
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        Json(json!({ "error": { "code": code, "message": message } })),
-    )
-        .into_response()
+    ApiError::new(status, code, message).into_response()
 }
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let message = self.to_string();
         match &self {
-            Error::Validation(v) => (
+            Error::Validation(v) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                Json(json!({ "error": {
-                    "code": "validation_failed", "message": message, "field": v.field
-                }})),
+                "validation_failed",
+                message,
             )
-                .into_response(),
+            .with("field", v.field.clone())
+            .into_response(),
             Error::MalformedJson(_) => error(StatusCode::BAD_REQUEST, "malformed_json", &message),
             Error::SkuNotFound => error(StatusCode::NOT_FOUND, "sku_not_found", &message),
             Error::BelowReserved => error(StatusCode::CONFLICT, "below_reserved", &message),
             _ if self.is_retryable() => {
                 tracing::warn!(error = %message, "Database unavailable; request may be retried");
-                let mut r = error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "temporarily unavailable; retry",
-                );
-                r.headers_mut()
-                    .insert("retry-after", HeaderValue::from_static("1"));
-                r
+                ApiError::unavailable("temporarily unavailable; retry").into_response()
             }
             _ => {
                 tracing::error!(error = ?self, "Request failed");
-                error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error",
-                )
+                ApiError::internal().into_response()
             }
         }
     }

@@ -8,7 +8,8 @@
 //! - [`domain`]: the reservation states and movement kinds; [`stock`]: the rules, on top of
 //!   [`store`] (SQL) and [`events`] (payloads).
 //! - [`handler`]: the consumer runtime's handler; [`http`]: the API.
-//! - [`config`], [`metrics`], [`server`]: what the binary needs to run.
+//! - [`config`] and [`service`]: what the binary needs to run, on the shared skeleton
+//!   ([`outbox_kit::service::ConsumerService`]).
 
 pub mod config;
 pub mod domain;
@@ -16,12 +17,36 @@ pub mod error;
 pub mod events;
 pub mod handler;
 pub mod http;
-pub mod metrics;
-pub mod server;
 pub mod stock;
 pub mod store;
 
 pub use error::Error;
 pub use handler::StockHandler;
 pub use http::{router, AppState};
-pub use metrics::Metrics;
+
+use outbox_kit::service::ConsumerService;
+
+/// All metrics of this process: HTTP requests (`stock_http_requests_total`) and the
+/// consumer runtime's (including inbox duplicates).
+pub type Metrics = outbox_kit::service::ConsumerServiceMetrics;
+
+/// The stock consumer's own migrations (`migrations/stock`). Versions differ from the outbox's and the
+/// inbox's; each migrator ignores the others'.
+pub fn migrator() -> sqlx::migrate::Migrator {
+    let mut m = sqlx::migrate!("../../migrations/stock");
+    m.set_ignore_missing(true);
+    m
+}
+
+/// This service on the shared skeleton: its name, migrations, HTTP API and event handler.
+pub fn service() -> ConsumerService<StockHandler> {
+    ConsumerService::new(
+        "stock-consumer",
+        "stock",
+        handler::CONSUMER_NAME,
+        &handler::CONSUMED_AGGREGATES,
+        StockHandler,
+    )
+    .migrator(migrator())
+    .router(|pool, metrics| router(AppState { pool, metrics }))
+}

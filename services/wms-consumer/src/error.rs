@@ -51,21 +51,13 @@ pub enum Error {
     Outbox(#[from] outbox_kit::OutboxError),
 }
 
-/// SQLSTATEs after which the same request may simply be sent again.
-const RETRYABLE_SQLSTATES: [&str; 3] = ["40001", "40P01", "55P03"];
-
 impl Error {
     /// Whether the client may retry unchanged: the database was unreachable or busy.
     pub fn is_retryable(&self) -> bool {
-        let db = match self {
-            Self::Database(e) | Self::Outbox(outbox_kit::OutboxError::Database(e)) => e,
-            _ => return false,
-        };
-        match db {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
-            sqlx::Error::Database(e) => e
-                .code()
-                .is_some_and(|c| RETRYABLE_SQLSTATES.contains(&c.as_ref())),
+        match self {
+            Self::Database(e) | Self::Outbox(outbox_kit::OutboxError::Database(e)) => {
+                outbox_kit::db::is_retryable(e)
+            }
             _ => false,
         }
     }

@@ -16,6 +16,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use outbox_kit::service::ApiError;
 use serde::Deserialize;
 use serde_json::json;
 use sqlx::PgPool;
@@ -24,7 +25,7 @@ use uuid::Uuid;
 use crate::domain::{Carrier, OutboundStatus, Shipment, TrackingNo, ValidationError};
 use crate::error::Error;
 use crate::fulfilment::{self, ActionResult};
-use crate::metrics::Metrics;
+use crate::Metrics;
 
 /// Response header set to `true` when an action had been done before.
 pub const REPLAYED: &str = "idempotent-replayed";
@@ -53,30 +54,26 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .layer(middleware::from_fn_with_state(
             state.metrics.http_requests.clone(),
-            outbox_kit::service::track_requests,
+            outbox_kit::service::track_requests::<prometheus::IntCounterVec>,
         ))
         .with_state(state)
 }
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    (
-        status,
-        Json(json!({ "error": { "code": code, "message": message } })),
-    )
-        .into_response()
+    ApiError::new(status, code, message).into_response()
 }
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let message = self.to_string();
         match &self {
-            Error::Validation(v) => (
+            Error::Validation(v) => ApiError::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                Json(json!({ "error": {
-                    "code": "validation_failed", "message": message, "field": v.field
-                }})),
+                "validation_failed",
+                message,
             )
-                .into_response(),
+            .with("field", v.field.clone())
+            .into_response(),
             Error::MalformedJson(_) => error(StatusCode::BAD_REQUEST, "malformed_json", &message),
             Error::OutboundNotFound => error(StatusCode::NOT_FOUND, "outbound_not_found", &message),
             Error::NotShippable { status } => {
@@ -96,22 +93,11 @@ impl IntoResponse for Error {
             }
             _ if self.is_retryable() => {
                 tracing::warn!(error = %message, "Database unavailable; request may be retried");
-                let mut r = error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    "temporarily unavailable; retry",
-                );
-                r.headers_mut()
-                    .insert("retry-after", HeaderValue::from_static("1"));
-                r
+                ApiError::unavailable("temporarily unavailable; retry").into_response()
             }
             _ => {
                 tracing::error!(error = ?self, "Request failed");
-                error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error",
-                )
+                ApiError::internal().into_response()
             }
         }
     }

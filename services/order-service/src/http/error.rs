@@ -1,10 +1,10 @@
-//! Errors as responses: `{"error": {"code", "message", ...}}` with a fitting status. Server
+//! Errors as responses: the shared envelope ([`ApiError`], `{"error": {"code", "message",
+//! ...}}`) with a fitting status. Server
 //! faults are logged here, once, with their source chain; clients get no internals.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use serde_json::{json, Value};
+use outbox_kit::service::ApiError;
 
 use crate::error::Error;
 
@@ -85,30 +85,25 @@ impl IntoResponse for Error {
         } else {
             self.to_string()
         };
-        let mut detail = json!({ "code": code, "message": message });
+        let mut error = ApiError::new(status, code, message);
         match &self {
-            Self::Validation(v) => detail["field"] = Value::from(v.field.clone()),
+            Self::Validation(v) => error = error.with("field", v.field.clone()),
             Self::IllegalTransition { current, .. } => {
-                detail["current_status"] = Value::from(current.as_str());
+                error = error.with("current_status", current.as_str());
             }
             Self::AmountMismatch {
                 expected_cents,
                 received_cents,
             } => {
-                detail["expected_cents"] = Value::from(*expected_cents);
-                detail["received_cents"] = Value::from(*received_cents);
+                error = error
+                    .with("expected_cents", *expected_cents)
+                    .with("received_cents", *received_cents);
             }
             Self::RefundExceedsPaid { refundable_cents } => {
-                detail["refundable_cents"] = Value::from(*refundable_cents);
+                error = error.with("refundable_cents", *refundable_cents);
             }
             _ => {}
         }
-        let mut response = (status, Json(json!({ "error": detail }))).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
-        response
+        error.into_response()
     }
 }

@@ -10,13 +10,9 @@ mod error;
 mod ops;
 mod orders;
 
-use std::time::Instant;
-
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::middleware;
 use axum::routing::{get, post, put};
 use axum::Router;
 use serde::de::DeserializeOwned;
@@ -72,30 +68,11 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(ops::openapi))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.metrics.clone(), track))
+        .layer(middleware::from_fn_with_state(
+            state.metrics.clone(),
+            outbox_kit::service::track_requests::<Metrics>,
+        ))
         .with_state(state)
-}
-
-/// Counts and logs every request under its route template (never the raw path with ids).
-async fn track(State(metrics): State<Metrics>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = req.method().clone();
-    let started = Instant::now();
-    let response = next.run(req).await;
-    let elapsed = started.elapsed();
-    let status = response.status().as_u16();
-    metrics.observe_http(method.as_str(), &route, status, elapsed);
-    let duration_ms = elapsed.as_secs_f64() * 1000.0;
-    // Probes and scrapes arrive every few seconds; keep them out of the info log.
-    if matches!(route.as_str(), "/healthz" | "/metrics") {
-        tracing::debug!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
-    } else {
-        tracing::info!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
-    }
-    response
 }
 
 /// The body bytes, or the reason they could not be read.
