@@ -298,12 +298,23 @@ async fn marketplace_orders_reach_the_platforms_state_through_duplicates_drops_a
             tid(i)
         );
     }
-    let shipbacks = count(
-        &m.sys.order_db.pool,
-        "SELECT count(*) FROM channel_shipbacks",
+    // The platform records a call before the consumer's transaction that records the outcome
+    // commits: wait for the last ones to land, then check there is one row per shipment.
+    let expected = i64::try_from(shippable.len()).unwrap();
+    let shipbacks = e2e::wait_for(
+        "every ship-back outcome to be recorded",
+        Duration::from_secs(30),
+        || async {
+            let n = count(
+                &m.sys.order_db.pool,
+                "SELECT count(*) FROM channel_shipbacks",
+            )
+            .await;
+            (n >= expected).then_some(n)
+        },
     )
     .await;
-    assert_eq!(shipbacks, i64::try_from(shippable.len()).unwrap());
+    assert_eq!(shipbacks, expected);
 
     let sim_calls = m.sim_get("/calls").await;
     let mut conn = m.sys.order_db.pool.acquire().await.unwrap();
