@@ -23,7 +23,12 @@ struct Market {
 impl Market {
     /// The simulator, then the system with the order service pointed at it, then the
     /// simulator's pushes pointed at the order service with `faults`.
-    async fn start(mut faults: Value) -> Self {
+    async fn start(faults: Value) -> Self {
+        Self::start_on(&e2e::kafka_brokers(), faults).await
+    }
+
+    /// [`Market::start`] on the broker at `brokers`.
+    async fn start_on(brokers: &str, mut faults: Value) -> Self {
         let sim = Service::spawn(
             "marketplace-sim",
             "marketplace-sim",
@@ -36,7 +41,7 @@ impl Market {
         )
         .await;
         let sys = System::start_with(
-            &e2e::kafka_brokers(),
+            brokers,
             vec![
                 ("MARKETPLACE_SECRET".into(), MARKETPLACE_SECRET.into()),
                 ("MARKETPLACE_URL".into(), sim.url("")),
@@ -156,6 +161,14 @@ impl Market {
     /// Waits for the WMS to have a `CREATED` outbound for each of `orders`, ships them all and
     /// waits until the platform shows each trade shipped (the ship-back arrived).
     async fn ship_all(&self, orders: &[(String, String)]) {
+        self.ship_outbounds(orders).await;
+        self.wait_platform_shipped(orders.len(), Duration::from_secs(120))
+            .await;
+    }
+
+    /// Waits for the WMS to have a `CREATED` outbound for each of `orders` and ships them all
+    /// (tracking number `SF{index:06}`), without waiting for the ship-backs.
+    async fn ship_outbounds(&self, orders: &[(String, String)]) {
         let ids: Vec<String> = orders.iter().map(|(_, id)| id.clone()).collect();
         let outbounds = e2e::wait_for(
             "an outbound CREATED for every shippable order",
@@ -177,9 +190,13 @@ impl Market {
                 }
             })
             .await;
+    }
+
+    /// Waits until the platform shows `n` trades shipped (their ship-backs arrived).
+    async fn wait_platform_shipped(&self, n: usize, timeout: Duration) {
         e2e::wait_for(
             "the platform to show every shippable trade shipped",
-            Duration::from_secs(120),
+            timeout,
             || async {
                 let trades = self.sim_get("/trades").await;
                 let shipped = trades
@@ -188,7 +205,7 @@ impl Market {
                     .iter()
                     .filter(|t| t["status"] == "WAIT_BUYER_CONFIRM")
                     .count();
-                (shipped == orders.len()).then_some(())
+                (shipped == n).then_some(())
             },
         )
         .await;
@@ -375,10 +392,14 @@ async fn a_ship_api_failing_five_times_is_retried_and_reported_once() {
         6,
         "reported once after the failures: {results:?}"
     );
-    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM channel_shipbacks")
-        .fetch_one(&m.sys.order_db.pool)
-        .await
-        .unwrap();
+    // The platform answers before the consumer commits the row: wait for it.
+    let attempts: i32 = e2e::wait_for("the ship-back row", Duration::from_secs(30), || async {
+        sqlx::query_scalar("SELECT attempts FROM channel_shipbacks")
+            .fetch_optional(&m.sys.order_db.pool)
+            .await
+            .unwrap()
+    })
+    .await;
     assert!(attempts >= 1);
 }
 
@@ -418,5 +439,172 @@ async fn a_ship_back_the_platform_refuses_is_dead_lettered_and_counted() {
         )
         .await,
         0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_ship_back_consumer_sigkilled_mid_run_and_restarted_still_ships_back_once() {
+    const N: usize = 40;
+    // The simulator has no delay fault: two 503s per trade before it answers make each
+    // ship-back take the consumer's quick retries (~250 ms), so the run lasts long enough to
+    // be killed in the middle of it.
+    let faults = json!({"ship_fail_times": 2});
+    // A private broker with sqlite storage, as in the consumer SIGKILL tests: the restarted
+    // consumer resumes from committed offsets in the middle of producer batches, which tansu's
+    // memory storage does not support.
+    let tansu = e2e::servers::Tansu::start();
+    let m = Market::start_on(&tansu.brokers(), faults.clone()).await;
+    m.sys.set_stock(SKU, i64::try_from(N).unwrap() * 2).await;
+    let tid = |i: usize| format!("TK{i:03}-{}", m.run_id());
+    futures::stream::iter(0..N)
+        .for_each_concurrent(8, |i| {
+            let m = &m;
+            let t = tid(i);
+            async move { m.trade(&t).await }
+        })
+        .await;
+    let ours = m.our_orders().await;
+    let orders: Vec<(String, String)> = (0..N).map(|i| (tid(i), ours[&tid(i)].0.clone())).collect();
+    let out_sid = |i: usize| format!("SF{i:06}");
+
+    let shipped_tids = |calls: &HashMap<String, Vec<String>>| {
+        calls
+            .values()
+            .filter(|r| r.iter().any(|r| r == "shipped"))
+            .count()
+    };
+    m.ship_outbounds(&orders).await;
+    let ship_started = Instant::now();
+    let shipped_before_kill = e2e::wait_for(
+        "a few ship-backs to be reported",
+        Duration::from_secs(120),
+        || async {
+            let done = shipped_tids(&m.ship_calls().await);
+            (done >= 3).then_some(done)
+        },
+    )
+    .await;
+    m.sys.order.kill();
+    let killed_after = ship_started.elapsed();
+    let calls_at_kill = m.ship_calls().await;
+    let shipped_at_kill = shipped_tids(&calls_at_kill);
+    let rows_at_kill = count(
+        &m.sys.order_db.pool,
+        "SELECT count(*) FROM channel_shipbacks",
+    )
+    .await;
+    assert!(
+        shipped_at_kill < N,
+        "the kill came after every ship-back ({shipped_at_kill} of {N} shipped)"
+    );
+    // Like the consumer SIGKILL tests: start again until the group hands it partitions.
+    let starts = m.sys.order.start_again_until_assigned().await;
+    let restarted_after = ship_started.elapsed();
+    // The order service listens on a new port: point the simulator's pushes at it.
+    let mut faults = faults;
+    faults["push_url"] = Value::from(m.sys.order.url("/channels/marketplace/push"));
+    let r = m
+        .http
+        .put(m.sim.url("/admin/faults"))
+        .json(&faults)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+
+    m.wait_platform_shipped(N, Duration::from_secs(180)).await;
+    e2e::wait_for(
+        "a ship-back row for every shipment",
+        Duration::from_secs(120),
+        || async {
+            (count(
+                &m.sys.order_db.pool,
+                "SELECT count(*) FROM channel_shipbacks",
+            )
+            .await
+                == i64::try_from(N).unwrap())
+            .then_some(())
+        },
+    )
+    .await;
+    m.sys.wait_outboxes_drained().await;
+
+    // Exactly one `shipped` answer per (trade, out_sid); any further call for it was answered
+    // `already_shipped` (a redelivery after the kill, absorbed by the platform).
+    let raw = m.sim_get("/calls").await;
+    let mut by_shipment: HashMap<(String, String), Vec<String>> = HashMap::new();
+    for c in raw["ship"].as_array().unwrap() {
+        by_shipment
+            .entry((
+                c["tid"].as_str().unwrap().to_owned(),
+                c["out_sid"].as_str().unwrap().to_owned(),
+            ))
+            .or_default()
+            .push(c["result"].as_str().unwrap().to_owned());
+    }
+    let expected: Vec<(String, String)> = (0..N).map(|i| (tid(i), out_sid(i))).collect();
+    for key in &expected {
+        let results = by_shipment
+            .get(key)
+            .unwrap_or_else(|| panic!("{key:?} was never reported"));
+        assert_eq!(
+            results.iter().filter(|r| *r == "shipped").count(),
+            1,
+            "{key:?}: {results:?}"
+        );
+        assert!(
+            results
+                .iter()
+                .all(|r| ["shipped", "already_shipped", "failed"].contains(&r.as_str())),
+            "{key:?}: {results:?}"
+        );
+    }
+    let reported: Vec<&(String, String)> = by_shipment
+        .iter()
+        .filter(|(_, r)| r.iter().any(|r| r == "shipped" || r == "already_shipped"))
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(
+        reported.len(),
+        N,
+        "distinct shipments reported: {reported:?}"
+    );
+    assert_eq!(by_shipment.len(), N, "no call for another shipment");
+
+    // One channel_shipbacks row per shipment.
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT external_order_id, out_sid, result FROM channel_shipbacks")
+            .fetch_all(&m.sys.order_db.pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), N);
+    let mut row_keys: Vec<(String, String)> = rows
+        .iter()
+        .map(|(t, s, _)| (t.clone(), s.clone()))
+        .collect();
+    row_keys.sort();
+    let mut expected_sorted = expected;
+    expected_sorted.sort();
+    assert_eq!(row_keys, expected_sorted);
+
+    let all: Vec<&String> = by_shipment.values().flatten().collect();
+    let of = |what: &str| all.iter().filter(|r| r.as_str() == what).count();
+    eprintln!(
+        "ship-back SIGKILL: {N} shipments; order service killed {:.2}s after shipping began \
+         with {shipped_at_kill} shipped ({shipped_before_kill} seen before the kill, \
+         {} ship calls, {rows_at_kill} channel_shipbacks rows), restarted after {:.2}s \
+         ({starts} start(s)); ship calls {} (shipped {}, already_shipped {}, failed {}); \
+         channel_shipbacks rows {} (already_shipped results {})",
+        killed_after.as_secs_f64(),
+        calls_at_kill.values().map(Vec::len).sum::<usize>(),
+        restarted_after.as_secs_f64(),
+        all.len(),
+        of("shipped"),
+        of("already_shipped"),
+        of("failed"),
+        rows.len(),
+        rows.iter()
+            .filter(|(_, _, r)| r == "already_shipped")
+            .count(),
     );
 }
