@@ -124,34 +124,37 @@ else
     did+=("check-jsonschema $CHECK_JSONSCHEMA_VERSION and kubernetes-validate $KUBERNETES_VALIDATE_VERSION in $VENV")
 fi
 
-# --- Prometheus and promtool ----------------------------------------------------
-if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
-    log "prometheus: present ($(command -v prometheus), $(command -v promtool))"
-else
-    log "prometheus: promtool missing, installing the Debian package"
-    sudo_cmd=()
+# Installs Debian package $1 without letting its service start (it would hold a port our tests
+# need, and scrape or pool for nobody); policy-rc.d exit code 101 means "action forbidden" to
+# invoke-rc.d. Refreshes the package lists only when the first attempt fails.
+apt_install_without_service() {
+    local pkg="$1" sudo_cmd=() policy=/usr/sbin/policy-rc.d made_policy=0 ok=1
     if [[ "$(id -u)" != 0 ]]; then
-        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install prometheus"
+        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install $pkg"
         sudo_cmd=(sudo)
     fi
-    # Keep the package's service from starting (it would listen on :9090 and scrape itself);
-    # policy-rc.d exit code 101 means "action forbidden" to invoke-rc.d.
-    policy=/usr/sbin/policy-rc.d
-    made_policy=0
     if [[ ! -e "$policy" ]]; then
         printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
         "${sudo_cmd[@]}" chmod +x "$policy"
         made_policy=1
     fi
     export DEBIAN_FRONTEND=noninteractive
-    ok=1
-    "${sudo_cmd[@]}" apt-get update -qq || ok=0
-    ((ok)) && { "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends prometheus >/dev/null || ok=0; }
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1 \
+        || { "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null; } \
+        || ok=0
     ((made_policy)) && "${sudo_cmd[@]}" rm -f "$policy"
-    ((ok)) || die "apt-get install prometheus failed"
+    ((ok)) || die "apt-get install $pkg failed"
     if [[ -d /run/systemd/system ]]; then
-        "${sudo_cmd[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+        "${sudo_cmd[@]}" systemctl disable --now "$pkg" >/dev/null 2>&1 || true
     fi
+}
+
+# --- Prometheus and promtool ----------------------------------------------------
+if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
+    log "prometheus: present ($(command -v prometheus), $(command -v promtool))"
+else
+    log "prometheus: promtool missing, installing the Debian package"
+    apt_install_without_service prometheus
     command -v promtool >/dev/null || die "prometheus installed but promtool is not on PATH"
     did+=("installed prometheus and promtool ($(promtool --version 2>&1 | head -n 1))")
 fi
@@ -161,29 +164,7 @@ if command -v pgbouncer >/dev/null || [[ -x /usr/sbin/pgbouncer ]]; then
     log "pgbouncer: present ($(command -v pgbouncer || echo /usr/sbin/pgbouncer))"
 else
     log "pgbouncer: missing, installing the Debian package"
-    sudo_cmd=()
-    if [[ "$(id -u)" != 0 ]]; then
-        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install pgbouncer"
-        sudo_cmd=(sudo)
-    fi
-    # Keep the package's service from starting (it would hold :6432).
-    policy=/usr/sbin/policy-rc.d
-    made_policy=0
-    if [[ ! -e "$policy" ]]; then
-        printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
-        "${sudo_cmd[@]}" chmod +x "$policy"
-        made_policy=1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    ok=1
-    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null \
-        || { "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends pgbouncer >/dev/null; } \
-        || ok=0
-    ((made_policy)) && "${sudo_cmd[@]}" rm -f "$policy"
-    ((ok)) || die "apt-get install pgbouncer failed"
-    if [[ -d /run/systemd/system ]]; then
-        "${sudo_cmd[@]}" systemctl disable --now pgbouncer >/dev/null 2>&1 || true
-    fi
+    apt_install_without_service pgbouncer
     [[ -x /usr/sbin/pgbouncer ]] || command -v pgbouncer >/dev/null \
         || die "pgbouncer installed but not found"
     did+=("installed pgbouncer ($(/usr/sbin/pgbouncer --version 2>&1 | head -n 1))")
