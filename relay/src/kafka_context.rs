@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use prometheus::IntGauge;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -13,9 +14,22 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 pub struct RelayContext {
     broker_down: Arc<AtomicBool>,
     batch: Arc<std::sync::Mutex<Option<Arc<BatchReports>>>>,
+    /// Mirrors `broker_down` (1 while down) for `/metrics`.
+    down_gauge: Option<IntGauge>,
 }
 
 impl RelayContext {
+    /// A context that also reports the broker state on `gauge` (1 while unreachable).
+    pub fn reporting_on(gauge: Option<IntGauge>) -> Self {
+        if let Some(g) = &gauge {
+            g.set(0);
+        }
+        Self {
+            down_gauge: gauge,
+            ..Self::default()
+        }
+    }
+
     /// True while librdkafka reports the brokers unreachable.
     pub fn broker_down(&self) -> bool {
         self.broker_down.load(Ordering::Relaxed)
@@ -24,7 +38,14 @@ impl RelayContext {
     /// Called when a delivery succeeded: the broker is reachable again.
     pub fn mark_broker_up(&self) {
         if self.broker_down.swap(false, Ordering::Relaxed) {
+            self.set_gauge(0);
             tracing::info!("Kafka broker reachable again");
+        }
+    }
+
+    fn set_gauge(&self, value: i64) {
+        if let Some(g) = &self.down_gauge {
+            g.set(value);
         }
     }
 }
@@ -52,6 +73,7 @@ impl ClientContext for RelayContext {
         );
         if transport {
             if !self.broker_down.swap(true, Ordering::Relaxed) {
+                self.set_gauge(1);
                 tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying, in-flight events stay unmarked");
             }
         } else {

@@ -94,6 +94,7 @@ pub struct Publisher {
     brokers: String,
     extra: Vec<(String, String)>,
     topic_prefix: String,
+    broker_down: Option<prometheus::IntGauge>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -145,7 +146,21 @@ impl Publisher {
         extra: &[(String, String)],
         topic_prefix: &str,
     ) -> Result<Self, KafkaError> {
-        let context = RelayContext::default();
+        Self::reporting(brokers, extra, topic_prefix, None)
+    }
+
+    /// [`Publisher::new`] that keeps `broker_down` at 1 while librdkafka reports every broker
+    /// unreachable, and at 0 otherwise (also across [`Publisher::replace`]).
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings.
+    pub fn reporting(
+        brokers: &str,
+        extra: &[(String, String)],
+        topic_prefix: &str,
+        broker_down: Option<prometheus::IntGauge>,
+    ) -> Result<Self, KafkaError> {
+        let context = RelayContext::reporting_on(broker_down.clone());
         let producer = producer_config(brokers, extra).create_with_context(context.clone())?;
         Ok(Self {
             producer,
@@ -154,6 +169,7 @@ impl Publisher {
             brokers: brokers.to_owned(),
             extra: extra.to_vec(),
             topic_prefix: topic_prefix.to_owned(),
+            broker_down,
         })
     }
 
@@ -165,7 +181,7 @@ impl Publisher {
     /// Invalid librdkafka settings (they were valid when the first producer was made).
     pub fn replace(&mut self) -> Result<(), KafkaError> {
         self.purge();
-        let context = RelayContext::default();
+        let context = RelayContext::reporting_on(self.broker_down.clone());
         self.producer =
             producer_config(&self.brokers, &self.extra).create_with_context(context.clone())?;
         self.context = context;

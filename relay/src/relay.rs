@@ -111,7 +111,12 @@ impl Relay {
     /// Only for configuration errors (invalid librdkafka settings); outages are retried.
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let s = &self.settings;
-        let mut publisher = Publisher::new(&s.brokers, &s.kafka_config, &s.topic_prefix)?;
+        let mut publisher = Publisher::reporting(
+            &s.brokers,
+            &s.kafka_config,
+            &s.topic_prefix,
+            Some(self.metrics.broker_down.clone()),
+        )?;
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
