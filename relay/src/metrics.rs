@@ -106,7 +106,7 @@ impl Metrics {
         .unwrap();
         let broker_down = IntGauge::new(
             "outbox_kafka_brokers_down",
-            "1 while librdkafka reports every Kafka broker unreachable for this relay's producer (events stay unmarked and are retried); 0 otherwise",
+            "1 while librdkafka reports every Kafka broker unreachable for the leading relay's producer (events stay unmarked and are retried); 0 otherwise and on standbys",
         )
         .unwrap();
         let leader = IntGauge::new(

@@ -151,6 +151,7 @@ impl Relay {
             tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, "Acquired the relay lease; publishing");
             self.metrics.leader.set(1);
             self.metrics.lease_epoch.set(token.epoch);
+            publisher.set_leading(true);
             let guard = LeaseGuard::start(self.store.clone(), token, s.lease_ttl, acquired_at);
             let end = self
                 .lead(
@@ -165,6 +166,7 @@ impl Relay {
             guard.stop().await;
             self.metrics.leader.set(0);
             self.metrics.lease_epoch.set(0);
+            publisher.set_leading(false);
             match end {
                 LeadEnd::Shutdown => {
                     if let Err(e) = self.store.release_lease(&token).await {

@@ -40,6 +40,18 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
 
     wait_published(&relay, 300.0).await;
     assert_eq!(brokers_down(&relay).await, Some(0.0), "the broker is up");
+    // A hot standby (started once `relay` leads): its idle producer also loses its connection
+    // but sends nothing, so it never sees the recovery; only the leader reports broker state.
+    let standby = RelayProcess::start(&RelayArgs::new(
+        &db.url,
+        &brokers,
+        &prefix,
+        "broker-outage-standby",
+    ));
+    e2e::wait_for("the standby's metrics", Duration::from_secs(30), || async {
+        brokers_down(&standby).await.map(|_| ())
+    })
+    .await;
     tansu.stop();
     let during = published(&relay).await;
     // What an operator sees first: the relay reports the broker unreachable.
@@ -77,6 +89,11 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
         brokers_down(&relay).await,
         Some(0.0),
         "deliveries after the restart clear the outage gauge"
+    );
+    assert_eq!(
+        brokers_down(&standby).await,
+        Some(0.0),
+        "a standby reports no broker state"
     );
     let log = relay.log_text();
     let unreachable = count(&log, "Kafka broker unreachable");
