@@ -176,12 +176,14 @@ pub async fn track_requests<M: ObserveHttp>(
     } else {
         let hop = crate::trace::TracedSpan::start(
             crate::trace::SpanKind::Server,
-            &format!("{method} {route}"),
             remote_trace(req.headers()),
-            vec![
-                crate::trace::Attribute::Str("http.request.method", method.to_string()),
-                crate::trace::Attribute::Str("http.route", route.clone()),
-            ],
+            || {
+                let attributes = vec![
+                    crate::trace::Attribute::Str("http.request.method", method.to_string()),
+                    crate::trace::Attribute::Str("http.route", route.clone()),
+                ];
+                (format!("{method} {route}"), attributes)
+            },
         );
         req.extensions_mut().insert(hop.context().clone());
         (hop.run(next.run(req)).await, Some(hop))

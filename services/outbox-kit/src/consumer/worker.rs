@@ -179,37 +179,39 @@ impl<H: Handler> Worker<H> {
         msg: &RawMessage,
         stop: &CancellationToken,
     ) -> Result<(), Abandoned> {
-        use crate::trace::Attribute;
-        let text = |name| {
-            msg.header(name)
-                .flatten()
-                .map(|v| String::from_utf8_lossy(v).into_owned())
+        let describe = || {
+            use crate::trace::Attribute;
+            let text = |name| {
+                msg.header(name)
+                    .flatten()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+            };
+            let mut attributes = vec![
+                Attribute::Str("messaging.system", "kafka".to_owned()),
+                Attribute::Str("messaging.operation.type", "process".to_owned()),
+                Attribute::Str("messaging.destination.name", msg.topic.clone()),
+                Attribute::Str(
+                    "messaging.destination.partition.id",
+                    msg.partition.to_string(),
+                ),
+                Attribute::Int("messaging.kafka.offset", msg.offset),
+                Attribute::Str(
+                    "messaging.consumer.group.name",
+                    self.deps.consumer_name.clone(),
+                ),
+            ];
+            if let Some(id) = text("event_id") {
+                attributes.push(Attribute::Str("messaging.message.id", id));
+            }
+            if let Some(t) = text("event_type") {
+                attributes.push(Attribute::Str("outbox.event_type", t));
+            }
+            (format!("process {}", msg.topic), attributes)
         };
-        let mut attributes = vec![
-            Attribute::Str("messaging.system", "kafka".to_owned()),
-            Attribute::Str("messaging.operation.type", "process".to_owned()),
-            Attribute::Str("messaging.destination.name", msg.topic.clone()),
-            Attribute::Str(
-                "messaging.destination.partition.id",
-                msg.partition.to_string(),
-            ),
-            Attribute::Int("messaging.kafka.offset", msg.offset),
-            Attribute::Str(
-                "messaging.consumer.group.name",
-                self.deps.consumer_name.clone(),
-            ),
-        ];
-        if let Some(id) = text("event_id") {
-            attributes.push(Attribute::Str("messaging.message.id", id));
-        }
-        if let Some(t) = text("event_type") {
-            attributes.push(Attribute::Str("outbox.event_type", t));
-        }
         let hop = crate::trace::TracedSpan::start(
             crate::trace::SpanKind::Consumer,
-            &format!("process {}", msg.topic),
             msg.trace_context(),
-            attributes,
+            describe,
         );
         let processed = hop.run(self.process(msg, stop)).await;
         hop.end(None);

@@ -78,12 +78,16 @@ fn set(name: &str) -> Option<String> {
 
 /// Whether the environment asks for export (see the module documentation).
 pub fn enabled_by_env() -> bool {
+    enabled(set)
+}
+
+/// [`enabled_by_env`] over any variable lookup (`var` gives a set, non-blank value).
+fn enabled(var: impl Fn(&str) -> Option<String>) -> bool {
+    let is =
+        |name: &str, value: &str| var(name).is_some_and(|v| v.trim().eq_ignore_ascii_case(value));
     let endpoint =
-        set(OTEL_EXPORTER_OTLP_ENDPOINT).or_else(|| set(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT));
-    let disabled = set("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
-    let no_exporter =
-        set("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim().eq_ignore_ascii_case("none"));
-    endpoint.is_some() && !disabled && !no_exporter
+        var(OTEL_EXPORTER_OTLP_ENDPOINT).or_else(|| var(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT));
+    endpoint.is_some() && !is("OTEL_SDK_DISABLED", "true") && !is("OTEL_TRACES_EXPORTER", "none")
 }
 
 /// Sets up export when the environment asks for it ([`enabled_by_env`]); `service_name` is the
@@ -135,15 +139,15 @@ fn key_value(a: Attribute) -> KeyValue {
 /// is off.
 pub(super) fn start_span(
     kind: SpanKind,
-    name: &str,
     context: &TraceContext,
     remote_parent: Option<TraceContext>,
-    attributes: Vec<Attribute>,
+    describe: impl FnOnce() -> (String, Vec<Attribute>),
 ) -> Option<Span> {
     let tracer = TRACER.get()?;
+    let (name, attributes) = describe();
     let (trace_id, span_id) = otel_ids(context);
     let mut builder = tracer
-        .span_builder(name.to_owned())
+        .span_builder(name)
         .with_kind(match kind {
             SpanKind::Server => opentelemetry::trace::SpanKind::Server,
             SpanKind::Consumer => opentelemetry::trace::SpanKind::Consumer,
@@ -186,4 +190,70 @@ pub(super) fn end_span(mut span: Span, error: Option<String>) {
         span.set_status(Status::error(description));
     }
     span.end();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_is_off_unless_an_endpoint_is_set_and_nothing_turns_it_off() {
+        let table: &[(&[(&str, &str)], bool)] = &[
+            (&[], false),
+            (
+                &[
+                    ("OTEL_SERVICE_NAME", "x"),
+                    ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+                ],
+                false,
+            ),
+            (&[(OTEL_EXPORTER_OTLP_ENDPOINT, "http://c:4318")], true),
+            (
+                &[(
+                    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+                    "http://c:4318/v1/traces",
+                )],
+                true,
+            ),
+            (
+                &[
+                    (OTEL_EXPORTER_OTLP_ENDPOINT, "http://c:4318"),
+                    ("OTEL_SDK_DISABLED", "TRUE"),
+                ],
+                false,
+            ),
+            (
+                &[
+                    (OTEL_EXPORTER_OTLP_ENDPOINT, "http://c:4318"),
+                    ("OTEL_SDK_DISABLED", "false"),
+                ],
+                true,
+            ),
+            (
+                &[
+                    (OTEL_EXPORTER_OTLP_ENDPOINT, "http://c:4318"),
+                    ("OTEL_TRACES_EXPORTER", "none"),
+                ],
+                false,
+            ),
+        ];
+        for (vars, expected) in table {
+            let lookup = |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| (*v).to_owned())
+                    .filter(|v| !v.trim().is_empty())
+            };
+            assert_eq!(enabled(lookup), *expected, "{vars:?}");
+        }
+    }
+
+    #[test]
+    fn without_set_up_no_span_is_built() {
+        let ctx = TraceContext::new_root();
+        let built = start_span(SpanKind::Server, &ctx, None, || {
+            panic!("the span's description must not be built when export is off")
+        });
+        assert!(built.is_none());
+    }
 }

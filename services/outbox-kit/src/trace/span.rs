@@ -39,13 +39,13 @@ pub struct TracedSpan {
 }
 
 impl TracedSpan {
-    /// Starts the hop `name` below `remote_parent` (a received `traceparent`), or as the root of
-    /// a new trace when there is none.
+    /// Starts a hop below `remote_parent` (a received `traceparent`), or as the root of a new
+    /// trace when there is none. `describe` gives the exported span's name and attributes; it is
+    /// called only when spans are exported, so the hot path builds neither otherwise.
     pub fn start(
         kind: SpanKind,
-        name: &str,
         remote_parent: Option<TraceContext>,
-        attributes: Vec<Attribute>,
+        describe: impl FnOnce() -> (String, Vec<Attribute>),
     ) -> Self {
         let parent = remote_parent.as_ref().map(|p| p.span_id);
         let context = match &remote_parent {
@@ -65,7 +65,7 @@ impl TracedSpan {
             ),
         };
         #[cfg(feature = "otlp")]
-        let exported = super::otlp::start_span(kind, name, &context, remote_parent, attributes);
+        let exported = super::otlp::start_span(kind, &context, remote_parent, describe);
         // With export on, the sampler decides a new trace's sampling; pass its decision on.
         #[cfg(feature = "otlp")]
         let mut context = context;
@@ -78,7 +78,7 @@ impl TracedSpan {
             };
         }
         #[cfg(not(feature = "otlp"))]
-        let _ = (name, attributes);
+        let _ = describe;
         Self {
             context,
             parent,
@@ -138,19 +138,16 @@ mod tests {
     async fn a_hop_continues_its_parent_and_is_current_inside_run() {
         let parent =
             TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
-        let hop = TracedSpan::start(
-            SpanKind::Consumer,
-            "t process",
-            Some(parent.clone()),
-            vec![],
-        );
+        let hop = TracedSpan::start(SpanKind::Consumer, Some(parent.clone()), || {
+            ("t process".to_owned(), vec![])
+        });
         assert_eq!(hop.context().trace_id, parent.trace_id);
         assert_ne!(hop.context().span_id, parent.span_id);
         assert_eq!(hop.parent(), Some(parent.span_id));
         let inside = hop.run(async { super::super::current() }).await;
         assert_eq!(inside.as_ref(), Some(hop.context()));
         hop.end(None);
-        let root = TracedSpan::start(SpanKind::Server, "GET /", None, vec![]);
+        let root = TracedSpan::start(SpanKind::Server, None, || ("GET /".to_owned(), vec![]));
         assert_eq!(root.parent(), None);
         assert_ne!(root.context().trace_id, parent.trace_id);
         root.end(None);
