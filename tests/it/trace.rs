@@ -68,10 +68,23 @@ fn logged_ids(log: &str, needles: &[&str]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// One order driven through the flow and the `traceparent`s its events carried.
+struct TracedOrder {
+    order_id: String,
+    /// The caller's span ids of `POST /orders` and of the payment callback.
+    create_span: String,
+    pay_span: String,
+    created: TraceContext,
+    paid: TraceContext,
+    reserved: TraceContext,
+    outbound: TraceContext,
+}
+
 /// Drives one order through creation, payment and the outbound, the order service's two
-/// requests carrying `traceparent`s of trace `trace_id`; returns the order id and the messages
-/// of the order, stock and outbound topics once everything is published.
-async fn traced_order(sys: &System, trace_id: &str) -> (String, String, String, Vec<Record>) {
+/// requests carrying `traceparent`s of trace `trace_id`, and reads the `traceparent` of its
+/// `OrderCreated`, `OrderPaid`, `StockReserved` and `OutboundCreated` with kafka-python once
+/// everything is published.
+async fn traced_order(sys: &System, trace_id: &str) -> TracedOrder {
     sys.sku("sku-t", 700).await;
     sys.set_stock("sku-t", 10).await;
     let (create_tp, create_span) = caller_traceparent(trace_id);
@@ -89,34 +102,33 @@ async fn traced_order(sys: &System, trace_id: &str) -> (String, String, String, 
     let records = tokio::task::spawn_blocking(move || e2e::verify::dump(&brokers, &topics))
         .await
         .unwrap();
-    (order_id, create_span, pay_span, records)
+    let of = |topic: &str, event_type: &str| {
+        trace_of(event(&records, &sys.topic(topic), event_type, &order_id))
+    };
+    TracedOrder {
+        created: of("order", "OrderCreated"),
+        paid: of("order", "OrderPaid"),
+        reserved: of("stock", "StockReserved"),
+        outbound: of("outbound", "OutboundCreated"),
+        order_id: order_id.clone(),
+        create_span,
+        pay_span,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_requests_traceparent_reaches_every_downstream_event_and_consumer_log() {
     let sys = System::start().await;
     let trace_id = random_trace_id();
-    let (order_id, create_span, pay_span, records) = traced_order(&sys, &trace_id).await;
-
-    let created = trace_of(event(
-        &records,
-        &sys.topic("order"),
-        "OrderCreated",
-        &order_id,
-    ));
-    let paid = trace_of(event(&records, &sys.topic("order"), "OrderPaid", &order_id));
-    let reserved = trace_of(event(
-        &records,
-        &sys.topic("stock"),
-        "StockReserved",
-        &order_id,
-    ));
-    let outbound = trace_of(event(
-        &records,
-        &sys.topic("outbound"),
-        "OutboundCreated",
-        &order_id,
-    ));
+    let TracedOrder {
+        order_id,
+        create_span,
+        pay_span,
+        created,
+        paid,
+        reserved,
+        outbound,
+    } = traced_order(&sys, &trace_id).await;
     for (name, ctx) in [
         ("OrderCreated", &created),
         ("OrderPaid", &paid),
@@ -236,26 +248,15 @@ async fn with_otlp_export_every_hop_is_a_span_under_the_parent_its_message_carri
         );
     }
     let trace_id = random_trace_id();
-    let (order_id, create_span, pay_span, records) = traced_order(&sys, &trace_id).await;
-    let created = trace_of(event(
-        &records,
-        &sys.topic("order"),
-        "OrderCreated",
-        &order_id,
-    ));
-    let paid = trace_of(event(&records, &sys.topic("order"), "OrderPaid", &order_id));
-    let reserved = trace_of(event(
-        &records,
-        &sys.topic("stock"),
-        "StockReserved",
-        &order_id,
-    ));
-    let outbound = trace_of(event(
-        &records,
-        &sys.topic("outbound"),
-        "OutboundCreated",
-        &order_id,
-    ));
+    let TracedOrder {
+        create_span,
+        pay_span,
+        created,
+        paid,
+        reserved,
+        outbound,
+        ..
+    } = traced_order(&sys, &trace_id).await;
 
     // The span each message names as its parent, once the receiver has it.
     let span_of = |spans: &[ReceivedSpan], id: &outbox_kit::trace::SpanId| {
