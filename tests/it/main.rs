@@ -18,3 +18,4 @@ mod pgbouncer;
 mod relay_metrics;
 mod retention;
 mod stream;
+mod trace;

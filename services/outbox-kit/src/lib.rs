@@ -15,6 +15,9 @@
 //!   and the JSON error envelope for service binaries; with `consumer` also the builder of a
 //!   consuming service.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
+//! - [`trace`]: W3C trace context carried from requests through the outbox and Kafka into the
+//!   consumers and the events they emit; with feature `otlp` (part of `service`) optional span
+//!   export over OTLP/HTTP.
 
 #[cfg(feature = "consumer")]
 pub mod consumer;
@@ -29,6 +32,7 @@ pub mod schema;
 pub mod service;
 #[cfg(feature = "signature")]
 pub mod signature;
+pub mod trace;
 
 pub use envelope::{EventEnvelope, DEFAULT_TOPIC_PREFIX};
 pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, OutboxError};
