@@ -14,8 +14,12 @@
 //! - `service` (feature `service`): logging, SIGTERM, HTTP serving, `/healthz` / `/metrics`
 //!   and the JSON error envelope for service binaries; with `consumer` also the builder of a
 //!   consuming service.
+//! - `auth` (feature `auth`): bearer-token (JWT) verification, the `Customer` / `Operator`
+//!   extractors and their 401/403 answers, token minting for tests and tools.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
 
+#[cfg(feature = "auth")]
+pub mod auth;
 #[cfg(feature = "consumer")]
 pub mod consumer;
 pub mod db;
