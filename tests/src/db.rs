@@ -65,24 +65,6 @@ pub async fn backlog(pool: &PgPool) -> Result<i64, sqlx::Error> {
         .await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn swaps_the_database_name() {
-        assert_eq!(
-            with_database("postgres://u@h:5/outbox", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-        assert_eq!(
-            with_database("postgres://u@h:5/a?sslmode=disable", "x"),
-            "postgres://u@h:5/x?sslmode=disable"
-        );
-    }
-}
-
 /// Row counts and an md5 of every row of `tables` (the outbox without its delivery columns:
 /// the relay marks rows as it publishes them): equal before and after a request means the
 /// request changed nothing there.
@@ -103,4 +85,22 @@ pub async fn fingerprint(pool: &PgPool, tables: &[&str]) -> Vec<(String, i64, St
         out.push((table.to_owned(), count, hash.unwrap_or_default()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn swaps_the_database_name() {
+        assert_eq!(
+            with_database("postgres://u@h:5/outbox", "x"),
+            "postgres://u@h:5/x"
+        );
+        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
+        assert_eq!(
+            with_database("postgres://u@h:5/a?sslmode=disable", "x"),
+            "postgres://u@h:5/x?sslmode=disable"
+        );
+    }
 }
