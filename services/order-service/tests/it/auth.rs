@@ -307,6 +307,28 @@ fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
+/// Sends `body` signed now, then the very same signed request again (a duplicate inside the
+/// window): both answer 200, the first changes the database, the second nothing.
+async fn applies_once_even_when_sent_twice(app: &TestApp, path: &str, body: &Value) {
+    let before = app.snapshot().await;
+    let ts = now();
+    let r = app.signed_at(path, body, ts).await;
+    assert_eq!(r.status(), StatusCode::OK, "{path}");
+    let applied = app.snapshot().await;
+    assert_ne!(applied, before, "{path} had no effect");
+    let r = app.signed_at(path, body, ts).await;
+    assert_eq!(r.status(), StatusCode::OK, "{path} duplicate");
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({ "result": "success" })
+    );
+    assert_eq!(
+        app.snapshot().await,
+        applied,
+        "the duplicate on {path} had an effect"
+    );
+}
+
 #[tokio::test]
 async fn callbacks_outside_the_replay_window_are_refused_and_change_nothing() {
     let app = TestApp::spawn().await;
@@ -353,18 +375,7 @@ async fn callbacks_outside_the_replay_window_are_refused_and_change_nothing() {
 
     // A fresh callback pays; the same signed request again inside the window is answered 200
     // and changes nothing more.
-    let ts = now();
-    let r = app.signed_at("/payments/callback", &payment, ts).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let paid = app.snapshot().await;
-    assert_ne!(paid, before);
-    let r = app.signed_at("/payments/callback", &payment, ts).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(
-        r.json::<Value>().await.unwrap(),
-        json!({ "result": "success" })
-    );
-    assert_eq!(app.snapshot().await, paid, "the duplicate had an effect");
+    applies_once_even_when_sent_twice(&app, "/payments/callback", &payment).await;
     assert_eq!(app.event_types(&id).await, ["OrderCreated", "OrderPaid"]);
 
     // Refund callbacks: the same rules.
@@ -377,18 +388,7 @@ async fn callbacks_outside_the_replay_window_are_refused_and_change_nothing() {
         .await;
     expect_error(r, StatusCode::UNAUTHORIZED, "stale_signature").await;
     assert_eq!(app.snapshot().await, requested);
-    let ts = now();
-    let r = app.signed_at("/refunds/callback", &notice, ts).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    let refunded = app.snapshot().await;
-    assert_ne!(refunded, requested);
-    let r = app.signed_at("/refunds/callback", &notice, ts).await;
-    assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(
-        app.snapshot().await,
-        refunded,
-        "the duplicate had an effect"
-    );
+    applies_once_even_when_sent_twice(&app, "/refunds/callback", &notice).await;
 }
 
 #[tokio::test]
