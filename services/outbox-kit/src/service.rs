@@ -5,12 +5,12 @@
 
 mod api_error;
 mod args;
-#[cfg(feature = "consumer")]
+#[cfg(all(feature = "consumer", feature = "auth"))]
 mod consumer_app;
 
 pub use api_error::ApiError;
 pub use args::ServiceArgs;
-#[cfg(feature = "consumer")]
+#[cfg(all(feature = "consumer", feature = "auth"))]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 
 use std::future::IntoFuture;
