@@ -39,6 +39,24 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
     wait_published(&relay, 300.0).await;
+    // tansu keeps a topic created a moment before a SIGKILL only once it has written it out:
+    // an independent client must read back what the broker acknowledged before the kill.
+    let topic = format!("{prefix}{AGGREGATE_TYPE}");
+    e2e::wait_for(
+        "the broker to serve back the first acknowledged events",
+        Duration::from_secs(60),
+        || {
+            let (b, t) = (brokers.clone(), topic.clone());
+            async move {
+                let read =
+                    tokio::task::spawn_blocking(move || e2e::verify::dump_first(&b, &[t], 300))
+                        .await
+                        .ok()?;
+                (read.len() >= 300).then_some(())
+            }
+        },
+    )
+    .await;
     assert_eq!(brokers_down(&relay).await, Some(0.0), "the broker is up");
     // A hot standby (started once `relay` leads): its idle producer also loses its connection
     // but sends nothing, so it never sees the recovery; only the leader reports broker state.

@@ -640,20 +640,6 @@ pub async fn in_inbox(pool: &PgPool, event_id: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// The kafka-python venv's interpreter (`PYTHON`, else deploy/local's cache), as
-/// `crate::verify` finds it.
-fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("PYTHON") {
-        return p.into();
-    }
-    let cache = std::env::var("OUTBOX_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay")
-        });
-    cache.join("venv/bin/python")
-}
-
 /// Produces one message with the independent client (kafka-python).
 pub fn produce(
     brokers: &str,
@@ -664,7 +650,7 @@ pub fn produce(
     partition: Option<i32>,
 ) {
     let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
-    let mut cmd = Command::new(python());
+    let mut cmd = Command::new(crate::verify::python());
     cmd.arg(tool).arg("produce").args([
         "--brokers",
         brokers,

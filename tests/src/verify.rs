@@ -27,7 +27,8 @@ pub struct Record {
     pub value: Option<String>,
 }
 
-fn python() -> PathBuf {
+/// The kafka-python venv's interpreter: `PYTHON`, else deploy/local's cache.
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("PYTHON") {
         return p.into();
     }
@@ -47,12 +48,25 @@ fn python() -> PathBuf {
 
 /// Reads every message currently on `topics` from the beginning.
 pub fn dump(brokers: &str, topics: &[String]) -> Vec<Record> {
+    dump_with(brokers, topics, &["--timeout", "300"])
+}
+
+/// Reads the first `n` messages of `topics` (fewer if they are not there within 30 s).
+pub fn dump_first(brokers: &str, topics: &[String], n: usize) -> Vec<Record> {
+    dump_with(
+        brokers,
+        topics,
+        &["--expect", &n.to_string(), "--timeout", "30"],
+    )
+}
+
+fn dump_with(brokers: &str, topics: &[String], args: &[&str]) -> Vec<Record> {
     let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
     let mut cmd = Command::new(python());
     cmd.arg(tool)
         .arg("dump")
         .args(["--brokers", brokers])
-        .args(["--timeout", "300"]);
+        .args(args);
     for t in topics {
         cmd.args(["--topic", t]);
     }
