@@ -27,20 +27,37 @@ pub const MAX_ITEMS: usize = 100;
 const CREATED: u16 = 201;
 
 /// `POST /orders` body as received.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateOrderBody {
     /// The buyer.
+    #[schema(schema_with = UserId::schema_object)]
     pub user_id: String,
-    /// What to buy.
+    /// What to buy: 1 to [`MAX_ITEMS`] lines, each SKU at most once.
+    #[schema(schema_with = items_schema)]
     pub items: Vec<CreateOrderItemBody>,
 }
 
+/// `items`: 1 to [`MAX_ITEMS`] lines (the check and the schema share the constant).
+fn items_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::PartialSchema;
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(CreateOrderItemBody::schema())
+        .min_items(Some(1))
+        .max_items(Some(MAX_ITEMS))
+        .build()
+}
+
 /// One line of a [`CreateOrderBody`].
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateOrderItemBody {
     /// Catalog SKU.
+    #[schema(schema_with = SkuId::schema_object)]
     pub sku_id: String,
     /// Units.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = Quantity::schema_object)]
     pub quantity: i64,
 }
 

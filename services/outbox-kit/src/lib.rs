@@ -15,6 +15,8 @@
 //!   and the JSON error envelope for service binaries; with `consumer` also the builder of a
 //!   consuming service.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
+//! - [`validate`]: the one validator of client text and integers (and, with `service`, the
+//!   OpenAPI schemas built from the same rules).
 
 #[cfg(feature = "consumer")]
 pub mod consumer;
@@ -29,6 +31,12 @@ pub mod schema;
 pub mod service;
 #[cfg(feature = "signature")]
 pub mod signature;
+pub mod validate;
+
+/// For [`text_newtype!`]'s expansion in other crates.
+#[cfg(feature = "service")]
+#[doc(hidden)]
+pub use utoipa as __utoipa;
 
 pub use envelope::{EventEnvelope, DEFAULT_TOPIC_PREFIX};
 pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, OutboxError};

@@ -7,11 +7,14 @@ mod api_error;
 mod args;
 #[cfg(feature = "consumer")]
 mod consumer_app;
+pub mod extract;
+mod openapi;
 
 pub use api_error::ApiError;
 pub use args::ServiceArgs;
 #[cfg(feature = "consumer")]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
+pub use openapi::{error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health};
 
 use std::future::IntoFuture;
 use std::time::Duration;

@@ -61,6 +61,46 @@ async fn openapi_describes_every_endpoint() {
         );
     }
     assert_eq!(doc["paths"].as_object().unwrap().len(), 14);
+    // Every documented operation is routed: no `not_found` / 405 for any of them.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let url = app.url(
+                &path
+                    .replace("{sku_id}", "S1")
+                    .replace("{order_id}", "00000000-0000-0000-0000-000000000000"),
+            );
+            let r = app
+                .client
+                .request(method.to_uppercase().parse().unwrap(), url)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            let body = r.text().await.unwrap();
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            assert!(
+                !body.contains("\"no such route\""),
+                "{method} {path} is documented but not routed: {body}"
+            );
+        }
+    }
+    // Unknown routes and wrong methods answer the shared envelope.
+    let r = app.client.get(app.url("/nope")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "not_found"
+    );
+    let r = app.client.delete(app.url("/orders")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        r.headers().get("allow").is_some(),
+        "405 names the allowed methods"
+    );
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "method_not_allowed"
+    );
     // Every schema reference resolves.
     let text = doc.to_string();
     for part in text.split("#/components/schemas/").skip(1) {
