@@ -12,6 +12,7 @@ mod isolation;
 mod lease_lock;
 mod marketplace;
 mod observe;
+mod openapi_fuzz;
 mod order_flow;
 mod parking;
 mod pgbouncer;

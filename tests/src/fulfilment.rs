@@ -235,7 +235,13 @@ pub struct System {
     secret: CallbackSecret,
 }
 
-fn consumer_env(db: &TestDb, brokers: &str, prefix: &str, group: &str) -> Vec<(String, String)> {
+/// The environment of a consuming service on `db`, topics under `prefix`, group `prefix + group`.
+pub fn consumer_env(
+    db: &TestDb,
+    brokers: &str,
+    prefix: &str,
+    group: &str,
+) -> Vec<(String, String)> {
     [
         ("DATABASE_URL", db.url.as_str()),
         ("KAFKA_BROKERS", brokers),
