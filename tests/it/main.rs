@@ -8,6 +8,7 @@ mod deploy;
 mod dlq_redrive;
 mod failover;
 mod faults;
+mod http_fuzz;
 mod isolation;
 mod lease_lock;
 mod marketplace;

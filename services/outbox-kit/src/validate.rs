@@ -364,3 +364,66 @@ mod tests {
         assert!(r.check("q", 10).is_ok());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const RULES: [TextRule; 5] = [
+        TextRule::new(8, Chars::Token),
+        TextRule::new(8, Chars::TokenNoColon),
+        TextRule::new(8, Chars::VisibleAscii),
+        TextRule::new(8, Chars::PrintableAscii),
+        TextRule::new(8, Chars::Text),
+    ];
+
+    /// Strings near the rules' edges: empty, at and past the limit, control characters, NUL,
+    /// non-ASCII, `:` and spaces.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,12}",
+            "[a-z:. \\x00\\x1f\\x7f\\u{85}é咖-]{0,10}",
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        /// The server's check and the document's pattern accept exactly the same strings.
+        #[test]
+        fn check_accepts_exactly_what_the_pattern_matches(s in text()) {
+            for rule in RULES {
+                let pattern = regex::Regex::new(&rule.pattern()).unwrap();
+                prop_assert_eq!(
+                    rule.check("f", &s).is_ok(),
+                    pattern.is_match(&s),
+                    "{:?} on {:?}", rule, s
+                );
+            }
+        }
+
+        /// Any JSON number: read as an integer exactly when it is integral and exact, and then
+        /// the value is the number.
+        #[test]
+        fn integers_read_any_number_without_panicking(f in any::<f64>(), i in any::<i64>()) {
+            #[derive(serde::Deserialize)]
+            struct B {
+                #[serde(deserialize_with = "integer")]
+                n: i64,
+            }
+            let read = |json: String| serde_json::from_str::<B>(&json).map(|b| b.n);
+            prop_assert_eq!(read(format!("{{\"n\": {i}}}")).unwrap(), i);
+            if f.is_finite() {
+                let got = read(format!("{{\"n\": {f:?}}}"));
+                #[allow(clippy::cast_precision_loss)]
+                let exact = f.fract() == 0.0 && f.abs() <= MAX_EXACT_INTEGER as f64;
+                prop_assert_eq!(got.is_ok(), exact, "{}", f);
+                #[allow(clippy::cast_precision_loss)]
+                if let Ok(n) = got {
+                    prop_assert_eq!(n as f64, f);
+                }
+            }
+        }
+    }
+}
