@@ -180,5 +180,15 @@ async fn schemathesis_finds_no_failure_and_rejected_requests_change_nothing() {
     );
     fuzz("stock-consumer", &stock, &stock_db).await;
     fuzz("wms-consumer", &wms, &wms_db).await;
+    // A catalog entry the document's example order uses, so the stateful phase can follow
+    // the links from a created order to reading, cancelling, refunding it.
+    order.wait_ready(Duration::from_secs(90)).await;
+    let r = reqwest::Client::new()
+        .put(order.url("/skus/S1"))
+        .json(&serde_json::json!({"name": "Mug", "price_cents": 1299}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     fuzz("order-service", &order, &order_db).await;
 }

@@ -11,6 +11,7 @@ use crate::store::skus;
 /// `PUT /skus/{sku_id}` body as received.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "Mug", "price_cents": 1299}))]
 pub struct SkuBody {
     /// Display name.
     #[schema(schema_with = SkuName::schema_object)]

@@ -29,6 +29,7 @@ const CREATED: u16 = 201;
 /// `POST /orders` body as received.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"user_id": "u1", "items": [{"sku_id": "S1", "quantity": 2}]}))]
 pub struct CreateOrderBody {
     /// The buyer.
     #[schema(schema_with = UserId::schema_object)]

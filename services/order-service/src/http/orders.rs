@@ -44,7 +44,14 @@ fn replayed(mut response: Response) -> Response {
     request_body(content = CreateOrderBody, content_type = "application/json"),
     responses(
         (status = 201, description = "Created, or replayed", body = OrderView,
-            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer")),
+            links(
+                ("GetOrder" = (operation_id = "get_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("CancelOrder" = (operation_id = "cancel_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("DeliverOrder" = (operation_id = "deliver_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("CompleteOrder" = (operation_id = "complete_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("RequestRefund" = (operation_id = "request_refund", parameters(("order_id" = "$response.body#/order_id")))),
+            )),
         (status = 400, description = "`invalid_idempotency_key`, `malformed_json` or `unreadable_body`", body = ErrorBody),
         (status = 409, description = "`conflict` with the current state", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),

@@ -158,7 +158,9 @@ pub fn serve_openapi<S: Clone + Send + Sync + 'static>(
         "/openapi.json".to_owned(),
         PathItem::new(HttpMethod::Get, openapi_op),
     );
-    let json = doc.to_json().expect("the OpenAPI document serializes");
+    let mut value = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
+    fix_link_field_names(&mut value);
+    let json = value.to_string();
     let router = router.route(
         "/openapi.json",
         get(move || {
@@ -167,4 +169,32 @@ pub fn serve_openapi<S: Clone + Send + Sync + 'static>(
         }),
     );
     (with_fallbacks(router), doc)
+}
+
+/// utoipa 5.5 writes a response link's fields in snake case (`operation_id`); OpenAPI names
+/// them `operationId`, `operationRef`, `requestBody`, and tools ignore a link without them.
+fn fix_link_field_names(doc: &mut serde_json::Value) {
+    let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    let links = paths
+        .values_mut()
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+        .filter_map(|op| op.get_mut("responses").and_then(|r| r.as_object_mut()))
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|r| r.get_mut("links").and_then(|l| l.as_object_mut()))
+        .flat_map(|links| links.values_mut())
+        .filter_map(|l| l.as_object_mut());
+    for link in links {
+        for (from, to) in [
+            ("operation_id", "operationId"),
+            ("operation_ref", "operationRef"),
+            ("request_body", "requestBody"),
+        ] {
+            if let Some(v) = link.remove(from) {
+                link.insert(to.to_owned(), v);
+            }
+        }
+    }
 }
