@@ -20,3 +20,4 @@ mod pgbouncer;
 mod relay_metrics;
 mod retention;
 mod stream;
+mod trace;

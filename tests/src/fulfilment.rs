@@ -273,26 +273,33 @@ impl System {
 
     /// Starts everything on `brokers` with extra environment for the order service.
     pub async fn start_with(brokers: &str, order_extra_env: Vec<(String, String)>) -> Self {
+        Self::start_with_env(brokers, order_extra_env, Vec::new()).await
+    }
+
+    /// Starts everything on `brokers` with extra environment for the order service and extra
+    /// environment for all three services (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub async fn start_with_env(
+        brokers: &str,
+        order_extra_env: Vec<(String, String)>,
+        services_env: Vec<(String, String)>,
+    ) -> Self {
         let prefix = crate::unique_topic_prefix();
         let (order_db, wms_db, stock_db) = tokio::join!(
             crate::db::fresh_database(),
             crate::db::fresh_database(),
             crate::db::fresh_database()
         );
-        let mut order_env = consumer_env(&order_db, brokers, &prefix, "order");
+        let env = |db: &TestDb, group: &str| {
+            let mut env = consumer_env(db, brokers, &prefix, group);
+            env.extend(services_env.iter().cloned());
+            env
+        };
+        let mut order_env = env(&order_db, "order");
         order_env.push(("PAYMENT_CALLBACK_SECRET".to_owned(), SECRET.to_owned()));
         order_env.extend(order_extra_env);
         let order = Service::spawn("order-service", "order-service", order_env);
-        let wms = Service::spawn(
-            "wms-consumer",
-            "wms-consumer",
-            consumer_env(&wms_db, brokers, &prefix, "wms"),
-        );
-        let stock = Service::spawn(
-            "stock-consumer",
-            "stock-consumer",
-            consumer_env(&stock_db, brokers, &prefix, "stock"),
-        );
+        let wms = Service::spawn("wms-consumer", "wms-consumer", env(&wms_db, "wms"));
+        let stock = Service::spawn("stock-consumer", "stock-consumer", env(&stock_db, "stock"));
         let relays = [
             (&order_db, "relay-order"),
             (&wms_db, "relay-wms"),
@@ -389,17 +396,28 @@ impl System {
 
     /// Creates an order of `items` (`(sku, quantity)`); returns `(order_id, amount_cents)`.
     pub async fn create_order(&self, user: &str, items: &[(&str, i64)]) -> (String, i64) {
+        self.create_order_traced(user, items, None).await
+    }
+
+    /// [`System::create_order`] with a `traceparent` header (any text: malformed ones too).
+    pub async fn create_order_traced(
+        &self,
+        user: &str,
+        items: &[(&str, i64)],
+        traceparent: Option<&str>,
+    ) -> (String, i64) {
         let items: Vec<Value> = items
             .iter()
             .map(|(s, q)| json!({ "sku_id": s, "quantity": q }))
             .collect();
         let (s, body) = self
-            .send(
+            .send(with_traceparent(
                 self.http
                     .post(self.order.url("/orders"))
                     .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
                     .json(&json!({ "user_id": user, "items": items })),
-            )
+                traceparent,
+            ))
             .await;
         assert_eq!(s, StatusCode::CREATED, "{body}");
         (
@@ -408,25 +426,37 @@ impl System {
         )
     }
 
-    async fn signed(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+    async fn signed(
+        &self,
+        path: &str,
+        body: &Value,
+        traceparent: Option<&str>,
+    ) -> (StatusCode, Value) {
         let raw = serde_json::to_vec(body).unwrap();
         let sig = self.secret.sign(&raw);
-        self.send(
+        self.send(with_traceparent(
             self.http
                 .post(self.order.url(path))
                 .header("content-type", "application/json")
                 .header("X-Signature", sig)
                 .body(raw),
-        )
+            traceparent,
+        ))
         .await
     }
 
     /// The payment provider's notification that `order_id` was paid.
     pub async fn pay(&self, order_id: &str, amount_cents: i64) {
+        self.pay_traced(order_id, amount_cents, None).await
+    }
+
+    /// [`System::pay`] with a `traceparent` header.
+    pub async fn pay_traced(&self, order_id: &str, amount_cents: i64, traceparent: Option<&str>) {
         let (s, body) = self
             .signed(
                 "/payments/callback",
                 &json!({ "order_id": order_id, "transaction_id": format!("tx-{order_id}"), "amount_cents": amount_cents, "status": "SUCCESS" }),
+                traceparent,
             )
             .await;
         assert_eq!(s, StatusCode::OK, "{body}");
@@ -461,6 +491,7 @@ impl System {
             .signed(
                 "/refunds/callback",
                 &json!({ "refund_no": refund_no, "status": status, "modified": modified }),
+                None,
             )
             .await;
         assert_eq!(s, StatusCode::OK, "{body}");
@@ -556,6 +587,17 @@ impl System {
             })
             .await;
         }
+    }
+}
+
+/// `req` with a `traceparent` header when one is given.
+fn with_traceparent(
+    req: reqwest::RequestBuilder,
+    traceparent: Option<&str>,
+) -> reqwest::RequestBuilder {
+    match traceparent {
+        Some(t) => req.header("traceparent", t),
+        None => req,
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod db;
 pub mod fulfilment;
 pub mod observe;
+pub mod otlp;
 pub mod pgbouncer;
 pub mod proc;
 pub mod servers;

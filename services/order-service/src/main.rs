@@ -13,7 +13,7 @@ use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    outbox_kit::service::init_tracing();
+    let _telemetry = outbox_kit::service::init_tracing();
     let config = Config::parse();
     if let Some(command) = &config.command {
         let runtime = config

@@ -15,6 +15,9 @@
 //!   and the JSON error envelope for service binaries; with `consumer` also the builder of a
 //!   consuming service.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
+//! - [`trace`]: W3C trace context carried from requests through the outbox and Kafka into the
+//!   consumers and the events they emit; with feature `otlp` (part of `service`) optional span
+//!   export over OTLP/HTTP.
 //! - [`validate`]: the one validator of client text and integers (and, with `service`, the
 //!   OpenAPI schemas built from the same rules).
 
@@ -31,6 +34,7 @@ pub mod schema;
 pub mod service;
 #[cfg(feature = "signature")]
 pub mod signature;
+pub mod trace;
 pub mod validate;
 
 /// For [`text_newtype!`]'s expansion in other crates.
