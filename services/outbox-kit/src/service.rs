@@ -14,7 +14,9 @@ pub use api_error::ApiError;
 pub use args::ServiceArgs;
 #[cfg(feature = "consumer")]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
-pub use openapi::{error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health};
+pub use openapi::{
+    error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health, BEARER_SCHEME,
+};
 
 use std::future::IntoFuture;
 use std::time::Duration;

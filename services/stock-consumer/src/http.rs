@@ -18,7 +18,6 @@ use outbox_kit::service::extract::{Body, Path};
 use outbox_kit::service::{ApiError, ErrorBody, Health};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
-use utoipa::openapi::OpenApi;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -39,7 +38,7 @@ pub struct AppState {
 }
 
 /// The routes and their OpenAPI document, from the same annotations.
-fn api() -> (Router<AppState>, OpenApi) {
+fn api() -> (Router<AppState>, serde_json::Value) {
     let (router, doc) = OpenApiRouter::new()
         .routes(routes!(list_stock))
         .routes(routes!(get_stock, put_stock))
@@ -55,7 +54,7 @@ fn api() -> (Router<AppState>, OpenApi) {
 }
 
 /// The OpenAPI document `GET /openapi.json` serves.
-pub fn openapi() -> OpenApi {
+pub fn openapi() -> serde_json::Value {
     api().1
 }
 
@@ -241,7 +240,7 @@ mod tests {
 
     #[test]
     fn document_has_the_servers_constraints() {
-        let doc = serde_json::to_value(openapi()).unwrap();
+        let doc = openapi();
         let put = &doc["paths"]["/stock/{sku_id}"]["put"];
         let sku = &put["parameters"][0]["schema"];
         assert_eq!(sku["maxLength"], 64, "{sku}");

@@ -19,7 +19,6 @@ use outbox_kit::service::extract::{Body, Path, Query};
 use outbox_kit::service::{ApiError, ErrorBody, Health};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
-use utoipa::openapi::OpenApi;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -44,7 +43,7 @@ pub struct AppState {
 }
 
 /// The routes and their OpenAPI document, from the same annotations.
-fn api() -> (Router<AppState>, OpenApi) {
+fn api() -> (Router<AppState>, serde_json::Value) {
     let (router, doc) = OpenApiRouter::new()
         .routes(routes!(list_outbounds))
         .routes(routes!(get_outbound))
@@ -62,7 +61,7 @@ fn api() -> (Router<AppState>, OpenApi) {
 }
 
 /// The OpenAPI document `GET /openapi.json` serves.
-pub fn openapi() -> OpenApi {
+pub fn openapi() -> serde_json::Value {
     api().1
 }
 
@@ -288,7 +287,7 @@ mod tests {
 
     #[test]
     fn document_has_the_servers_constraints() {
-        let doc = serde_json::to_value(openapi()).unwrap();
+        let doc = openapi();
         let ship = &doc["paths"]["/outbounds/{outbound_no}/ship"]["post"];
         let no = &ship["parameters"][0]["schema"];
         assert_eq!(no["pattern"], OutboundNo::RULE.pattern(), "{no}");

@@ -99,8 +99,10 @@ fn operations_mut(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
 }
 
 /// Adds the shared parts to `doc` (title and version, the envelope's schemas, 500/503 on every
-/// operation but the operational ones, `GET /openapi.json`), routes `GET /openapi.json` to the
-/// finished document on `router`, installs the JSON fallbacks, and returns both.
+/// operation but the operational ones, `GET /openapi.json`; for operations that declare
+/// `security(("bearerAuth" = []))`, the bearer scheme and their 401), routes `GET
+/// /openapi.json` to the finished document on `router`, installs the JSON fallbacks, and
+/// returns both (the document as served).
 ///
 /// # Panics
 /// When the document does not serialize (a programming error in an annotation).
@@ -109,7 +111,7 @@ pub fn serve_openapi<S: Clone + Send + Sync + 'static>(
     mut doc: OpenApi,
     title: &str,
     description: &str,
-) -> (Router<S>, OpenApi) {
+) -> (Router<S>, serde_json::Value) {
     doc.info.title = title.to_owned();
     doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
     doc.info.description = Some(description.to_owned());
@@ -160,6 +162,7 @@ pub fn serve_openapi<S: Clone + Send + Sync + 'static>(
     );
     let mut value = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
     fix_link_field_names(&mut value);
+    add_bearer_scheme(&mut value);
     let json = value.to_string();
     let router = router.route(
         "/openapi.json",
@@ -168,7 +171,52 @@ pub fn serve_openapi<S: Clone + Send + Sync + 'static>(
             async move { ([(header::CONTENT_TYPE, "application/json")], json).into_response() }
         }),
     );
-    (with_fallbacks(router), doc)
+    (with_fallbacks(router), value)
+}
+
+/// The name operations use in `security(("bearerAuth" = []))`.
+pub const BEARER_SCHEME: &str = "bearerAuth";
+
+/// For every operation that requires [`BEARER_SCHEME`]: a 401 answer (unless it documents its
+/// own) and, once, the scheme itself (`http`, `bearer`, JWT).
+fn add_bearer_scheme(doc: &mut serde_json::Value) {
+    let unauthorized = serde_json::json!({
+        "description": "`missing_token` (no bearer token) or `invalid_token` (expired, bad \
+            signature, wrong audience or issuer), with `WWW-Authenticate: Bearer`; nothing changed",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    });
+    let mut used = false;
+    if let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) {
+        for op in paths
+            .values_mut()
+            .filter_map(|item| item.as_object_mut())
+            .flat_map(|item| item.values_mut())
+            .filter_map(|op| op.as_object_mut())
+        {
+            let secured = op
+                .get("security")
+                .and_then(|s| s.as_array())
+                .is_some_and(|reqs| reqs.iter().any(|r| r.get(BEARER_SCHEME).is_some()));
+            if !secured {
+                continue;
+            }
+            used = true;
+            if let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut()) {
+                responses
+                    .entry("401")
+                    .or_insert_with(|| unauthorized.clone());
+            }
+        }
+    }
+    if used {
+        doc["components"]["securitySchemes"][BEARER_SCHEME] = serde_json::json!({
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": "A JWT from the identity provider (`sub` = the user; the `operator` \
+                role in `roles` for catalog, warehouse and stock operations)"
+        });
+    }
 }
 
 /// utoipa 5.5 writes a response link's fields in snake case (`operation_id`); OpenAPI names
