@@ -3,7 +3,8 @@
 //! hostile parts (NUL bytes and bad percent-encoding in path segments, over-long and non-ASCII
 //! strings, wrong JSON types, integral and fractional floats, extra properties, arbitrary
 //! bytes, missing and wrong headers). Callback and push bodies are also sent correctly signed,
-//! so their parsers are reached past the signature check.
+//! so their parsers are reached past the signature check, and with no, an operator's, a
+//! customer's, an expired and a malformed bearer token.
 //!
 //! For any request: no 5xx; every refusal (4xx) is the shared JSON envelope with a `code`; and
 //! a refused request changed nothing (the database fingerprint is the same before and after).
@@ -20,7 +21,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use tower::ServiceExt;
 
-use e2e::db::{fingerprint, fresh_database};
+use e2e::db::{fingerprint_all, fresh_database};
 
 /// Cases per service: each one is a request and two fingerprints of the database.
 const CASES: u32 = 150;
@@ -120,6 +121,27 @@ struct Case {
     idempotency_key: Option<String>,
     body: Vec<u8>,
     signed: bool,
+    token: Token,
+}
+
+/// Who the request claims to be.
+#[derive(Debug, Clone, Copy)]
+enum Token {
+    None,
+    Operator,
+    Customer,
+    Expired,
+    Garbage,
+}
+
+fn bearer(token: Token) -> Option<String> {
+    match token {
+        Token::None => None,
+        Token::Operator => Some(e2e::auth::operator()),
+        Token::Customer => Some(e2e::auth::customer("fuzz-user")),
+        Token::Expired => Some(e2e::auth::minter().token("fuzz-user", &[], -3600)),
+        Token::Garbage => Some("not.a.jwt".to_owned()),
+    }
 }
 
 fn case(templates: &'static [&'static str]) -> impl Strategy<Value = Case> {
@@ -134,9 +156,18 @@ fn case(templates: &'static [&'static str]) -> impl Strategy<Value = Case> {
         prop::option::of("[ -~]{0,140}"),
         body(),
         any::<bool>(),
+        prop::sample::select(vec![
+            Token::None,
+            Token::Operator,
+            Token::Operator,
+            Token::Customer,
+            Token::Customer,
+            Token::Expired,
+            Token::Garbage,
+        ]),
     )
         .prop_map(
-            |(method, template, segs, query, idempotency_key, body, signed)| {
+            |(method, template, segs, query, idempotency_key, body, signed, token)| {
                 let mut path = template.to_owned();
                 for s in &segs {
                     path = path.replacen("{}", s, 1);
@@ -151,6 +182,7 @@ fn case(templates: &'static [&'static str]) -> impl Strategy<Value = Case> {
                     idempotency_key,
                     body,
                     signed,
+                    token,
                 }
             },
         )
@@ -164,11 +196,21 @@ fn request(c: &Case, secret: Option<&str>) -> Option<Request<Body>> {
     if let Some(k) = &c.idempotency_key {
         b = b.header("idempotency-key", k);
     }
+    if let Some(t) = bearer(c.token) {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
     if let (true, Some(secret)) = (c.signed, secret) {
-        let sig = order_service::CallbackSecret::new(secret)
-            .unwrap()
-            .sign(&c.body);
-        b = b.header("x-signature", sig);
+        let secret = order_service::CallbackSecret::new(secret).unwrap();
+        // Callbacks sign `<timestamp>.<body>`; pushes the body alone.
+        let now = chrono::Utc::now().timestamp();
+        let sig = if c.path.starts_with("/channels/") {
+            secret.sign(&c.body)
+        } else {
+            secret.sign_at(now, &c.body)
+        };
+        b = b
+            .header("x-signature-timestamp", now.to_string())
+            .header("x-signature", sig);
     }
     // A path the URI parser refuses never reaches the server.
     b.body(Body::from(c.body.clone())).ok()
@@ -193,7 +235,7 @@ fn check_router(
             return Ok(());
         };
         block(rt, async {
-            let before = fingerprint(pool).await;
+            let before = fingerprint_all(pool).await;
             let response = router.clone().oneshot(req).await.unwrap();
             let status = response.status();
             let bytes = to_bytes(response.into_body(), usize::MAX).await.unwrap();
@@ -212,7 +254,7 @@ fn check_router(
                 );
                 prop_assert_eq!(
                     before,
-                    fingerprint(pool).await,
+                    fingerprint_all(pool).await,
                     "{}: {:?} was refused ({}) but changed the database",
                     name,
                     c,
@@ -248,10 +290,16 @@ fn any_request_to_any_service_is_answered_without_5xx_and_refusals_change_nothin
             .execute(&stock_db.pool),
     )
     .unwrap();
+    let auth = outbox_kit::auth::Authenticator::hs256(
+        e2e::auth::JWT_SECRET.as_bytes(),
+        e2e::auth::JWT_ISSUER,
+        e2e::auth::JWT_AUDIENCE,
+    );
     let stock = stock_consumer::router(stock_consumer::AppState {
         pool: stock_db.pool.clone(),
         metrics: stock_consumer::Metrics::new("stock", "stock-fuzz"),
-    });
+    })
+    .layer(axum::Extension(auth.clone()));
     check_router(
         "stock-consumer",
         &rt,
@@ -276,7 +324,8 @@ fn any_request_to_any_service_is_answered_without_5xx_and_refusals_change_nothin
     let wms = wms_consumer::router(wms_consumer::AppState {
         pool: wms_db.pool.clone(),
         metrics: wms_consumer::Metrics::new("wms", "wms-fuzz"),
-    });
+    })
+    .layer(axum::Extension(auth.clone()));
     check_router(
         "wms-consumer",
         &rt,
@@ -306,6 +355,8 @@ fn any_request_to_any_service_is_answered_without_5xx_and_refusals_change_nothin
         secret: order_service::CallbackSecret::new(CALLBACK_SECRET).unwrap(),
         marketplace_secret: Some(order_service::CallbackSecret::new(MARKETPLACE_SECRET).unwrap()),
         marketplace: None,
+        replay_window: outbox_kit::signature::DEFAULT_REPLAY_WINDOW,
+        auth,
     });
     check_router(
         "order-service",

@@ -2,15 +2,18 @@
 //! `deploy/local/install-deps.sh`) with `--checks all` against each service's generated
 //! `/openapi.json`, each service a real process on a fresh database.
 //!
-//! Per service, two runs with a fixed, printed seed (`SCHEMATHESIS_SEED` overrides it):
-//! 1. `--mode negative`: only requests that break the document (wrong types, out-of-range
-//!    numbers, over-long or patterned strings, NUL bytes, extra properties, missing required
-//!    headers). Every one must be refused with a 4xx (`negative_data_rejection`), and the
-//!    database fingerprint (every table's rows) must be the same afterwards: rejected
-//!    requests change nothing.
-//! 2. `--mode all`, every phase (examples, coverage, fuzzing, stateful): valid requests must be
-//!    accepted, answers must match the document (status, headers, content type, body
-//!    schema), nothing may answer 5xx.
+//! Per service, three runs with a fixed, printed seed (`SCHEMATHESIS_SEED` overrides it):
+//! 1. without credentials, every mode and phase: each protected operation must answer its
+//!    documented 401, and the database fingerprint (every table's rows) must be unchanged;
+//! 2. with an operator's bearer token, `--mode negative`: only requests that break the
+//!    document (wrong types, out-of-range numbers, over-long or patterned strings, NUL bytes,
+//!    extra properties, missing required headers). Every one must be refused with a 4xx
+//!    (`negative_data_rejection`), and the fingerprint must still be the same: rejected
+//!    requests change nothing;
+//! 3. with the token, `--mode all`, every phase (examples, coverage, fuzzing, stateful): valid
+//!    requests must be accepted, answers must match the document (status, headers, content
+//!    type, body schema), nothing may answer 5xx; `ignored_auth` checks that dropping the
+//!    token is refused.
 //!
 //! Both must report zero failures. The settings the schema cannot express (a rejection of
 //! valid data that depends on stored data) are in `tests/schemathesis/schemathesis.toml`,
@@ -21,7 +24,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::db::{fingerprint, fresh_database, TestDb};
+use e2e::db::{fingerprint_all, fresh_database, TestDb};
 use e2e::fulfilment::{consumer_env, Service};
 use e2e::observe::venv_tool;
 
@@ -108,12 +111,35 @@ fn st_run(name: &str, base: &str, mode: &str, phases: &str, extra: &[&str]) -> S
     }
 }
 
-/// Both runs against one service on `db`; panics with schemathesis's report on any failure.
+const ALL_PHASES: &str = "examples,coverage,fuzzing,stateful";
+
+/// The three runs against one service on `db`; panics with schemathesis's report on any
+/// failure.
 async fn fuzz(name: &str, service: &Service, db: &TestDb) {
     service.wait_ready(Duration::from_secs(90)).await;
     let base = service.url("");
-    let before = fingerprint(&db.pool).await;
-    let negative = st_run(name, &base, "negative", "coverage,fuzzing", &[]);
+    let auth = format!("Authorization: Bearer {}", e2e::auth::operator());
+    let before = fingerprint_all(&db.pool).await;
+    // Without credentials: every protected operation must answer its documented 401, and
+    // nothing at all may change.
+    let anonymous = st_run(
+        &format!("{name} without a token"),
+        &base,
+        "all",
+        ALL_PHASES,
+        &[],
+    );
+    assert!(
+        anonymous.passed,
+        "{name}: schemathesis found failures without credentials:\n{}",
+        anonymous.output
+    );
+    assert_eq!(
+        before,
+        fingerprint_all(&db.pool).await,
+        "{name}: requests without credentials changed the database"
+    );
+    let negative = st_run(name, &base, "negative", "coverage,fuzzing", &["-H", &auth]);
     assert!(
         negative.passed,
         "{name}: schemathesis found failures with invalid requests:\n{}",
@@ -124,18 +150,12 @@ async fn fuzz(name: &str, service: &Service, db: &TestDb) {
         "{name}: nothing generated\n{}",
         negative.output
     );
-    let after = fingerprint(&db.pool).await;
     assert_eq!(
-        before, after,
+        before,
+        fingerprint_all(&db.pool).await,
         "{name}: rejected requests changed the database"
     );
-    let all = st_run(
-        name,
-        &base,
-        "all",
-        "examples,coverage,fuzzing,stateful",
-        &[],
-    );
+    let all = st_run(name, &base, "all", ALL_PHASES, &["-H", &auth]);
     assert!(
         all.passed,
         "{name}: schemathesis found failures:\n{}",
@@ -185,6 +205,7 @@ async fn schemathesis_finds_no_failure_and_rejected_requests_change_nothing() {
     order.wait_ready(Duration::from_secs(90)).await;
     let r = reqwest::Client::new()
         .put(order.url("/skus/S1"))
+        .headers(e2e::fulfilment::operator_headers())
         .json(&serde_json::json!({"name": "Mug", "price_cents": 1299}))
         .send()
         .await

@@ -230,9 +230,21 @@ pub struct System {
     pub stock: Service,
     /// One relay per database.
     pub relays: Vec<RelayProcess>,
-    /// HTTP client.
+    /// HTTP client; sends an operator token unless a request sets its own.
     pub http: reqwest::Client,
     secret: CallbackSecret,
+}
+
+/// `Authorization: Bearer <operator token>`.
+pub fn operator_headers() -> reqwest::header::HeaderMap {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", crate::auth::operator())
+            .parse()
+            .unwrap(),
+    );
+    h
 }
 
 /// The environment of a consuming service on `db`, topics under `prefix`, group `prefix + group`.
@@ -256,6 +268,7 @@ pub fn consumer_env(
         ("RUST_LOG", "info,outbox_kit=debug,sqlx=warn,rdkafka=warn"),
     ]
     .iter()
+    .chain(crate::auth::ENV.iter())
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect()
 }
@@ -320,6 +333,7 @@ impl System {
             relays,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
+                .default_headers(operator_headers())
                 .build()
                 .unwrap(),
             secret: CallbackSecret::new(SECRET).unwrap(),
@@ -394,7 +408,8 @@ impl System {
         .await;
     }
 
-    /// Creates an order of `items` (`(sku, quantity)`); returns `(order_id, amount_cents)`.
+    /// Creates an order of `items` (`(sku, quantity)`) as customer `user`; returns
+    /// `(order_id, amount_cents)`.
     pub async fn create_order(&self, user: &str, items: &[(&str, i64)]) -> (String, i64) {
         self.create_order_traced(user, items, None).await
     }
@@ -415,7 +430,8 @@ impl System {
                 self.http
                     .post(self.order.url("/orders"))
                     .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
-                    .json(&json!({ "user_id": user, "items": items })),
+                    .bearer_auth(crate::auth::customer(user))
+                    .json(&json!({ "items": items })),
                 traceparent,
             ))
             .await;
@@ -433,11 +449,13 @@ impl System {
         traceparent: Option<&str>,
     ) -> (StatusCode, Value) {
         let raw = serde_json::to_vec(body).unwrap();
-        let sig = self.secret.sign(&raw);
+        let now = chrono::Utc::now().timestamp();
+        let sig = self.secret.sign_at(now, &raw);
         self.send(with_traceparent(
             self.http
                 .post(self.order.url(path))
                 .header("content-type", "application/json")
+                .header("X-Signature-Timestamp", now.to_string())
                 .header("X-Signature", sig)
                 .body(raw),
             traceparent,
@@ -469,15 +487,16 @@ impl System {
         id
     }
 
-    /// `POST /orders/{id}/refunds` of the whole amount, asserting 201.
+    /// `POST /orders/{id}/refunds` of the whole amount as the order's owner, asserting 201.
     pub async fn request_refund(&self, order_id: &str, refund_no: &str) {
-        let amount = self.order_of(order_id).await["amount_cents"]
-            .as_i64()
-            .unwrap();
+        let order = self.order_of(order_id).await;
+        let amount = order["amount_cents"].as_i64().unwrap();
+        let owner = order["user_id"].as_str().unwrap();
         let (s, body) = self
             .send(
                 self.http
                     .post(self.order.url(&format!("/orders/{order_id}/refunds")))
+                    .bearer_auth(crate::auth::customer(owner))
                     .json(&json!({ "refund_no": refund_no, "amount_cents": amount, "reason": "changed mind" })),
             )
             .await;
@@ -497,7 +516,7 @@ impl System {
         assert_eq!(s, StatusCode::OK, "{body}");
     }
 
-    /// `GET /orders/{id}`.
+    /// `GET /orders/{id}` (as an operator).
     pub async fn order_of(&self, order_id: &str) -> Value {
         let (s, body) = self
             .send(

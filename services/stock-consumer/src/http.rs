@@ -5,8 +5,11 @@
 //! | `PUT /stock/{sku_id}` `{"on_hand"}` | sets the units on hand (409 below what is reserved) |
 //! | `GET /stock/{sku_id}` | `{sku_id, on_hand, reserved, available, updated_at}` |
 //! | `GET /stock` | `{"stock": [...]}` of every SKU |
-//! | `GET /healthz`, `GET /metrics` | operations |
+//! | `GET /healthz`, `GET /metrics` | operations (open: serve them on an internal network) |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document, generated from these handlers |
+//!
+//! Every endpoint but the operations ones needs a bearer token with the operator role
+//! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -14,6 +17,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
+use outbox_kit::auth::Operator;
 use outbox_kit::service::extract::{Body, Path};
 use outbox_kit::service::{ApiError, ErrorBody, Health};
 use serde::{Deserialize, Serialize};
@@ -147,9 +151,11 @@ struct PutBody {
     put,
     path = "/stock/{sku_id}",
     tag = "stock",
+    security(("bearerAuth" = [])),
     params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
     request_body(content = PutBody, content_type = "application/json"),
     responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The SKU's stock", body = StockView),
         (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
         (status = 409, description = "`below_reserved`: fewer units than are reserved", body = ErrorBody),
@@ -158,6 +164,7 @@ struct PutBody {
     )
 )]
 async fn put_stock(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(sku_id): Path<String>,
     body: Body,
@@ -175,8 +182,10 @@ async fn put_stock(
     get,
     path = "/stock/{sku_id}",
     tag = "stock",
+    security(("bearerAuth" = [])),
     params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
     responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The SKU's stock", body = StockView),
         (status = 400, description = "Undecodable path", body = ErrorBody),
         (status = 404, description = "`sku_not_found`", body = ErrorBody),
@@ -184,6 +193,7 @@ async fn put_stock(
     )
 )]
 async fn get_stock(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(sku_id): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -197,9 +207,15 @@ async fn get_stock(
     get,
     path = "/stock",
     tag = "stock",
-    responses((status = 200, description = "Every SKU's stock", body = StockList))
+    security(("bearerAuth" = [])),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "Every SKU's stock", body = StockList))
 )]
-async fn list_stock(State(state): State<AppState>) -> Result<Response, ApiError> {
+async fn list_stock(
+    _operator: Operator,
+    State(state): State<AppState>,
+) -> Result<Response, ApiError> {
     let stock: Vec<StockView> = stock::all(&state.pool)
         .await?
         .into_iter()
@@ -241,6 +257,10 @@ mod tests {
     #[test]
     fn document_has_the_servers_constraints() {
         let doc = openapi();
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearerAuth"]["scheme"],
+            "bearer"
+        );
         let put = &doc["paths"]["/stock/{sku_id}"]["put"];
         let sku = &put["parameters"][0]["schema"];
         assert_eq!(sku["maxLength"], 64, "{sku}");
@@ -249,6 +269,11 @@ mod tests {
         assert_eq!(body["additionalProperties"], false, "{body}");
         assert_eq!(body["properties"]["on_hand"]["maximum"], OnHand::RANGE.max);
         assert!(put["responses"]["422"].is_object());
+        for status in ["401", "403"] {
+            assert!(put["responses"][status].is_object(), "no {status} on PUT");
+        }
+        assert_eq!(put["security"][0]["bearerAuth"], serde_json::json!([]));
+        assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
         assert!(doc["paths"]["/openapi.json"]["get"].is_object());
     }
 }

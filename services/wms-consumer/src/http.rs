@@ -7,14 +7,18 @@
 //! | `POST /outbounds/{outbound_no}/return-received` | `RECALL -> RETURNED` |
 //! | `GET /outbounds/{outbound_no}` | the outbound with its lines |
 //! | `GET /outbounds?order_id=` | `{"outbounds": [...]}` of an order (none or one) |
-//! | `GET /healthz`, `GET /metrics` | operations |
+//! | `GET /healthz`, `GET /metrics` | operations (open: serve them on an internal network) |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document, generated from these handlers |
+//!
+//! Every endpoint but the operations ones needs a bearer token with the operator role
+//! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
+use outbox_kit::auth::Operator;
 use outbox_kit::service::extract::{Body, Path, Query};
 use outbox_kit::service::{ApiError, ErrorBody, Health};
 use serde::{Deserialize, Serialize};
@@ -149,9 +153,11 @@ fn action_response(result: ActionResult) -> Response {
     post,
     path = "/outbounds/{outbound_no}/ship",
     tag = "warehouse",
+    security(("bearerAuth" = [])),
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     request_body(content = ShipBody, content_type = "application/json"),
     responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "Shipped (or shipped before with the same parcel)", body = OutboundView),
         (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
         (status = 404, description = "`outbound_not_found`", body = ErrorBody),
@@ -161,6 +167,7 @@ fn action_response(result: ActionResult) -> Response {
     )
 )]
 async fn ship(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
     body: Body,
@@ -177,8 +184,10 @@ async fn ship(
     post,
     path = "/outbounds/{outbound_no}/return-received",
     tag = "warehouse",
+    security(("bearerAuth" = [])),
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "Returned (or returned before)", body = OutboundView),
         (status = 400, description = "Undecodable path", body = ErrorBody),
         (status = 404, description = "`outbound_not_found`", body = ErrorBody),
@@ -187,6 +196,7 @@ async fn ship(
     )
 )]
 async fn return_received(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -200,8 +210,10 @@ async fn return_received(
     get,
     path = "/outbounds/{outbound_no}",
     tag = "warehouse",
+    security(("bearerAuth" = [])),
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The outbound", body = OutboundView),
         (status = 400, description = "Undecodable path", body = ErrorBody),
         (status = 404, description = "`outbound_not_found`", body = ErrorBody),
@@ -209,6 +221,7 @@ async fn return_received(
     )
 )]
 async fn get_outbound(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -237,14 +250,17 @@ struct OutboundList {
     get,
     path = "/outbounds",
     tag = "warehouse",
+    security(("bearerAuth" = [])),
     params(ListQuery),
     responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The order's outbounds", body = OutboundList),
         (status = 400, description = "`invalid_query`: `order_id` is not a UUID", body = ErrorBody),
         (status = 422, description = "`validation_failed`: `order_id` is missing", body = ErrorBody),
     )
 )]
 async fn list_outbounds(
+    _operator: Operator,
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
@@ -288,6 +304,10 @@ mod tests {
     #[test]
     fn document_has_the_servers_constraints() {
         let doc = openapi();
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearerAuth"]["scheme"],
+            "bearer"
+        );
         let ship = &doc["paths"]["/outbounds/{outbound_no}/ship"]["post"];
         let no = &ship["parameters"][0]["schema"];
         assert_eq!(no["pattern"], OutboundNo::RULE.pattern(), "{no}");

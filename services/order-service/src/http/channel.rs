@@ -3,12 +3,18 @@
 //! that was handled (applied, or absorbed by a dedupe layer) is answered `200` with its
 //! outcome so the platform stops sending it; anything refused is a 4xx and wrote nothing.
 //!
-//! `POST /channels/marketplace/compensate` runs one compensation pass now and answers what it
-//! did.
+//! The push signature covers the body only, as the marketplace signs it (no timestamp): the
+//! platform redelivers an unacknowledged message, signed as before, for days, and a replayed
+//! message is absorbed by the channel's dedupe (same or older `modified`), so a replay window
+//! would refuse the platform's own retries and protect nothing.
+//!
+//! `POST /channels/marketplace/compensate` (operator role) runs one compensation pass now and
+//! answers what it did.
 
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
+use outbox_kit::auth::Operator;
 use outbox_kit::service::extract::{parse_json, Body};
 use outbox_kit::service::{ApiError, ErrorBody};
 use serde::Serialize;
@@ -74,17 +80,22 @@ pub(super) async fn push(
 }
 
 /// Runs one compensation pass now: asks the marketplace what changed and applies what no push
-/// brought.
+/// brought. Operator role.
 #[utoipa::path(
     post,
     path = "/channels/marketplace/compensate",
     tag = "channel",
+    security(("bearerAuth" = [])),
     responses(
         (status = 200, description = "What the pass did", body = Pass),
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 404, description = "`channel_disabled`: no marketplace URL configured", body = ErrorBody),
     )
 )]
-pub(super) async fn compensate(State(state): State<AppState>) -> Result<Json<Pass>, ApiError> {
+pub(super) async fn compensate(
+    _operator: Operator,
+    State(state): State<AppState>,
+) -> Result<Json<Pass>, ApiError> {
     let client = state.marketplace.as_ref().ok_or(Error::ChannelDisabled)?;
     let pass = channel::compensation::run_once(&state.pool, client, &state.metrics)
         .await

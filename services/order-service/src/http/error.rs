@@ -5,6 +5,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use outbox_kit::service::ApiError;
+use outbox_kit::signature::SignatureError;
 
 use crate::error::Error;
 
@@ -18,7 +19,17 @@ impl Error {
                 (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
             }
             Self::UnknownSku(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_sku"),
-            Self::InvalidSignature => (StatusCode::UNAUTHORIZED, "invalid_signature"),
+            Self::InvalidSignature | Self::Signature(SignatureError::Invalid) => {
+                (StatusCode::UNAUTHORIZED, "invalid_signature")
+            }
+            Self::Signature(SignatureError::BadTimestamp) => {
+                (StatusCode::UNAUTHORIZED, "invalid_signature_timestamp")
+            }
+            Self::Signature(SignatureError::Stale { .. }) => {
+                (StatusCode::UNAUTHORIZED, "stale_signature")
+            }
+            // Answered by `AuthError`'s own response (with `WWW-Authenticate`).
+            Self::Auth(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::OrderNotFound => (StatusCode::NOT_FOUND, "order_not_found"),
             Self::RefundNotFound => (StatusCode::NOT_FOUND, "refund_not_found"),
             Self::AmountMismatch { .. } => (StatusCode::BAD_REQUEST, "amount_mismatch"),
@@ -71,6 +82,10 @@ impl From<Error> for ApiError {
 
 impl Error {
     fn into_api_error(self) -> ApiError {
+        if let Self::Auth(e) = self {
+            // With its own code and `WWW-Authenticate`.
+            return e.into();
+        }
         let (status, code) = self.status_and_code();
         let message = if status.is_server_error() {
             if status == StatusCode::SERVICE_UNAVAILABLE {

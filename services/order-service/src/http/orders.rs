@@ -1,15 +1,21 @@
 //! `POST /orders`, `GET /orders/{id}`, `POST /orders/{id}/cancel`, `.../deliver`,
 //! `.../complete`, `POST /orders/{id}/refunds`.
+//!
+//! The caller is the bearer token's `sub` ([`Customer`]): orders are created for it, and an
+//! order of someone else answers 404 as if it did not exist, so order ids don't leak. Operators
+//! (`roles: ["operator"]`) may read and act on every order; `deliver` (the carrier's report,
+//! relayed by operations) is operator-only.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use outbox_kit::auth::{AuthError, Customer, Operator};
 use outbox_kit::service::extract::{Body, Path};
 use outbox_kit::service::{ApiError, ErrorBody};
 
 use super::{AppState, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-use crate::domain::{IdempotencyKey, LifecycleEvent};
+use crate::domain::{IdempotencyKey, LifecycleEvent, OrderId, UserId};
 use crate::error::Error;
 use crate::orders::{self, parse_order_id, CreateOrderBody, NewOrder};
 use crate::refunds::{self, RefundBody, RefundRequest};
@@ -27,6 +33,29 @@ fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
         .map_err(|e| Error::InvalidIdempotencyKey(e.message))
 }
 
+/// The caller's user id, validated like any user id.
+fn user_of(caller: &Customer) -> Result<UserId, Error> {
+    UserId::parse("sub", caller.user_id.clone()).map_err(|_| {
+        Error::Auth(AuthError::InvalidToken(
+            "the token's `sub` is not a valid user id",
+        ))
+    })
+}
+
+/// The order id of the path, if the caller may see that order: its owner, or an operator.
+/// Anyone else's order is [`Error::OrderNotFound`], like a missing one.
+async fn visible_order(
+    state: &AppState,
+    caller: &Customer,
+    order_id: &str,
+) -> Result<OrderId, Error> {
+    let order_id = parse_order_id(order_id)?;
+    if !caller.is_operator {
+        orders::check_owner(&state.pool, order_id, &caller.user_id).await?;
+    }
+    Ok(order_id)
+}
+
 fn replayed(mut response: Response) -> Response {
     response
         .headers_mut()
@@ -34,13 +63,15 @@ fn replayed(mut response: Response) -> Response {
     response
 }
 
-/// Creates an order (prices from the catalog). The same `Idempotency-Key` with the same
-/// request answers the original response again, with `Idempotent-Replayed: true`.
+/// Creates an order of the caller (the token's `sub`; prices from the catalog). The same
+/// `Idempotency-Key` with the same request answers the original response again, with
+/// `Idempotent-Replayed: true`.
 #[utoipa::path(
     post,
     path = "/orders",
     tag = "orders",
-    params(("Idempotency-Key" = inline(IdempotencyKey), Header, description = "The client's key for this request; scoped to `user_id`")),
+    security(("bearerAuth" = [])),
+    params(("Idempotency-Key" = inline(IdempotencyKey), Header, description = "The client's key for this request; scoped to the caller")),
     request_body(content = CreateOrderBody, content_type = "application/json"),
     responses(
         (status = 201, description = "Created, or replayed", body = OrderView,
@@ -59,13 +90,15 @@ fn replayed(mut response: Response) -> Response {
     )
 )]
 pub(super) async fn create_order(
+    caller: Customer,
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let user_id = user_of(&caller)?;
     let key = idempotency_key(&headers)?;
     let body: CreateOrderBody = body.json()?;
-    let order = NewOrder::try_from(body)?;
+    let order = NewOrder::parse(user_id, body)?;
     let created = orders::create(&state.pool, &key, &order).await?;
     let status = StatusCode::from_u16(created.status).unwrap_or(StatusCode::CREATED);
     let response = (status, Json(created.body)).into_response();
@@ -78,33 +111,36 @@ pub(super) async fn create_order(
     }
 }
 
-/// The order with its payments and refunds.
+/// The order with its payments and refunds: the caller's own, or any for an operator.
 #[utoipa::path(
     get,
     path = "/orders/{order_id}",
     tag = "orders",
+    security(("bearerAuth" = [])),
     params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     responses(
         (status = 200, description = "The order", body = OrderDetail),
         (status = 400, description = "`invalid_path`", body = ErrorBody),
-        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
     )
 )]
 pub(super) async fn get_order(
+    caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let detail = orders::get(&state.pool, parse_order_id(&order_id)?).await?;
+    let order_id = visible_order(&state, &caller, &order_id).await?;
+    let detail = orders::get(&state.pool, order_id).await?;
     Ok(Json(detail).into_response())
 }
 
 /// Applies a lifecycle `event` to the order at `order_id` and answers the order.
 async fn move_order(
     state: &AppState,
-    order_id: &str,
+    order_id: OrderId,
     event: LifecycleEvent,
 ) -> Result<orders::Moved, Error> {
-    orders::apply_event(&state.pool, parse_order_id(order_id)?, event).await
+    orders::apply_event(&state.pool, order_id, event).await
 }
 
 /// Cancels an order before shipping (a paid one is refunded in full).
@@ -112,64 +148,74 @@ async fn move_order(
     post,
     path = "/orders/{order_id}/cancel",
     tag = "orders",
-    params(("order_id" = Uuid, Path, description = "The order")),
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     responses(
         (status = 200, description = "The order (cancelled, or already cancelled)", body = OrderView),
         (status = 400, description = "`invalid_path`", body = ErrorBody),
-        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
         (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
     )
 )]
 pub(super) async fn cancel_order(
+    caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let cancelled = move_order(&state, &order_id, LifecycleEvent::Cancel).await?;
+    let order_id = visible_order(&state, &caller, &order_id).await?;
+    let cancelled = move_order(&state, order_id, LifecycleEvent::Cancel).await?;
     if cancelled.changed {
         state.metrics.orders_cancelled.inc();
     }
     Ok(Json(cancelled.order).into_response())
 }
 
-/// `POST /orders/{id}/deliver`: the carrier reports the parcel signed.
+/// `POST /orders/{id}/deliver`: the carrier reports the parcel signed (operator role: the
+/// carrier's report reaches us through operations, never from the buyer).
 #[utoipa::path(
     post,
     path = "/orders/{order_id}/deliver",
     tag = "orders",
-    params(("order_id" = Uuid, Path, description = "The order")),
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     responses(
         (status = 200, description = "The order", body = OrderView),
         (status = 400, description = "`invalid_path`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 404, description = "`order_not_found`", body = ErrorBody),
         (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
     )
 )]
 pub(super) async fn deliver_order(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let moved = move_order(&state, &order_id, LifecycleEvent::Deliver).await?;
+    let moved = move_order(&state, parse_order_id(&order_id)?, LifecycleEvent::Deliver).await?;
     Ok(Json(moved.order).into_response())
 }
 
-/// `POST /orders/{id}/complete`: the buyer confirmed receipt.
+/// `POST /orders/{id}/complete`: the buyer confirmed receipt (the owner, or an operator).
 #[utoipa::path(
     post,
     path = "/orders/{order_id}/complete",
     tag = "orders",
-    params(("order_id" = Uuid, Path, description = "The order")),
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     responses(
         (status = 200, description = "The order", body = OrderView),
         (status = 400, description = "`invalid_path`", body = ErrorBody),
-        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
         (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
     )
 )]
 pub(super) async fn complete_order(
+    caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let moved = move_order(&state, &order_id, LifecycleEvent::Complete).await?;
+    let order_id = visible_order(&state, &caller, &order_id).await?;
+    let moved = move_order(&state, order_id, LifecycleEvent::Complete).await?;
     Ok(Json(moved.order).into_response())
 }
 
@@ -179,24 +225,26 @@ pub(super) async fn complete_order(
     post,
     path = "/orders/{order_id}/refunds",
     tag = "orders",
-    params(("order_id" = Uuid, Path, description = "The order")),
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     request_body(content = RefundBody, content_type = "application/json"),
     responses(
         (status = 201, description = "Requested, or replayed", body = RefundView,
             headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
         (status = 400, description = "`malformed_json`, `unreadable_body` or `invalid_path`", body = ErrorBody),
-        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
         (status = 409, description = "`illegal_transition` or `conflict`", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`validation_failed`, `refund_exceeds_paid` or `refund_no_reused`", body = ErrorBody),
     )
 )]
 pub(super) async fn request_refund(
+    caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let order_id = parse_order_id(&order_id)?;
+    let order_id = visible_order(&state, &caller, &order_id).await?;
     let body: RefundBody = body.json()?;
     let request = RefundRequest::try_from(body)?;
     let created = refunds::request(&state.pool, order_id, &request).await?;
