@@ -12,6 +12,8 @@
 #     tests/tools/kafka_tool.py, only when missing or at another version;
 #   - in the same venv, pinned check-jsonschema and kubernetes-validate (validation of
 #     deploy/compose and deploy/k8s), only when missing or at another version;
+#   - in the same venv, a pinned schemathesis (`st`, the API fuzzer of tests/it/openapi_fuzz.rs),
+#     only when missing or at another version;
 #   - Prometheus and promtool (Debian package `prometheus`), only when promtool is missing;
 #     the package's own service is kept from starting (the tests start their own server);
 #   - PgBouncer (Debian package `pgbouncer`), only when the binary is missing; its service is
@@ -122,6 +124,25 @@ else
         "check-jsonschema==$CHECK_JSONSCHEMA_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
     validators_ok || die "check-jsonschema / kubernetes-validate not installed in $VENV"
     did+=("check-jsonschema $CHECK_JSONSCHEMA_VERSION and kubernetes-validate $KUBERNETES_VALIDATE_VERSION in $VENV")
+fi
+
+# --- API fuzzer in the venv ------------------------------------------------------
+schemathesis_ok() {
+    "$VENV/bin/python" - "$SCHEMATHESIS_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+sys.exit(not version("schemathesis") == sys.argv[1])
+PY
+}
+
+if schemathesis_ok && [[ -x "$VENV/bin/st" ]]; then
+    log "python venv: schemathesis $SCHEMATHESIS_VERSION present"
+else
+    log "python venv: installing schemathesis==$SCHEMATHESIS_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "schemathesis==$SCHEMATHESIS_VERSION"
+    schemathesis_ok || die "schemathesis $SCHEMATHESIS_VERSION not installed in $VENV"
+    did+=("schemathesis $SCHEMATHESIS_VERSION in $VENV")
 fi
 
 # Installs Debian package $1 without letting its service start (it would hold a port our tests

@@ -27,6 +27,8 @@ LZ4_VERSION=4.4.5
 # against the compose-spec schema, the Kubernetes manifests against the API schemas.
 CHECK_JSONSCHEMA_VERSION=0.39.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
+# The independent API fuzzer run against every service's /openapi.json (tests/it/openapi_fuzz.rs).
+SCHEMATHESIS_VERSION=4.32.5
 VENV="$CACHE/venv"
 PYTHON="${PYTHON:-$VENV/bin/python}"
 KAFKA_TOOL="$REPO_ROOT/tests/tools/kafka_tool.py"

@@ -247,7 +247,13 @@ pub fn operator_headers() -> reqwest::header::HeaderMap {
     h
 }
 
-fn consumer_env(db: &TestDb, brokers: &str, prefix: &str, group: &str) -> Vec<(String, String)> {
+/// The environment of a consuming service on `db`, topics under `prefix`, group `prefix + group`.
+pub fn consumer_env(
+    db: &TestDb,
+    brokers: &str,
+    prefix: &str,
+    group: &str,
+) -> Vec<(String, String)> {
     [
         ("DATABASE_URL", db.url.as_str()),
         ("KAFKA_BROKERS", brokers),

@@ -9,11 +9,16 @@ use crate::error::Error;
 use crate::store::skus;
 
 /// `PUT /skus/{sku_id}` body as received.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"name": "Mug", "price_cents": 1299}))]
 pub struct SkuBody {
     /// Display name.
+    #[schema(schema_with = SkuName::schema_object)]
     pub name: String,
     /// Price in cents.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = Cents::schema_object)]
     pub price_cents: i64,
 }
 
@@ -43,7 +48,7 @@ impl Sku {
 }
 
 /// A catalog entry as answered.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SkuView {
     /// Its id.
     pub sku_id: String,

@@ -10,12 +10,6 @@ pub enum Error {
     /// A field of the request is invalid (422).
     #[error("invalid request: {0}")]
     Validation(#[from] ValidationError),
-    /// The body is not JSON of the expected shape (400).
-    #[error("malformed JSON body")]
-    MalformedJson(#[source] serde_json::Error),
-    /// The body could not be read (400, or 413 when too large).
-    #[error("unreadable body")]
-    UnreadableBody(#[source] axum::extract::rejection::BytesRejection),
     /// The `Idempotency-Key` header is missing or not 1–128 printable characters (400).
     #[error("invalid Idempotency-Key header: {0}")]
     InvalidIdempotencyKey(String),

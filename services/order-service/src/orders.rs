@@ -28,18 +28,35 @@ const CREATED: u16 = 201;
 
 /// `POST /orders` body as received. The buyer is not in it: it is the caller (the bearer
 /// token's subject).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"items": [{"sku_id": "S1", "quantity": 2}]}))]
 pub struct CreateOrderBody {
-    /// What to buy.
+    /// What to buy: 1 to [`MAX_ITEMS`] lines, each SKU at most once.
+    #[schema(schema_with = items_schema)]
     pub items: Vec<CreateOrderItemBody>,
 }
 
+/// `items`: 1 to [`MAX_ITEMS`] lines (the check and the schema share the constant).
+fn items_schema() -> utoipa::openapi::schema::Array {
+    use utoipa::PartialSchema;
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(CreateOrderItemBody::schema())
+        .min_items(Some(1))
+        .max_items(Some(MAX_ITEMS))
+        .build()
+}
+
 /// One line of a [`CreateOrderBody`].
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct CreateOrderItemBody {
     /// Catalog SKU.
+    #[schema(schema_with = SkuId::schema_object)]
     pub sku_id: String,
     /// Units.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = Quantity::schema_object)]
     pub quantity: i64,
 }
 
@@ -356,8 +373,12 @@ pub fn parse_order_id(text: &str) -> Result<OrderId, Error> {
 mod tests {
     use super::*;
 
-    fn order(json: serde_json::Value) -> Result<NewOrder, ValidationError> {
-        let user = UserId::parse("sub", json["user_id"].as_str().unwrap().to_owned())?;
+    /// `json`'s `user_id` stands for the token's `sub`; the rest is the body (which refuses a
+    /// `user_id` of its own).
+    fn order(mut json: serde_json::Value) -> Result<NewOrder, ValidationError> {
+        let user = json["user_id"].as_str().unwrap().to_owned();
+        json.as_object_mut().unwrap().remove("user_id");
+        let user = UserId::parse("sub", user)?;
         NewOrder::parse(user, serde_json::from_value(json).unwrap())
     }
 
@@ -367,10 +388,8 @@ mod tests {
             "user_id": "u1", "items": [{"sku_id": "A", "quantity": 2}]
         }))
         .unwrap();
-        let b: CreateOrderBody = serde_json::from_str(
-            r#"{ "items" : [ {"quantity":2, "sku_id":"A"} ], "user_id":"u1" }"#,
-        )
-        .unwrap();
+        let b: CreateOrderBody =
+            serde_json::from_str(r#"{ "items" : [ {"quantity":2, "sku_id":"A"} ] }"#).unwrap();
         let b = NewOrder::parse(UserId::parse("sub", "u1".to_owned()).unwrap(), b).unwrap();
         assert_eq!(a.request_hash(), b.request_hash());
         let c = order(serde_json::json!({

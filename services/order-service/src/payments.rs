@@ -19,15 +19,20 @@ use crate::store::payments::{self, Disposition};
 use crate::views::PaymentView;
 
 /// `POST /payments/callback` body as received (after its signature was checked).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct PaymentCallbackBody {
     /// The order paid for.
+    #[schema(format = Uuid)]
     pub order_id: String,
     /// The provider's transaction id.
+    #[schema(schema_with = TransactionId::schema_object)]
     pub transaction_id: String,
     /// Amount paid.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = Cents::schema_object)]
     pub amount_cents: i64,
     /// Only `SUCCESS` is sent by the provider.
+    #[schema(pattern = "^SUCCESS$")]
     pub status: String,
 }
 

@@ -24,16 +24,22 @@ use crate::store::{orders, refunds};
 use crate::views::RefundView;
 
 /// `POST /orders/{id}/refunds` body as received.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RefundBody {
     /// The merchant's refund number.
+    #[schema(schema_with = RefundNo::schema_object)]
     pub refund_no: String,
     /// Amount to give back.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = Cents::schema_object)]
     pub amount_cents: i64,
     /// Why.
+    #[schema(schema_with = RefundReason::schema_object)]
     pub reason: String,
     /// `REFUND_ONLY` or `RETURN_AND_REFUND` (the default: what refunds did before kinds).
     #[serde(default)]
+    #[schema(value_type = Option<RefundKind>)]
     pub kind: Option<String>,
 }
 
@@ -190,14 +196,27 @@ fn replay(
 }
 
 /// `POST /refunds/callback` body as received (after its signature was checked).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct RefundCallbackBody {
     /// The merchant's refund number.
+    #[schema(schema_with = RefundNo::schema_object)]
     pub refund_no: String,
     /// `SUCCESS` or `CLOSED`.
+    #[schema(pattern = "^(SUCCESS|CLOSED)$")]
     pub status: String,
     /// When the provider last changed the refund (epoch milliseconds).
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = epoch_ms_schema)]
     pub modified: i64,
+}
+
+/// Epoch milliseconds: 0 to 2^53 (the check and the schema).
+pub const EPOCH_MS: outbox_kit::validate::IntRange =
+    outbox_kit::validate::IntRange::new(0, outbox_kit::validate::MAX_EXACT_INTEGER);
+
+/// [`EPOCH_MS`] as an inline JSON Schema.
+pub fn epoch_ms_schema() -> utoipa::openapi::schema::Object {
+    EPOCH_MS.schema()
 }
 
 /// A validated refund notification.
@@ -220,12 +239,7 @@ impl TryFrom<RefundCallbackBody> for RefundNotice {
             "CLOSED" => RefundOutcome::Closed,
             _ => return Err(ValidationError::new("status", "must be SUCCESS or CLOSED")),
         };
-        if body.modified < 0 {
-            return Err(ValidationError::new(
-                "modified",
-                "must be epoch milliseconds (>= 0)",
-            ));
-        }
+        EPOCH_MS.check("modified", body.modified)?;
         Ok(Self {
             refund_no: RefundNo::parse("refund_no", body.refund_no)?,
             outcome,

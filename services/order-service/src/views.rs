@@ -12,7 +12,7 @@ use crate::store::payments::PaymentRow;
 use crate::store::refunds::RefundRow;
 
 /// One order line.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ItemView {
     /// The SKU.
     pub sku_id: String,
@@ -39,7 +39,7 @@ impl From<ItemRow> for ItemView {
 }
 
 /// An order with its lines: the body of `POST /orders` and the core of every event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct OrderView {
     /// The order's id.
     pub order_id: Uuid,
@@ -84,7 +84,7 @@ impl OrderView {
 }
 
 /// A received payment.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PaymentView {
     /// The provider's transaction id.
     pub transaction_id: String,
@@ -116,7 +116,7 @@ impl From<PaymentRow> for PaymentView {
 }
 
 /// A refund.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RefundView {
     /// The merchant's refund number.
     pub refund_no: String,
@@ -156,7 +156,7 @@ impl From<RefundRow> for RefundView {
 }
 
 /// `GET /orders/{id}`: the order with its payments and refunds.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct OrderDetail {
     /// The order and its lines.
     #[serde(flatten)]

@@ -317,35 +317,39 @@ pub enum AuthError {
     NotConfigured,
 }
 
-impl IntoResponse for AuthError {
-    fn into_response(self) -> Response {
-        let message = self.to_string();
-        let (error, challenge) = match self {
-            Self::MissingToken => (
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        let message = e.to_string();
+        let (error, challenge) = match e {
+            AuthError::MissingToken => (
                 ApiError::new(StatusCode::UNAUTHORIZED, "missing_token", message),
                 format!("Bearer realm=\"{REALM}\""),
             ),
-            Self::InvalidToken(reason) => (
+            AuthError::InvalidToken(reason) => (
                 ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", message),
                 format!(
                     "Bearer realm=\"{REALM}\", error=\"invalid_token\", error_description=\"{reason}\""
                 ),
             ),
-            Self::Forbidden => {
+            AuthError::Forbidden => {
                 return ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
-                    .with("required_role", OPERATOR_ROLE)
-                    .into_response();
+                    .with("required_role", OPERATOR_ROLE);
             }
-            Self::NotConfigured => {
+            AuthError::NotConfigured => {
                 tracing::error!("No Authenticator extension on the router");
-                return ApiError::internal().into_response();
+                return ApiError::internal();
             }
         };
-        let mut response = error.into_response();
-        if let Ok(v) = HeaderValue::from_str(&challenge) {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        match HeaderValue::from_str(&challenge) {
+            Ok(v) => error.with_header(header::WWW_AUTHENTICATE, v),
+            Err(_) => error,
         }
-        response
+    }
+}
+
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
     }
 }
 

@@ -20,6 +20,8 @@
 //! - [`trace`]: W3C trace context carried from requests through the outbox and Kafka into the
 //!   consumers and the events they emit; with feature `otlp` (part of `service`) optional span
 //!   export over OTLP/HTTP.
+//! - [`validate`]: the one validator of client text and integers (and, with `service`, the
+//!   OpenAPI schemas built from the same rules).
 
 #[cfg(feature = "auth")]
 pub mod auth;
@@ -37,6 +39,12 @@ pub mod service;
 #[cfg(feature = "signature")]
 pub mod signature;
 pub mod trace;
+pub mod validate;
+
+/// For [`text_newtype!`]'s expansion in other crates.
+#[cfg(feature = "service")]
+#[doc(hidden)]
+pub use utoipa as __utoipa;
 
 pub use envelope::{EventEnvelope, DEFAULT_TOPIC_PREFIX};
 pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, OutboxError};

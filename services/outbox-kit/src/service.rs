@@ -7,11 +7,16 @@ mod api_error;
 mod args;
 #[cfg(all(feature = "consumer", feature = "auth"))]
 mod consumer_app;
+pub mod extract;
+mod openapi;
 
 pub use api_error::ApiError;
 pub use args::ServiceArgs;
 #[cfg(all(feature = "consumer", feature = "auth"))]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
+pub use openapi::{
+    error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health, BEARER_SCHEME,
+};
 
 use std::future::IntoFuture;
 use std::time::Duration;

@@ -120,70 +120,30 @@ impl MovementKind {
     }
 }
 
-/// A request field that failed validation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ValidationError {
-    /// The field.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
+pub use outbox_kit::validate::ValidationError;
+use outbox_kit::validate::{Chars, IntRange, TextRule};
 
-impl ValidationError {
-    /// A validation error for `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
+outbox_kit::text_newtype!(
+    /// A SKU id: 1-64 letters, digits and `-_.:`, like the order service's.
+    SkuId,
+    TextRule::new(64, Chars::Token)
+);
 
-/// A SKU id: 1–64 letters, digits and `-_.:`, like the order service's.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-#[serde(transparent)]
-pub struct SkuId(String);
-
-impl SkuId {
-    /// Validates a SKU id.
-    ///
-    /// # Errors
-    /// When it is empty, longer than 64 characters or has another character.
-    pub fn parse(value: String) -> Result<Self, ValidationError> {
-        let ok = !value.is_empty()
-            && value.chars().count() <= 64
-            && value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-        if !ok {
-            return Err(ValidationError::new(
-                "sku_id",
-                "must be 1-64 letters, digits or -_.:",
-            ));
-        }
-        Ok(Self(value))
-    }
-
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// Units on hand, as set by `PUT /stock/{sku_id}`: zero or more.
+/// Units on hand, as set by `PUT /stock/{sku_id}`: zero to [`OnHand::RANGE`]'s maximum (a
+/// billion units, far beyond any warehouse, and exact in every JSON reader).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OnHand(i64);
 
 impl OnHand {
+    /// What a valid count is.
+    pub const RANGE: IntRange = IntRange::new(0, 1_000_000_000);
+
     /// Validates a count of units.
     ///
     /// # Errors
-    /// When it is negative.
+    /// When it is negative or above the maximum.
     pub fn parse(value: i64) -> Result<Self, ValidationError> {
-        if value < 0 {
-            return Err(ValidationError::new("on_hand", "must be zero or more"));
-        }
+        Self::RANGE.check("on_hand", value)?;
         Ok(Self(value))
     }
 
@@ -222,8 +182,10 @@ mod tests {
 
     #[test]
     fn inputs_are_validated() {
-        assert!(SkuId::parse("SKU-1".into()).is_ok());
-        assert!(SkuId::parse("a b".into()).is_err());
+        assert!(SkuId::parse("sku_id", "SKU-1".into()).is_ok());
+        assert!(SkuId::parse("sku_id", "a b".into()).is_err());
+        assert!(SkuId::parse("sku_id", "\0abc".into()).is_err());
+        assert!(OnHand::parse(OnHand::RANGE.max + 1).is_err());
         assert!(OnHand::parse(-1).is_err());
         assert_eq!(OnHand::parse(0).unwrap().get(), 0);
         for s in ["RESERVED", "REJECTED", "RELEASED", "DEDUCTED", "RESTOCKED"] {

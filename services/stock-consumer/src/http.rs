@@ -6,22 +6,25 @@
 //! | `GET /stock/{sku_id}` | `{sku_id, on_hand, reserved, available, updated_at}` |
 //! | `GET /stock` | `{"stock": [...]}` of every SKU |
 //! | `GET /healthz`, `GET /metrics` | operations (open: serve them on an internal network) |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document, generated from these handlers |
 //!
 //! Every endpoint but the operations ones needs a bearer token with the operator role
 //! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
 
-use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::{Json, Router};
+use chrono::{DateTime, Utc};
 use outbox_kit::auth::Operator;
-use outbox_kit::service::ApiError;
+use outbox_kit::service::extract::{Body, Path};
+use outbox_kit::service::{ApiError, ErrorBody, Health};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use sqlx::PgPool;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::domain::{OnHand, SkuId};
 use crate::error::Error;
@@ -38,14 +41,31 @@ pub struct AppState {
     pub metrics: Metrics,
 }
 
+/// The routes and their OpenAPI document, from the same annotations.
+fn api() -> (Router<AppState>, serde_json::Value) {
+    let (router, doc) = OpenApiRouter::new()
+        .routes(routes!(list_stock))
+        .routes(routes!(get_stock, put_stock))
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .split_for_parts();
+    outbox_kit::service::serve_openapi(
+        router,
+        doc,
+        "stock-consumer",
+        "Warehouse stock per SKU: counts set by operators, reservations made by order events.",
+    )
+}
+
+/// The OpenAPI document `GET /openapi.json` serves.
+pub fn openapi() -> serde_json::Value {
+    api().1
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/stock", get(list_stock))
-        .route("/stock/{sku_id}", get(get_stock).put(put_stock))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
+    api()
+        .0
         .layer(middleware::from_fn_with_state(
             state.metrics.http_requests.clone(),
             outbox_kit::service::track_requests::<prometheus::IntCounterVec>,
@@ -53,95 +73,207 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    ApiError::new(status, code, message).into_response()
-}
-
-impl IntoResponse for Error {
-    fn into_response(self) -> Response {
-        let message = self.to_string();
-        match &self {
-            Error::Validation(v) => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "validation_failed",
-                message,
-            )
-            .with("field", v.field.clone())
-            .into_response(),
-            Error::MalformedJson(_) => error(StatusCode::BAD_REQUEST, "malformed_json", &message),
-            Error::SkuNotFound => error(StatusCode::NOT_FOUND, "sku_not_found", &message),
-            Error::BelowReserved => error(StatusCode::CONFLICT, "below_reserved", &message),
-            _ if self.is_retryable() => {
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let message = e.to_string();
+        match e {
+            Error::Validation(v) => v.into(),
+            Error::SkuNotFound => ApiError::new(StatusCode::NOT_FOUND, "sku_not_found", message),
+            Error::BelowReserved => ApiError::new(StatusCode::CONFLICT, "below_reserved", message),
+            e if e.is_retryable() => {
                 tracing::warn!(error = %message, "Database unavailable; request may be retried");
-                ApiError::unavailable("temporarily unavailable; retry").into_response()
+                ApiError::unavailable("temporarily unavailable; retry")
             }
-            _ => {
-                tracing::error!(error = ?self, "Request failed");
-                ApiError::internal().into_response()
+            e => {
+                tracing::error!(error = ?e, "Request failed");
+                ApiError::internal()
             }
         }
     }
 }
 
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
+    }
+}
+
 /// A SKU's stock as answered.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct StockView {
-    #[serde(flatten)]
-    row: StockRow,
+    /// The SKU.
+    sku_id: String,
+    /// Units in the warehouse.
+    on_hand: i64,
+    /// Units held for paid orders not shipped yet.
+    reserved: i64,
+    /// `on_hand - reserved`.
     available: i64,
+    /// Last change.
+    updated_at: DateTime<Utc>,
 }
 
 impl From<StockRow> for StockView {
     fn from(row: StockRow) -> Self {
         Self {
             available: row.on_hand - row.reserved,
-            row,
+            sku_id: row.sku_id,
+            on_hand: row.on_hand,
+            reserved: row.reserved,
+            updated_at: row.updated_at,
         }
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// Every SKU's stock.
+#[derive(Debug, Serialize, ToSchema)]
+struct StockList {
+    /// One entry per SKU, by id.
+    stock: Vec<StockView>,
+}
+
+fn on_hand_schema() -> utoipa::openapi::schema::Object {
+    OnHand::RANGE.schema()
+}
+
+/// `PUT /stock/{sku_id}` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 struct PutBody {
+    /// Units on hand.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = on_hand_schema)]
     on_hand: i64,
 }
 
+/// Sets a SKU's units on hand (creating its row).
+#[utoipa::path(
+    put,
+    path = "/stock/{sku_id}",
+    tag = "stock",
+    security(("bearerAuth" = [])),
+    params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
+    request_body(content = PutBody, content_type = "application/json"),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "The SKU's stock", body = StockView),
+        (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
+        (status = 409, description = "`below_reserved`: fewer units than are reserved", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+    )
+)]
 async fn put_stock(
     _operator: Operator,
     State(state): State<AppState>,
     Path(sku_id): Path<String>,
-    body: Bytes,
-) -> Result<Response, Error> {
-    let sku_id = SkuId::parse(sku_id)?;
-    let body: PutBody = serde_json::from_slice(&body).map_err(Error::MalformedJson)?;
+    body: Body,
+) -> Result<Response, ApiError> {
+    let sku_id = SkuId::parse("sku_id", sku_id)?;
+    let body: PutBody = body.json()?;
     let on_hand = OnHand::parse(body.on_hand)?;
     let row = stock::put(&state.pool, &sku_id, on_hand).await?;
     tracing::info!(sku.id = %row.sku_id, on_hand = row.on_hand, "Stock count set");
     Ok(Json(StockView::from(row)).into_response())
 }
 
+/// One SKU's stock.
+#[utoipa::path(
+    get,
+    path = "/stock/{sku_id}",
+    tag = "stock",
+    security(("bearerAuth" = [])),
+    params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "The SKU's stock", body = StockView),
+        (status = 400, description = "Undecodable path", body = ErrorBody),
+        (status = 404, description = "`sku_not_found`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: not a valid SKU id", body = ErrorBody),
+    )
+)]
 async fn get_stock(
     _operator: Operator,
     State(state): State<AppState>,
     Path(sku_id): Path<String>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
+    let sku_id = SkuId::parse("sku_id", sku_id)?;
     let row = stock::get(&state.pool, &sku_id).await?;
     Ok(Json(StockView::from(row)).into_response())
 }
 
-async fn list_stock(_operator: Operator, State(state): State<AppState>) -> Result<Response, Error> {
-    let rows: Vec<StockView> = stock::all(&state.pool)
+/// Every SKU's stock.
+#[utoipa::path(
+    get,
+    path = "/stock",
+    tag = "stock",
+    security(("bearerAuth" = [])),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "Every SKU's stock", body = StockList))
+)]
+async fn list_stock(
+    _operator: Operator,
+    State(state): State<AppState>,
+) -> Result<Response, ApiError> {
+    let stock: Vec<StockView> = stock::all(&state.pool)
         .await?
         .into_iter()
         .map(StockView::from)
         .collect();
-    Ok(Json(json!({ "stock": rows })).into_response())
+    Ok(Json(StockList { stock }).into_response())
 }
 
+/// Readiness: the database answers and the consumer runs. Belongs on an internal network.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "Not ready", body = Health),
+    )
+)]
 async fn healthz(State(state): State<AppState>) -> Response {
     let up = state.metrics.consumer.up.get() == 1;
     outbox_kit::service::healthz(&state.pool, Some(up)).await
 }
 
+/// Prometheus metrics. Belongs on an internal network.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     outbox_kit::service::metrics_response(&state.metrics.registry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_has_the_servers_constraints() {
+        let doc = openapi();
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearerAuth"]["scheme"],
+            "bearer"
+        );
+        let put = &doc["paths"]["/stock/{sku_id}"]["put"];
+        let sku = &put["parameters"][0]["schema"];
+        assert_eq!(sku["maxLength"], 64, "{sku}");
+        assert_eq!(sku["pattern"], SkuId::RULE.pattern());
+        let body = &doc["components"]["schemas"]["PutBody"];
+        assert_eq!(body["additionalProperties"], false, "{body}");
+        assert_eq!(body["properties"]["on_hand"]["maximum"], OnHand::RANGE.max);
+        assert!(put["responses"]["422"].is_object());
+        for status in ["401", "403"] {
+            assert!(put["responses"][status].is_object(), "no {status} on PUT");
+        }
+        assert_eq!(put["security"][0]["bearerAuth"], serde_json::json!([]));
+        assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
+        assert!(doc["paths"]["/openapi.json"]["get"].is_object());
+    }
 }

@@ -180,9 +180,9 @@ pub async fn put(pool: &PgPool, sku_id: &SkuId, on_hand: OnHand) -> Result<Stock
 ///
 /// # Errors
 /// [`Error::SkuNotFound`], database errors.
-pub async fn get(pool: &PgPool, sku_id: &str) -> Result<StockRow, Error> {
+pub async fn get(pool: &PgPool, sku_id: &SkuId) -> Result<StockRow, Error> {
     let mut conn = pool.acquire().await?;
-    store::find(&mut conn, sku_id)
+    store::find(&mut conn, sku_id.as_str())
         .await?
         .ok_or(Error::SkuNotFound)
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub struct UnknownStatus(String);
 
 /// Where an outbound order is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OutboundStatus {
     /// Waiting to be picked and shipped.
@@ -110,92 +110,30 @@ impl TryFrom<String> for OutboundStatus {
     }
 }
 
-/// A request field that failed validation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ValidationError {
-    /// The field.
-    pub field: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl ValidationError {
-    /// A validation error for `field`.
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
+pub use outbox_kit::validate::ValidationError;
+use outbox_kit::validate::{Chars, TextRule};
 
 /// Most characters of a carrier name or tracking number.
 pub const MAX_SHIPMENT_TEXT: usize = 64;
 
-fn check(field: &str, value: &str, allowed: fn(char) -> bool) -> Result<(), ValidationError> {
-    let len = value.chars().count();
-    if len == 0 {
-        return Err(ValidationError::new(field, "must not be empty"));
-    }
-    if len > MAX_SHIPMENT_TEXT {
-        return Err(ValidationError::new(
-            field,
-            format!("must be at most {MAX_SHIPMENT_TEXT} characters"),
-        ));
-    }
-    if !value.chars().all(allowed) {
-        return Err(ValidationError::new(
-            field,
-            "contains a character that is not allowed",
-        ));
-    }
-    Ok(())
-}
+outbox_kit::text_newtype!(
+    /// A carrier's name, e.g. `DHL`: 1-64 characters, no control characters.
+    Carrier,
+    TextRule::new(MAX_SHIPMENT_TEXT, Chars::Text)
+);
 
-/// A carrier's name, e.g. `DHL`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct Carrier(String);
+outbox_kit::text_newtype!(
+    /// A parcel's tracking number: 1-64 letters, digits and `-_.`.
+    TrackingNo,
+    TextRule::new(MAX_SHIPMENT_TEXT, Chars::TokenNoColon)
+);
 
-impl Carrier {
-    /// Validates printable text of 1–64 characters.
-    ///
-    /// # Errors
-    /// When it is empty, too long or has a control character.
-    pub fn parse(value: String) -> Result<Self, ValidationError> {
-        check("carrier", &value, |c| !c.is_control())?;
-        Ok(Self(value))
-    }
-
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// A parcel's tracking number.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct TrackingNo(String);
-
-impl TrackingNo {
-    /// Validates 1–64 letters, digits and `-_.`.
-    ///
-    /// # Errors
-    /// When it is empty, too long or has another character.
-    pub fn parse(value: String) -> Result<Self, ValidationError> {
-        check("tracking_no", &value, |c| {
-            c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
-        })?;
-        Ok(Self(value))
-    }
-
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+outbox_kit::text_newtype!(
+    /// An outbound's number as a path parameter (`OB0000000001`): 1-32 letters, digits and
+    /// `-_.:`, checked before it reaches SQL.
+    OutboundNo,
+    TextRule::new(32, Chars::Token)
+);
 
 /// A validated `POST /outbounds/{outbound_no}/ship` body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,14 +215,14 @@ mod tests {
             assert_eq!(s.as_str().parse::<OutboundStatus>().unwrap(), s);
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
-        assert!(TrackingNo::parse("1Z-99.x_".into()).is_ok());
-        assert_eq!(
-            TrackingNo::parse("a b".into()).unwrap_err().field,
-            "tracking_no"
-        );
-        assert!(TrackingNo::parse(String::new()).is_err());
-        assert!(TrackingNo::parse("x".repeat(65)).is_err());
-        assert!(Carrier::parse("DHL Express".into()).is_ok());
-        assert!(Carrier::parse("a\nb".into()).is_err());
+        let t = |s: &str| TrackingNo::parse("tracking_no", s.to_owned());
+        assert!(t("1Z-99.x_").is_ok());
+        assert_eq!(t("a b").unwrap_err().field, "tracking_no");
+        assert!(t("").is_err());
+        assert!(t(&"x".repeat(65)).is_err());
+        assert!(Carrier::parse("carrier", "DHL Express".into()).is_ok());
+        assert!(Carrier::parse("carrier", "a\nb".into()).is_err());
+        assert!(OutboundNo::parse("outbound_no", "OB0000000001".into()).is_ok());
+        assert!(OutboundNo::parse("outbound_no", "\0abc".into()).is_err());
     }
 }

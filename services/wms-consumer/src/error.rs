@@ -13,9 +13,6 @@ pub enum Error {
     /// A field is invalid (422).
     #[error("invalid request: {0}")]
     Validation(#[from] ValidationError),
-    /// The body is not JSON of the expected shape (400).
-    #[error("malformed JSON body")]
-    MalformedJson(#[source] serde_json::Error),
     /// No outbound has this number (404).
     #[error("outbound not found")]
     OutboundNotFound,

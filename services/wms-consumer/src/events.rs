@@ -63,7 +63,7 @@ impl EventType {
 }
 
 /// An outbound with its lines: the HTTP answer and the core of every event.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct OutboundView {
     /// The warehouse's number.
     pub outbound_no: String,

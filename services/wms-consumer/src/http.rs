@@ -8,26 +8,29 @@
 //! | `GET /outbounds/{outbound_no}` | the outbound with its lines |
 //! | `GET /outbounds?order_id=` | `{"outbounds": [...]}` of an order (none or one) |
 //! | `GET /healthz`, `GET /metrics` | operations (open: serve them on an internal network) |
+//! | `GET /openapi.json` | the OpenAPI 3.1 document, generated from these handlers |
 //!
 //! Every endpoint but the operations ones needs a bearer token with the operator role
 //! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
 
-use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use outbox_kit::auth::Operator;
-use outbox_kit::service::ApiError;
-use serde::Deserialize;
-use serde_json::json;
+use outbox_kit::service::extract::{Body, Path, Query};
+use outbox_kit::service::{ApiError, ErrorBody, Health};
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
-use crate::domain::{Carrier, OutboundStatus, Shipment, TrackingNo, ValidationError};
+use crate::domain::{Carrier, OutboundNo, OutboundStatus, Shipment, TrackingNo, ValidationError};
 use crate::error::Error;
+use crate::events::OutboundView;
 use crate::fulfilment::{self, ActionResult};
 use crate::Metrics;
 
@@ -43,19 +46,33 @@ pub struct AppState {
     pub metrics: Metrics,
 }
 
+/// The routes and their OpenAPI document, from the same annotations.
+fn api() -> (Router<AppState>, serde_json::Value) {
+    let (router, doc) = OpenApiRouter::new()
+        .routes(routes!(list_outbounds))
+        .routes(routes!(get_outbound))
+        .routes(routes!(ship))
+        .routes(routes!(return_received))
+        .routes(routes!(healthz))
+        .routes(routes!(metrics))
+        .split_for_parts();
+    outbox_kit::service::serve_openapi(
+        router,
+        doc,
+        "wms-consumer",
+        "The warehouse: outbounds created from paid orders, shipped and returned by operators.",
+    )
+}
+
+/// The OpenAPI document `GET /openapi.json` serves.
+pub fn openapi() -> serde_json::Value {
+    api().1
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/outbounds", get(list_outbounds))
-        .route("/outbounds/{outbound_no}", get(get_outbound))
-        .route("/outbounds/{outbound_no}/ship", post(ship))
-        .route(
-            "/outbounds/{outbound_no}/return-received",
-            post(return_received),
-        )
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
+    api()
+        .0
         .layer(middleware::from_fn_with_state(
             state.metrics.http_requests.clone(),
             outbox_kit::service::track_requests::<prometheus::IntCounterVec>,
@@ -63,53 +80,50 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    ApiError::new(status, code, message).into_response()
-}
-
-impl IntoResponse for Error {
-    fn into_response(self) -> Response {
-        let message = self.to_string();
-        match &self {
-            Error::Validation(v) => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "validation_failed",
-                message,
-            )
-            .with("field", v.field.clone())
-            .into_response(),
-            Error::MalformedJson(_) => error(StatusCode::BAD_REQUEST, "malformed_json", &message),
-            Error::OutboundNotFound => error(StatusCode::NOT_FOUND, "outbound_not_found", &message),
-            Error::NotShippable { status } => {
-                let code = if *status == OutboundStatus::Cancelled {
-                    "outbound_cancelled"
-                } else {
-                    "outbound_intercepted"
-                };
-                error(StatusCode::CONFLICT, code, &message)
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let message = e.to_string();
+        let conflict = |code| ApiError::new(StatusCode::CONFLICT, code, message.clone());
+        match e {
+            Error::Validation(v) => v.into(),
+            Error::OutboundNotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "outbound_not_found", message)
             }
-            Error::AlreadyShipped { .. } => {
-                error(StatusCode::CONFLICT, "already_shipped", &message)
-            }
-            Error::TrackingNoInUse => error(StatusCode::CONFLICT, "tracking_no_in_use", &message),
-            Error::NoReturnExpected { .. } => {
-                error(StatusCode::CONFLICT, "no_return_expected", &message)
-            }
-            _ if self.is_retryable() => {
+            Error::NotShippable { status } => conflict(if status == OutboundStatus::Cancelled {
+                "outbound_cancelled"
+            } else {
+                "outbound_intercepted"
+            }),
+            Error::AlreadyShipped { .. } => conflict("already_shipped"),
+            Error::TrackingNoInUse => conflict("tracking_no_in_use"),
+            Error::NoReturnExpected { .. } => conflict("no_return_expected"),
+            e if e.is_retryable() => {
                 tracing::warn!(error = %message, "Database unavailable; request may be retried");
-                ApiError::unavailable("temporarily unavailable; retry").into_response()
+                ApiError::unavailable("temporarily unavailable; retry")
             }
-            _ => {
-                tracing::error!(error = ?self, "Request failed");
-                ApiError::internal().into_response()
+            e => {
+                tracing::error!(error = ?e, "Request failed");
+                ApiError::internal()
             }
         }
     }
 }
 
-#[derive(Debug, Deserialize)]
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
+    }
+}
+
+/// `POST /outbounds/{outbound_no}/ship` body.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 struct ShipBody {
+    /// The carrier's name.
+    #[schema(schema_with = Carrier::schema_object)]
     carrier: String,
+    /// The parcel's tracking number; unique across outbounds.
+    #[schema(schema_with = TrackingNo::schema_object)]
     tracking_no: String,
 }
 
@@ -118,8 +132,8 @@ impl TryFrom<ShipBody> for Shipment {
 
     fn try_from(b: ShipBody) -> Result<Self, Self::Error> {
         Ok(Self {
-            carrier: Carrier::parse(b.carrier)?,
-            tracking_no: TrackingNo::parse(b.tracking_no)?,
+            carrier: Carrier::parse("carrier", b.carrier)?,
+            tracking_no: TrackingNo::parse("tracking_no", b.tracking_no)?,
         })
     }
 }
@@ -133,59 +147,177 @@ fn action_response(result: ActionResult) -> Response {
     r
 }
 
+/// Ships an outbound (`CREATED -> SHIPPED`); the same carrier and tracking number again
+/// answers 200 with `Idempotent-Replayed: true`.
+#[utoipa::path(
+    post,
+    path = "/outbounds/{outbound_no}/ship",
+    tag = "warehouse",
+    security(("bearerAuth" = [])),
+    params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
+    request_body(content = ShipBody, content_type = "application/json"),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "Shipped (or shipped before with the same parcel)", body = OutboundView),
+        (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
+        (status = 404, description = "`outbound_not_found`", body = ErrorBody),
+        (status = 409, description = "`outbound_cancelled`, `outbound_intercepted`, `already_shipped` or `tracking_no_in_use`", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+    )
+)]
 async fn ship(
     _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
-    body: Bytes,
-) -> Result<Response, Error> {
-    let body: ShipBody = serde_json::from_slice(&body).map_err(Error::MalformedJson)?;
+    body: Body,
+) -> Result<Response, ApiError> {
+    let outbound_no = OutboundNo::parse("outbound_no", outbound_no)?;
+    let body: ShipBody = body.json()?;
     let shipment = Shipment::try_from(body)?;
-    let result = fulfilment::ship(&state.pool, &outbound_no, &shipment).await?;
+    let result = fulfilment::ship(&state.pool, outbound_no.as_str(), &shipment).await?;
     Ok(action_response(result))
 }
 
+/// Marks the return of a recalled outbound received (`RECALL -> RETURNED`).
+#[utoipa::path(
+    post,
+    path = "/outbounds/{outbound_no}/return-received",
+    tag = "warehouse",
+    security(("bearerAuth" = [])),
+    params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "Returned (or returned before)", body = OutboundView),
+        (status = 400, description = "Undecodable path", body = ErrorBody),
+        (status = 404, description = "`outbound_not_found`", body = ErrorBody),
+        (status = 409, description = "`no_return_expected`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: not a valid outbound number", body = ErrorBody),
+    )
+)]
 async fn return_received(
     _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
-) -> Result<Response, Error> {
-    let result = fulfilment::return_received(&state.pool, &outbound_no).await?;
+) -> Result<Response, ApiError> {
+    let outbound_no = OutboundNo::parse("outbound_no", outbound_no)?;
+    let result = fulfilment::return_received(&state.pool, outbound_no.as_str()).await?;
     Ok(action_response(result))
 }
 
+/// One outbound with its lines.
+#[utoipa::path(
+    get,
+    path = "/outbounds/{outbound_no}",
+    tag = "warehouse",
+    security(("bearerAuth" = [])),
+    params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "The outbound", body = OutboundView),
+        (status = 400, description = "Undecodable path", body = ErrorBody),
+        (status = 404, description = "`outbound_not_found`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: not a valid outbound number", body = ErrorBody),
+    )
+)]
 async fn get_outbound(
     _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
-) -> Result<Response, Error> {
-    Ok(Json(fulfilment::get(&state.pool, &outbound_no).await?).into_response())
+) -> Result<Response, ApiError> {
+    let outbound_no = OutboundNo::parse("outbound_no", outbound_no)?;
+    Ok(Json(fulfilment::get(&state.pool, outbound_no.as_str()).await?).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// `GET /outbounds` query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
-    order_id: Option<String>,
+    /// The order whose outbounds to list.
+    #[param(required = true)]
+    order_id: Option<Uuid>,
 }
 
+/// The outbounds of an order.
+#[derive(Debug, Serialize, ToSchema)]
+struct OutboundList {
+    /// None or one.
+    outbounds: Vec<OutboundView>,
+}
+
+/// The outbounds of an order (none or one).
+#[utoipa::path(
+    get,
+    path = "/outbounds",
+    tag = "warehouse",
+    security(("bearerAuth" = [])),
+    params(ListQuery),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "The order's outbounds", body = OutboundList),
+        (status = 400, description = "`invalid_query`: `order_id` is not a UUID", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: `order_id` is missing", body = ErrorBody),
+    )
+)]
 async fn list_outbounds(
     _operator: Operator,
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
-) -> Result<Response, Error> {
-    let text = q
+) -> Result<Response, ApiError> {
+    let order_id = q
         .order_id
         .ok_or_else(|| ValidationError::new("order_id", "is required"))?;
-    let order_id =
-        Uuid::parse_str(&text).map_err(|_| ValidationError::new("order_id", "must be a UUID"))?;
     let outbounds = fulfilment::for_order(&state.pool, order_id).await?;
-    Ok(Json(json!({ "outbounds": outbounds })).into_response())
+    Ok(Json(OutboundList { outbounds }).into_response())
 }
 
+/// Readiness: the database answers and the consumer runs. Belongs on an internal network.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "Not ready", body = Health),
+    )
+)]
 async fn healthz(State(state): State<AppState>) -> Response {
     let up = state.metrics.consumer.up.get() == 1;
     outbox_kit::service::healthz(&state.pool, Some(up)).await
 }
 
+/// Prometheus metrics. Belongs on an internal network.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     outbox_kit::service::metrics_response(&state.metrics.registry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_has_the_servers_constraints() {
+        let doc = openapi();
+        assert_eq!(
+            doc["components"]["securitySchemes"]["bearerAuth"]["scheme"],
+            "bearer"
+        );
+        let ship = &doc["paths"]["/outbounds/{outbound_no}/ship"]["post"];
+        let no = &ship["parameters"][0]["schema"];
+        assert_eq!(no["pattern"], OutboundNo::RULE.pattern(), "{no}");
+        let body = &doc["components"]["schemas"]["ShipBody"];
+        assert_eq!(body["additionalProperties"], false, "{body}");
+        assert_eq!(
+            body["properties"]["tracking_no"]["maxLength"],
+            TrackingNo::RULE.max_chars
+        );
+        let list = &doc["paths"]["/outbounds"]["get"]["parameters"][0];
+        assert_eq!(list["required"], true, "{list}");
+    }
 }

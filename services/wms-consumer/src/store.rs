@@ -35,7 +35,16 @@ pub struct OutboundRow {
 }
 
 /// One line of an outbound.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    sqlx::FromRow,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
 pub struct LineRow {
     /// The SKU.
     pub sku_id: String,

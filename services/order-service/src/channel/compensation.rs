@@ -18,7 +18,7 @@ use super::{apply, Outcome, Source, MARKETPLACE};
 use crate::metrics::Metrics;
 
 /// What one pass did.
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Pass {
     /// Changes the platform reported since the watermark.
     pub fetched: u64,

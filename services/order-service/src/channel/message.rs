@@ -4,17 +4,24 @@
 use serde::Deserialize;
 
 use crate::domain::{Cents, RefundKind, ValidationError};
-use crate::orders::{CreateOrderItemBody, NewOrder};
+use outbox_kit::validate::{Chars, TextRule};
 
-/// A pushed message as received.
-#[derive(Debug, Clone, Deserialize)]
+use crate::orders::{CreateOrderItemBody, NewOrder};
+use crate::refunds::{epoch_ms_schema, EPOCH_MS};
+
+/// A pushed message as received. The platform may add fields: unknown ones are ignored.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct PushBody {
     /// The platform's transport id; a re-delivery repeats it.
+    #[schema(schema_with = platform_id_schema)]
     pub msg_id: String,
     /// `TradeSync` or `RefundSync`.
     #[serde(rename = "type")]
+    #[schema(pattern = "^(TradeSync|RefundSync)$")]
     pub msg_type: String,
     /// When the platform last changed the trade or refund (epoch milliseconds).
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[schema(schema_with = epoch_ms_schema)]
     pub modified: i64,
     /// The trade snapshot of a `TradeSync`.
     #[serde(default)]
@@ -25,9 +32,10 @@ pub struct PushBody {
 }
 
 /// A trade snapshot as received.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct TradeBody {
     /// The platform's order id.
+    #[schema(schema_with = platform_id_schema)]
     pub tid: String,
     /// `WAIT_BUYER_PAY`, `WAIT_SELLER_SEND_GOODS`, `WAIT_BUYER_CONFIRM`, `TRADE_FINISHED`,
     /// `TRADE_CLOSED`.
@@ -35,14 +43,33 @@ pub struct TradeBody {
     /// The buyer.
     pub buyer_id: String,
     /// What was bought.
-    pub items: Vec<CreateOrderItemBody>,
+    pub items: Vec<TradeItemBody>,
     /// What the buyer paid: required once paid, present on a closed trade that was paid.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "outbox_kit::validate::optional_integer")]
     pub paid_cents: Option<i64>,
 }
 
+/// One line of a trade as received (unknown fields ignored, unlike `POST /orders`).
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct TradeItemBody {
+    /// Catalog SKU.
+    pub sku_id: String,
+    /// Units.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    pub quantity: i64,
+}
+
+impl From<TradeItemBody> for CreateOrderItemBody {
+    fn from(i: TradeItemBody) -> Self {
+        Self {
+            sku_id: i.sku_id,
+            quantity: i.quantity,
+        }
+    }
+}
+
 /// A refund snapshot as received.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 pub struct RefundSyncBody {
     /// The platform's order id.
     pub tid: String,
@@ -52,6 +79,7 @@ pub struct RefundSyncBody {
     /// `CLOSED`.
     pub status: String,
     /// Amount to give back.
+    #[serde(deserialize_with = "outbox_kit::validate::integer")]
     pub refund_cents: i64,
     /// `REFUND_ONLY` or `RETURN_AND_REFUND` (default).
     #[serde(default)]
@@ -215,18 +243,16 @@ pub enum MessageError {
     Invalid(#[from] ValidationError),
 }
 
-/// Most characters of a platform id.
-const MAX_ID: usize = 128;
+/// A platform id: 1-128 characters, no control characters.
+const PLATFORM_ID: TextRule = TextRule::new(128, Chars::Text);
 
 fn platform_id(field: &str, value: String) -> Result<String, ValidationError> {
-    let len = value.chars().count();
-    if len == 0 || len > MAX_ID || value.chars().any(char::is_control) {
-        return Err(ValidationError::new(
-            field,
-            format!("must be 1-{MAX_ID} printable characters"),
-        ));
-    }
+    PLATFORM_ID.check(field, &value)?;
     Ok(value)
+}
+
+fn platform_id_schema() -> utoipa::openapi::schema::Object {
+    PLATFORM_ID.schema()
 }
 
 impl TryFrom<PushBody> for ChannelMessage {
@@ -234,11 +260,7 @@ impl TryFrom<PushBody> for ChannelMessage {
 
     fn try_from(body: PushBody) -> Result<Self, Self::Error> {
         let msg_id = platform_id("msg_id", body.msg_id)?;
-        if body.modified < 0 {
-            return Err(
-                ValidationError::new("modified", "must be epoch milliseconds (>= 0)").into(),
-            );
-        }
+        EPOCH_MS.check("modified", body.modified)?;
         let change = match body.msg_type.as_str() {
             "TradeSync" => {
                 let t = body
@@ -248,9 +270,14 @@ impl TryFrom<PushBody> for ChannelMessage {
                     .ok_or_else(|| ValidationError::new("trade.status", "unknown trade status"))?;
                 let order = crate::domain::UserId::parse("buyer_id", t.buyer_id)
                     .and_then(|user_id| {
-                        NewOrder::parse(user_id, crate::orders::CreateOrderBody { items: t.items })
+                        NewOrder::parse(
+                            user_id,
+                            crate::orders::CreateOrderBody {
+                                items: t.items.into_iter().map(Into::into).collect(),
+                            },
+                        )
                     })
-                    .map_err(|e| ValidationError::new(format!("trade.{}", e.field), e.reason))?;
+                    .map_err(|e| ValidationError::new(format!("trade.{}", e.field), e.message))?;
                 // A closed trade carries `paid_cents` when it was paid before it closed.
                 let paid = match (status, t.paid_cents) {
                     (_, Some(c)) if status.is_paid() || status == TradeStatus::TradeClosed => {

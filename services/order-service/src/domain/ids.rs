@@ -5,112 +5,43 @@ use std::fmt;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::ValidationError;
-
-/// Checks length (in characters) and that every character is allowed.
-fn check_text(
-    field: &str,
-    value: &str,
-    max_chars: usize,
-    allowed: fn(char) -> bool,
-    allowed_desc: &str,
-) -> Result<(), ValidationError> {
-    let len = value.chars().count();
-    if len == 0 {
-        return Err(ValidationError::new(field, "must not be empty"));
-    }
-    if len > max_chars {
-        return Err(ValidationError::new(
-            field,
-            format!("must be at most {max_chars} characters"),
-        ));
-    }
-    if !value.chars().all(allowed) {
-        return Err(ValidationError::new(
-            field,
-            format!("may only contain {allowed_desc}"),
-        ));
-    }
-    Ok(())
-}
-
-fn is_token_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':')
-}
-
-fn is_printable_ascii(c: char) -> bool {
-    c == ' ' || c.is_ascii_graphic()
-}
-
-fn is_visible_ascii(c: char) -> bool {
-    c.is_ascii_graphic()
-}
-
-fn is_text_char(c: char) -> bool {
-    !c.is_control()
-}
-
-macro_rules! text_newtype {
-    ($(#[$doc:meta])* $name:ident, max = $max:expr, allowed = $allowed:expr, desc = $desc:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(String);
-
-        impl $name {
-            /// Most characters allowed.
-            pub const MAX_CHARS: usize = $max;
-
-            /// Validates `value`; `field` names it in the error.
-            ///
-            /// # Errors
-            /// When it is empty, too long or has a character that is not allowed.
-            pub fn parse(field: &str, value: String) -> Result<Self, ValidationError> {
-                check_text(field, &value, $max, $allowed, $desc)?;
-                Ok(Self(value))
-            }
-
-            /// The validated text.
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-    };
-}
+use outbox_kit::text_newtype;
+use outbox_kit::validate::{Chars, TextRule};
 
 text_newtype!(
     /// The buyer, as the caller identifies them. Idempotency keys are scoped to it.
-    UserId, max = 128, allowed = is_visible_ascii, desc = "printable ASCII characters without spaces"
+    UserId,
+    TextRule::new(128, Chars::VisibleAscii)
 );
 text_newtype!(
     /// A catalog entry's identifier (`[A-Za-z0-9._:-]`).
-    SkuId, max = 64, allowed = is_token_char, desc = "letters, digits, '-', '_', '.' and ':'"
+    SkuId,
+    TextRule::new(64, Chars::Token)
 );
 text_newtype!(
     /// A catalog entry's display name.
-    SkuName, max = 200, allowed = is_text_char, desc = "non-control characters"
+    SkuName,
+    TextRule::new(200, Chars::Text)
 );
 text_newtype!(
     /// The client's `Idempotency-Key`: 1 to 128 printable ASCII characters.
-    IdempotencyKey, max = 128, allowed = is_printable_ascii, desc = "printable ASCII characters"
+    IdempotencyKey,
+    TextRule::new(128, Chars::PrintableAscii)
 );
 text_newtype!(
     /// The payment provider's transaction id; unique across all payments.
-    TransactionId, max = 128, allowed = is_visible_ascii, desc = "printable ASCII characters without spaces"
+    TransactionId,
+    TextRule::new(128, Chars::VisibleAscii)
 );
 text_newtype!(
     /// The merchant's refund number; unique across all refunds.
-    RefundNo, max = 64, allowed = is_visible_ascii, desc = "printable ASCII characters without spaces"
+    RefundNo,
+    TextRule::new(64, Chars::VisibleAscii)
 );
 text_newtype!(
     /// Why a refund is asked for, shown to operators and downstream systems.
-    RefundReason, max = 500, allowed = is_text_char, desc = "non-control characters"
+    RefundReason,
+    TextRule::new(500, Chars::Text)
 );
 
 /// An order's identifier (a UUID assigned by the database).

@@ -14,22 +14,6 @@ pub use lifecycle::{LifecycleEvent, Transition};
 pub use money::{Cents, Quantity};
 pub use status::{OrderStatus, RefundKind, RefundOutcome, RefundStatus, UnknownStatus};
 
-/// A field of a request failed validation.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {reason}")]
-pub struct ValidationError {
-    /// Where the problem is, as a JSON path (`items[2].quantity`).
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-impl ValidationError {
-    /// A validation error for `field`.
-    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            reason: reason.into(),
-        }
-    }
-}
+/// A field of a request failed validation (the one shared type: `field` is a JSON path such as
+/// `items[2].quantity`).
+pub use outbox_kit::validate::ValidationError;

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use outbox_kit::validate::IntRange;
+
 use super::ValidationError;
 
 /// A positive amount of money in cents, at most [`Cents::MAX`].
@@ -14,24 +16,21 @@ impl Cents {
     /// The largest amount accepted anywhere: 100 billion units of currency.
     pub const MAX: i64 = 10_000_000_000_000;
 
+    /// What a valid amount is: 1 to [`Cents::MAX`] (the check and the OpenAPI schema).
+    pub const RANGE: IntRange = IntRange::new(1, Self::MAX);
+
     /// Validates an amount; `field` names it in the error.
     ///
     /// # Errors
     /// When it is not positive or above [`Cents::MAX`].
     pub fn parse(field: &str, value: i64) -> Result<Self, ValidationError> {
-        if value <= 0 {
-            return Err(ValidationError::new(
-                field,
-                "must be a positive number of cents",
-            ));
-        }
-        if value > Self::MAX {
-            return Err(ValidationError::new(
-                field,
-                format!("must be at most {} cents", Self::MAX),
-            ));
-        }
+        Self::RANGE.check(field, value)?;
         Ok(Self(value))
+    }
+
+    /// [`Cents::RANGE`] as an inline JSON Schema, for wire fields.
+    pub fn schema_object() -> utoipa::openapi::schema::Object {
+        Self::RANGE.schema()
     }
 
     /// The amount in cents.
@@ -65,19 +64,22 @@ impl Quantity {
     /// The largest quantity of one line.
     pub const MAX: i64 = 10_000;
 
+    /// What a valid quantity is: 1 to [`Quantity::MAX`] (the check and the OpenAPI schema).
+    pub const RANGE: IntRange = IntRange::new(1, Self::MAX);
+
     /// Validates a quantity; `field` names it in the error.
     ///
     /// # Errors
     /// When it is not between 1 and [`Quantity::MAX`].
     pub fn parse(field: &str, value: i64) -> Result<Self, ValidationError> {
-        if !(1..=Self::MAX).contains(&value) {
-            return Err(ValidationError::new(
-                field,
-                format!("must be between 1 and {}", Self::MAX),
-            ));
-        }
+        Self::RANGE.check(field, value)?;
         // In range by the check above.
         Ok(Self(value as i32))
+    }
+
+    /// [`Quantity::RANGE`] as an inline JSON Schema, for wire fields.
+    pub fn schema_object() -> utoipa::openapi::schema::Object {
+        Self::RANGE.schema()
     }
 
     /// The quantity.

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub struct UnknownStatus(String);
 
 /// Where an order is in its life; the moves between them are [`super::lifecycle::TRANSITIONS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum OrderStatus {
     /// Created, waiting for the payment provider's notification.
@@ -117,7 +117,7 @@ impl TryFrom<String> for OrderStatus {
 }
 
 /// Where a refund is: `REQUESTED -> SUCCEEDED` or `REQUESTED -> CLOSED`, once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RefundStatus {
     /// Asked for; the provider has not answered yet. Its amount is reserved.
@@ -190,7 +190,9 @@ impl RefundOutcome {
 /// recalls the parcel (a return is expected) and `RefundOnly` (a price adjustment, or the
 /// buyer keeps the goods) changes nothing in fulfilment. Requests without a kind are
 /// `ReturnAndRefund`, which is what every refund did before kinds existed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, utoipa::ToSchema,
+)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum RefundKind {
     /// Money back, the goods stay with the buyer (or never left).

@@ -6,13 +6,13 @@
 //! it.
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use serde_json::{json, Value};
+use outbox_kit::service::extract::{parse_json, Body};
+use outbox_kit::service::{ApiError, ErrorBody};
 
-use super::{body_bytes, parse_json, AppState, SIGNATURE, SIGNATURE_TIMESTAMP};
+use super::{AppState, CallbackAck, SIGNATURE, SIGNATURE_TIMESTAMP};
 use crate::error::Error;
 use crate::payments::{self, PaymentCallbackBody, PaymentNotice, PaymentOutcome};
 use crate::refunds::{self, RefundCallbackBody, RefundNotice};
@@ -20,12 +20,8 @@ use crate::signature::CallbackSecret;
 
 /// The body, once its timestamped signature is verified and its timestamp is inside the
 /// replay window.
-fn verified_callback(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Bytes, Error> {
-    let body = body_bytes(body)?;
+fn verified_callback(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, Error> {
+    let body = body.0;
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let now = chrono::Utc::now().timestamp();
     state.secret.verify_at(
@@ -42,9 +38,9 @@ fn verified_callback(
 pub(super) fn verified(
     secret: &CallbackSecret,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Bytes, Error> {
-    let body = body_bytes(body)?;
+    let body = body.0;
     let signature = headers
         .get(SIGNATURE)
         .and_then(|v| v.to_str().ok())
@@ -55,15 +51,35 @@ pub(super) fn verified(
     Ok(body)
 }
 
-fn success() -> Json<Value> {
-    Json(json!({ "result": "success" }))
+fn success() -> Json<CallbackAck> {
+    Json(CallbackAck {
+        result: "success".to_owned(),
+    })
 }
 
+/// The payment provider's notification that an order was paid. Without a valid timestamped
+/// signature it answers 401 and reads nothing.
+#[utoipa::path(
+    post,
+    path = "/payments/callback",
+    tag = "callbacks",
+    params(("X-Signature" = String, Header, description = "Hex HMAC-SHA256 of `<timestamp>.<raw body>` with the callback secret"), ("X-Signature-Timestamp" = i64, Header, description = "Signing time, Unix seconds; must be within the replay window")),
+    request_body(content = PaymentCallbackBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recognised (duplicates included)", body = CallbackAck),
+        (status = 400, description = "`malformed_json`, `unreadable_body` or `amount_mismatch`", body = ErrorBody),
+        (status = 401, description = "`invalid_signature`, `invalid_signature_timestamp` or `stale_signature` (outside the replay window)", body = ErrorBody),
+        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 409, description = "`transaction_id_reused` or `conflict`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`", body = ErrorBody),
+    )
+)]
 pub(super) async fn payment_callback(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, Error> {
+    body: Body,
+) -> Result<Json<CallbackAck>, ApiError> {
     let body = verified_callback(&state, &headers, body)?;
     let body: PaymentCallbackBody = parse_json(&body)?;
     let notice = PaymentNotice::try_from(body)?;
@@ -83,11 +99,29 @@ pub(super) async fn payment_callback(
     Ok(success())
 }
 
+/// The payment provider's notification that a refund succeeded or closed. Without a valid
+/// timestamped signature it answers 401 and reads nothing.
+#[utoipa::path(
+    post,
+    path = "/refunds/callback",
+    tag = "callbacks",
+    params(("X-Signature" = String, Header, description = "Hex HMAC-SHA256 of `<timestamp>.<raw body>` with the callback secret"), ("X-Signature-Timestamp" = i64, Header, description = "Signing time, Unix seconds; must be within the replay window")),
+    request_body(content = RefundCallbackBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recognised (duplicates and stale snapshots included)", body = CallbackAck),
+        (status = 400, description = "`malformed_json` or `unreadable_body`", body = ErrorBody),
+        (status = 401, description = "`invalid_signature`, `invalid_signature_timestamp` or `stale_signature` (outside the replay window)", body = ErrorBody),
+        (status = 404, description = "`refund_not_found`", body = ErrorBody),
+        (status = 409, description = "`illegal_transition` or `conflict`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`", body = ErrorBody),
+    )
+)]
 pub(super) async fn refund_callback(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, Error> {
+    body: Body,
+) -> Result<Json<CallbackAck>, ApiError> {
     let body = verified_callback(&state, &headers, body)?;
     let body: RefundCallbackBody = parse_json(&body)?;
     let notice = RefundNotice::try_from(body)?;

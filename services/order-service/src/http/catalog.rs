@@ -1,22 +1,39 @@
 //! `PUT /skus/{sku_id}` (operator role).
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use outbox_kit::auth::Operator;
+use outbox_kit::service::extract::{Body, Path};
+use outbox_kit::service::{ApiError, ErrorBody};
 
-use super::{body_bytes, parse_json, AppState};
+use super::AppState;
 use crate::catalog::{self, Sku, SkuBody, SkuView};
-use crate::error::Error;
+use crate::domain::SkuId;
 
+/// Creates or replaces a catalog entry; existing orders keep their prices. Operator role.
+#[utoipa::path(
+    put,
+    path = "/skus/{sku_id}",
+    tag = "catalog",
+    security(("bearerAuth" = [])),
+    params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
+    request_body(content = SkuBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The stored entry", body = SkuView),
+        (status = 400, description = "`malformed_json`, `unreadable_body` or `invalid_path`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 409, description = "`conflict` with the current state", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+    )
+)]
 pub(super) async fn put_sku(
     _operator: Operator,
     State(state): State<AppState>,
     Path(sku_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<SkuView>, Error> {
-    let body: SkuBody = parse_json(&body_bytes(body)?)?;
+    body: Body,
+) -> Result<Json<SkuView>, ApiError> {
+    let body: SkuBody = body.json()?;
     let sku = Sku::parse(sku_id, body)?;
     Ok(Json(catalog::put(&state.pool, &sku).await?))
 }

@@ -11,46 +11,91 @@
 //! `POST /channels/marketplace/compensate` (operator role) runs one compensation pass now and
 //! answers what it did.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use outbox_kit::auth::Operator;
-use serde_json::{json, Value};
+use outbox_kit::service::extract::{parse_json, Body};
+use outbox_kit::service::{ApiError, ErrorBody};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::callbacks::verified;
-use super::{parse_json, AppState};
+use super::AppState;
+use crate::channel::compensation::Pass;
 use crate::channel::{self, ChannelMessage, PushBody, Source};
 use crate::error::Error;
 
+/// The answer to a handled push.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct PushAck {
+    /// Always `success`.
+    #[schema(pattern = "^success$")]
+    result: String,
+    /// `applied`, `duplicate_message`, `duplicate_change` or `stale`.
+    #[schema(pattern = "^(applied|duplicate_message|duplicate_change|stale)$")]
+    outcome: String,
+}
+
+/// A signed `TradeSync` / `RefundSync` message from the marketplace. Without a valid
+/// `X-Signature` it answers 401 and reads nothing; 404 while the channel is not configured.
+#[utoipa::path(
+    post,
+    path = "/channels/marketplace/push",
+    tag = "channel",
+    params(("X-Signature" = String, Header, description = "Hex HMAC-SHA256 of the raw body with the marketplace secret")),
+    request_body(content = PushBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Handled: applied or absorbed as a duplicate", body = PushAck),
+        (status = 400, description = "`malformed_json` or `unreadable_body`", body = ErrorBody),
+        (status = 401, description = "`invalid_signature`: missing or wrong `X-Signature`", body = ErrorBody),
+        (status = 404, description = "`channel_disabled`", body = ErrorBody),
+        (status = 409, description = "`unknown_channel_order`, `illegal_transition` or `conflict`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`validation_failed` or `unknown_message_type`", body = ErrorBody),
+    )
+)]
 pub(super) async fn push(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, Error> {
+    body: Body,
+) -> Result<Json<PushAck>, ApiError> {
     let secret = state
         .marketplace_secret
         .as_ref()
         .ok_or(Error::ChannelDisabled)?;
     let body = verified(secret, &headers, body)?;
     let body: PushBody = parse_json(&body)?;
-    let msg = ChannelMessage::try_from(body)?;
+    let msg = ChannelMessage::try_from(body).map_err(Error::from)?;
     let outcome = channel::apply(&state.pool, &msg, Source::Push).await?;
     state
         .metrics
         .channel_messages
         .with_label_values(&[Source::Push.as_str(), outcome.as_str()])
         .inc();
-    Ok(Json(
-        json!({ "result": "success", "outcome": outcome.as_str() }),
-    ))
+    Ok(Json(PushAck {
+        result: "success".to_owned(),
+        outcome: outcome.as_str().to_owned(),
+    }))
 }
 
+/// Runs one compensation pass now: asks the marketplace what changed and applies what no push
+/// brought. Operator role.
+#[utoipa::path(
+    post,
+    path = "/channels/marketplace/compensate",
+    tag = "channel",
+    security(("bearerAuth" = [])),
+    responses(
+        (status = 200, description = "What the pass did", body = Pass),
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 404, description = "`channel_disabled`: no marketplace URL configured", body = ErrorBody),
+    )
+)]
 pub(super) async fn compensate(
     _operator: Operator,
     State(state): State<AppState>,
-) -> Result<Json<Value>, Error> {
+) -> Result<Json<Pass>, ApiError> {
     let client = state.marketplace.as_ref().ok_or(Error::ChannelDisabled)?;
     let pass = channel::compensation::run_once(&state.pool, client, &state.metrics)
         .await
@@ -60,5 +105,5 @@ pub(super) async fn compensate(
                 Error::PlatformUnavailable(e.to_string())
             }
         })?;
-    Ok(Json(serde_json::to_value(pass).map_err(Error::Serialize)?))
+    Ok(Json(pass))
 }

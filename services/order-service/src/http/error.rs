@@ -14,11 +14,6 @@ impl Error {
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
-            Self::MalformedJson(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
-            Self::UnreadableBody(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
-            }
-            Self::UnreadableBody(_) => (StatusCode::BAD_REQUEST, "unreadable_body"),
             Self::InvalidIdempotencyKey(_) => (StatusCode::BAD_REQUEST, "invalid_idempotency_key"),
             Self::IdempotencyKeyReused => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
@@ -75,8 +70,21 @@ fn chain(error: &dyn std::error::Error) -> String {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
+        ApiError::from(self).into_response()
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        e.into_api_error()
+    }
+}
+
+impl Error {
+    fn into_api_error(self) -> ApiError {
         if let Self::Auth(e) = self {
-            return e.into_response();
+            // With its own code and `WWW-Authenticate`.
+            return e.into();
         }
         let (status, code) = self.status_and_code();
         let message = if status.is_server_error() {
@@ -94,8 +102,6 @@ impl IntoResponse for Error {
                 "Request refused by a database constraint"
             );
             "the request conflicts with the current state".to_owned()
-        } else if let Self::MalformedJson(e) = &self {
-            format!("malformed JSON body: {e}")
         } else {
             self.to_string()
         };
@@ -118,6 +124,6 @@ impl IntoResponse for Error {
             }
             _ => {}
         }
-        error.into_response()
+        error
     }
 }

@@ -10,19 +10,16 @@ mod error;
 mod ops;
 mod orders;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::middleware;
-use axum::routing::{get, post, put};
 use axum::Router;
-use serde::de::DeserializeOwned;
+use serde::Serialize;
 use sqlx::PgPool;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::signature::CallbackSecret;
-
-pub use ops::OPENAPI_JSON;
 
 /// Header with the client's idempotency key on `POST /orders`.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
@@ -52,42 +49,55 @@ pub struct AppState {
     pub auth: outbox_kit::auth::Authenticator,
 }
 
+/// The answer to a recognised callback.
+#[derive(Debug, Serialize, ToSchema)]
+struct CallbackAck {
+    /// Always `success`.
+    #[schema(pattern = "^success$")]
+    result: String,
+}
+
+/// The routes and their OpenAPI document, from the same annotations: a route is registered
+/// by its handler's `#[utoipa::path]`, so it cannot exist undocumented.
+fn api() -> (Router<AppState>, serde_json::Value) {
+    let (router, doc) = OpenApiRouter::new()
+        .routes(routes!(catalog::put_sku))
+        .routes(routes!(orders::create_order))
+        .routes(routes!(orders::get_order))
+        .routes(routes!(orders::cancel_order))
+        .routes(routes!(orders::deliver_order))
+        .routes(routes!(orders::complete_order))
+        .routes(routes!(orders::request_refund))
+        .routes(routes!(callbacks::payment_callback))
+        .routes(routes!(callbacks::refund_callback))
+        .routes(routes!(channel::push))
+        .routes(routes!(channel::compensate))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::metrics))
+        .split_for_parts();
+    outbox_kit::service::serve_openapi(
+        router,
+        doc,
+        "order-service",
+        "Orders with idempotent creation, signed payment and refund callbacks, the marketplace \
+         channel, and the catalog. Callbacks and pushes are HMAC-signed (`X-Signature`); \
+         without a valid signature they answer 401 and read nothing.",
+    )
+}
+
+/// The OpenAPI document `GET /openapi.json` serves.
+pub fn openapi() -> serde_json::Value {
+    api().1
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/skus/{sku_id}", put(catalog::put_sku))
-        .route("/orders", post(orders::create_order))
-        .route("/orders/{order_id}", get(orders::get_order))
-        .route("/orders/{order_id}/cancel", post(orders::cancel_order))
-        .route("/orders/{order_id}/deliver", post(orders::deliver_order))
-        .route("/orders/{order_id}/complete", post(orders::complete_order))
-        .route("/orders/{order_id}/refunds", post(orders::request_refund))
-        .route("/payments/callback", post(callbacks::payment_callback))
-        .route("/refunds/callback", post(callbacks::refund_callback))
-        .route("/channels/marketplace/push", post(channel::push))
-        .route(
-            "/channels/marketplace/compensate",
-            post(channel::compensate),
-        )
-        .route("/healthz", get(ops::healthz))
-        .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi))
-        .fallback(ops::not_found)
-        .method_not_allowed_fallback(ops::method_not_allowed)
+    api()
+        .0
         .layer(axum::Extension(state.auth.clone()))
         .layer(middleware::from_fn_with_state(
             state.metrics.clone(),
             outbox_kit::service::track_requests::<Metrics>,
         ))
         .with_state(state)
-}
-
-/// The body bytes, or the reason they could not be read.
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Error> {
-    body.map_err(Error::UnreadableBody)
-}
-
-/// Parses a JSON body whatever its content type.
-fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Error> {
-    serde_json::from_slice(body).map_err(Error::MalformedJson)
 }

@@ -1,44 +1,39 @@
-//! `/healthz`, `/metrics`, `/openapi.json`, and the JSON answers for unknown routes.
+//! `/healthz` and `/metrics`. (`/openapi.json` and the JSON 404 / 405 answers come from
+//! `outbox_kit::service::serve_openapi`.) Both belong on an internal port or network.
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use outbox_kit::service::Health;
 
 use super::AppState;
 
-/// The OpenAPI 3.1 description of the whole API, served at `/openapi.json`.
-pub const OPENAPI_JSON: &str = include_str!("openapi.json");
-
-/// 200 when the database answers in time, else 503 (the shared answer; the fulfilment
-/// consumer's state is in its metrics, not here).
+/// Readiness: 200 when the database answers in time, else 503 (the fulfilment consumer's state
+/// is in its metrics, not here).
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "Not ready", body = Health),
+    )
+)]
 pub(super) async fn healthz(State(state): State<AppState>) -> Response {
     outbox_kit::service::healthz(&state.pool, None).await
 }
 
+/// Prometheus metrics.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
+)]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
     )
         .into_response()
-}
-
-pub(super) async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON).into_response()
-}
-
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    outbox_kit::service::ApiError::new(status, code, message).into_response()
-}
-
-pub(super) async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "not_found", "no such route")
-}
-
-pub(super) async fn method_not_allowed() -> Response {
-    error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "method not allowed on this route",
-    )
 }

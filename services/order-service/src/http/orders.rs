@@ -6,19 +6,20 @@
 //! (`roles: ["operator"]`) may read and act on every order; `deliver` (the carrier's report,
 //! relayed by operations) is operator-only.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use outbox_kit::auth::{AuthError, Customer, Operator};
+use outbox_kit::service::extract::{Body, Path};
+use outbox_kit::service::{ApiError, ErrorBody};
 
-use super::{body_bytes, parse_json, AppState, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+use super::{AppState, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use crate::domain::{IdempotencyKey, LifecycleEvent, OrderId, UserId};
 use crate::error::Error;
 use crate::orders::{self, parse_order_id, CreateOrderBody, NewOrder};
 use crate::refunds::{self, RefundBody, RefundRequest};
+use crate::views::{OrderDetail, OrderView, RefundView};
 
 /// The `Idempotency-Key` header, validated.
 fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
@@ -29,7 +30,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
         Error::InvalidIdempotencyKey("must be printable ASCII characters".to_owned())
     })?;
     IdempotencyKey::parse("Idempotency-Key", text.to_owned())
-        .map_err(|e| Error::InvalidIdempotencyKey(e.reason))
+        .map_err(|e| Error::InvalidIdempotencyKey(e.message))
 }
 
 /// The caller's user id, validated like any user id.
@@ -62,15 +63,41 @@ fn replayed(mut response: Response) -> Response {
     response
 }
 
+/// Creates an order of the caller (the token's `sub`; prices from the catalog). The same
+/// `Idempotency-Key` with the same request answers the original response again, with
+/// `Idempotent-Replayed: true`.
+#[utoipa::path(
+    post,
+    path = "/orders",
+    tag = "orders",
+    security(("bearerAuth" = [])),
+    params(("Idempotency-Key" = inline(IdempotencyKey), Header, description = "The client's key for this request; scoped to the caller")),
+    request_body(content = CreateOrderBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created, or replayed", body = OrderView,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer")),
+            links(
+                ("GetOrder" = (operation_id = "get_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("CancelOrder" = (operation_id = "cancel_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("DeliverOrder" = (operation_id = "deliver_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("CompleteOrder" = (operation_id = "complete_order", parameters(("order_id" = "$response.body#/order_id")))),
+                ("RequestRefund" = (operation_id = "request_refund", parameters(("order_id" = "$response.body#/order_id")))),
+            )),
+        (status = 400, description = "`invalid_idempotency_key`, `malformed_json` or `unreadable_body`", body = ErrorBody),
+        (status = 409, description = "`conflict` with the current state", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`, `unknown_sku` or `idempotency_key_reused`", body = ErrorBody),
+    )
+)]
 pub(super) async fn create_order(
     caller: Customer,
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, Error> {
+    body: Body,
+) -> Result<Response, ApiError> {
     let user_id = user_of(&caller)?;
     let key = idempotency_key(&headers)?;
-    let body: CreateOrderBody = parse_json(&body_bytes(body)?)?;
+    let body: CreateOrderBody = body.json()?;
     let order = NewOrder::parse(user_id, body)?;
     let created = orders::create(&state.pool, &key, &order).await?;
     let status = StatusCode::from_u16(created.status).unwrap_or(StatusCode::CREATED);
@@ -84,11 +111,24 @@ pub(super) async fn create_order(
     }
 }
 
+/// The order with its payments and refunds: the caller's own, or any for an operator.
+#[utoipa::path(
+    get,
+    path = "/orders/{order_id}",
+    tag = "orders",
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
+    responses(
+        (status = 200, description = "The order", body = OrderDetail),
+        (status = 400, description = "`invalid_path`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
+    )
+)]
 pub(super) async fn get_order(
     caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let order_id = visible_order(&state, &caller, &order_id).await?;
     let detail = orders::get(&state.pool, order_id).await?;
     Ok(Json(detail).into_response())
@@ -103,11 +143,25 @@ async fn move_order(
     orders::apply_event(&state.pool, order_id, event).await
 }
 
+/// Cancels an order before shipping (a paid one is refunded in full).
+#[utoipa::path(
+    post,
+    path = "/orders/{order_id}/cancel",
+    tag = "orders",
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
+    responses(
+        (status = 200, description = "The order (cancelled, or already cancelled)", body = OrderView),
+        (status = 400, description = "`invalid_path`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
+        (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
+    )
+)]
 pub(super) async fn cancel_order(
     caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let order_id = visible_order(&state, &caller, &order_id).await?;
     let cancelled = move_order(&state, order_id, LifecycleEvent::Cancel).await?;
     if cancelled.changed {
@@ -118,34 +172,80 @@ pub(super) async fn cancel_order(
 
 /// `POST /orders/{id}/deliver`: the carrier reports the parcel signed (operator role: the
 /// carrier's report reaches us through operations, never from the buyer).
+#[utoipa::path(
+    post,
+    path = "/orders/{order_id}/deliver",
+    tag = "orders",
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
+    responses(
+        (status = 200, description = "The order", body = OrderView),
+        (status = 400, description = "`invalid_path`", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 404, description = "`order_not_found`", body = ErrorBody),
+        (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
+    )
+)]
 pub(super) async fn deliver_order(
     _operator: Operator,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let moved = move_order(&state, parse_order_id(&order_id)?, LifecycleEvent::Deliver).await?;
     Ok(Json(moved.order).into_response())
 }
 
 /// `POST /orders/{id}/complete`: the buyer confirmed receipt (the owner, or an operator).
+#[utoipa::path(
+    post,
+    path = "/orders/{order_id}/complete",
+    tag = "orders",
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
+    responses(
+        (status = 200, description = "The order", body = OrderView),
+        (status = 400, description = "`invalid_path`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
+        (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
+    )
+)]
 pub(super) async fn complete_order(
     caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
-) -> Result<Response, Error> {
+) -> Result<Response, ApiError> {
     let order_id = visible_order(&state, &caller, &order_id).await?;
     let moved = move_order(&state, order_id, LifecycleEvent::Complete).await?;
     Ok(Json(moved.order).into_response())
 }
 
+/// Asks for a refund of (part of) what was paid; the same `refund_no` with the same request
+/// answers the refund again with `Idempotent-Replayed: true`.
+#[utoipa::path(
+    post,
+    path = "/orders/{order_id}/refunds",
+    tag = "orders",
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
+    request_body(content = RefundBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Requested, or replayed", body = RefundView,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
+        (status = 400, description = "`malformed_json`, `unreadable_body` or `invalid_path`", body = ErrorBody),
+        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
+        (status = 409, description = "`illegal_transition` or `conflict`", body = ErrorBody),
+        (status = 413, description = "`body_too_large`", body = ErrorBody),
+        (status = 422, description = "`validation_failed`, `refund_exceeds_paid` or `refund_no_reused`", body = ErrorBody),
+    )
+)]
 pub(super) async fn request_refund(
     caller: Customer,
     State(state): State<AppState>,
     Path(order_id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, Error> {
+    body: Body,
+) -> Result<Response, ApiError> {
     let order_id = visible_order(&state, &caller, &order_id).await?;
-    let body: RefundBody = parse_json(&body_bytes(body)?)?;
+    let body: RefundBody = body.json()?;
     let request = RefundRequest::try_from(body)?;
     let created = refunds::request(&state.pool, order_id, &request).await?;
     let response = (StatusCode::CREATED, Json(created.refund)).into_response();

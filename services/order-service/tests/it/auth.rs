@@ -257,12 +257,28 @@ async fn customers_get_403_on_operator_endpoints_and_404_on_other_customers_orde
 async fn orders_belong_to_the_token_subject_and_operators_see_every_order() {
     let f = Fixture::new().await;
     let app = &f.app;
-    // A `user_id` in the body does not choose the buyer: the token does.
+    // A `user_id` in the body cannot choose the buyer: the body refuses it (unknown property,
+    // nothing written), and the token decides.
     let r = f
         .call(
             &Method::POST,
             "/orders",
             Some(&json!({ "user_id": "u1", "items": [{ "sku_id": "MUG", "quantity": 2 }] })),
+            Some(&app.customer_token("u2")),
+        )
+        .await;
+    f.refused(
+        "user_id in the body",
+        r,
+        StatusCode::BAD_REQUEST,
+        "malformed_json",
+    )
+    .await;
+    let r = f
+        .call(
+            &Method::POST,
+            "/orders",
+            Some(&json!({ "items": [{ "sku_id": "MUG", "quantity": 2 }] })),
             Some(&app.customer_token("u2")),
         )
         .await;

@@ -61,6 +61,92 @@ async fn openapi_describes_every_endpoint() {
         );
     }
     assert_eq!(doc["paths"].as_object().unwrap().len(), 14);
+    // Access control is in the document: bearer JWT on the protected operations with their
+    // 401 (and 403 where the operator role is needed), the signed headers on the callbacks.
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearerAuth"]["scheme"],
+        "bearer"
+    );
+    for (path, method, operator) in [
+        ("/orders", "post", false),
+        ("/orders/{order_id}", "get", false),
+        ("/orders/{order_id}/deliver", "post", true),
+        ("/skus/{sku_id}", "put", true),
+        ("/channels/marketplace/compensate", "post", true),
+    ] {
+        let op = &doc["paths"][path][method];
+        assert_eq!(
+            op["security"][0]["bearerAuth"],
+            serde_json::json!([]),
+            "{path}"
+        );
+        assert!(
+            op["responses"]["401"].is_object(),
+            "{method} {path}: no 401"
+        );
+        assert_eq!(
+            op["responses"]["403"].is_object(),
+            operator,
+            "{method} {path}: 403"
+        );
+    }
+    for path in ["/payments/callback", "/refunds/callback"] {
+        let op = &doc["paths"][path]["post"];
+        assert!(
+            op["security"].is_null(),
+            "{path} is signed, not token-protected"
+        );
+        assert!(op["responses"]["401"].is_object());
+        let headers: Vec<&str> = op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["in"] == "header" && p["required"] == true)
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(headers, ["X-Signature", "X-Signature-Timestamp"], "{path}");
+    }
+    assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
+    // Every documented operation is routed: no `not_found` / 405 for any of them.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let url = app.url(
+                &path
+                    .replace("{sku_id}", "S1")
+                    .replace("{order_id}", "00000000-0000-0000-0000-000000000000"),
+            );
+            let r = app
+                .client
+                .request(method.to_uppercase().parse().unwrap(), url)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            let body = r.text().await.unwrap();
+            assert_ne!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            assert!(
+                !body.contains("\"no such route\""),
+                "{method} {path} is documented but not routed: {body}"
+            );
+        }
+    }
+    // Unknown routes and wrong methods answer the shared envelope.
+    let r = app.client.get(app.url("/nope")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "not_found"
+    );
+    let r = app.client.delete(app.url("/orders")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        r.headers().get("allow").is_some(),
+        "405 names the allowed methods"
+    );
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "method_not_allowed"
+    );
     // Every schema reference resolves.
     let text = doc.to_string();
     for part in text.split("#/components/schemas/").skip(1) {

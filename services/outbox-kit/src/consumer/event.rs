@@ -441,3 +441,136 @@ mod tests {
         assert_eq!(m.envelope().unwrap().event_id.to_string(), ID);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::collection::vec;
+    use proptest::option;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::EventEnvelope;
+
+    /// Header names a consumer looks for, mixed with others.
+    fn header_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("id".to_owned()),
+            Just("event_id".to_owned()),
+            Just("event_type".to_owned()),
+            Just(EVENT_VERSION_HEADER.to_owned()),
+            Just("aggregate_id".to_owned()),
+            Just("aggregate_type".to_owned()),
+            Just("occurred_at".to_owned()),
+            ".{0,12}",
+        ]
+    }
+
+    /// Header values: valid ids and versions, near-misses, arbitrary bytes (not UTF-8 too).
+    fn header_value() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(b"7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90".to_vec()),
+            "[0-9 ]{0,4}".prop_map(String::into_bytes),
+            ".{0,40}".prop_map(String::into_bytes),
+            vec(any::<u8>(), 0..40),
+        ]
+    }
+
+    fn raw_message() -> impl Strategy<Value = RawMessage> {
+        (
+            option::of(vec(any::<u8>(), 0..16)),
+            option::of(prop_oneof![
+                vec(any::<u8>(), 0..64),
+                Just(b"{\"order_id\": 1}".to_vec())
+            ]),
+            vec((header_name(), option::of(header_value())), 0..10),
+        )
+            .prop_map(|(key, payload, headers)| RawMessage {
+                topic: "t".into(),
+                partition: 0,
+                offset: 0,
+                key,
+                payload,
+                headers,
+            })
+    }
+
+    fn row() -> impl Strategy<Value = EventEnvelope> {
+        (
+            any::<u128>(),
+            ".{1,20}",
+            ".{0,20}",
+            ".{0,20}",
+            vec(("[a-z_]{1,10}", ".{0,10}"), 0..4),
+        )
+            .prop_map(|(id, event_type, aggregate_id, aggregate_type, extra)| {
+                EventEnvelope {
+                    id: 1,
+                    event_id: Uuid::from_u128(id),
+                    aggregate_type,
+                    aggregate_id,
+                    event_type,
+                    payload: "{}".into(),
+                    headers: serde_json::Value::Object(
+                        extra
+                            .into_iter()
+                            .map(|(k, v)| (k, serde_json::Value::String(v)))
+                            .collect(),
+                    ),
+                    topic: None,
+                    created_at: chrono::DateTime::from_timestamp(1_700_000_000, 123_456_000)
+                        .unwrap(),
+                }
+            })
+    }
+
+    proptest! {
+        /// Whatever a message carries, decoding answers an envelope or a rejection (for the
+        /// dead-letter topic), never a panic; a decoded envelope has a usable type and version.
+        #[test]
+        fn any_message_decodes_or_is_rejected(msg in raw_message()) {
+            if let Ok(envelope) = msg.envelope() {
+                prop_assert!(!envelope.event_type.is_empty());
+                prop_assert!(envelope.version >= 1);
+                let _ = envelope.into_event(&msg, &[1, 2]);
+            }
+        }
+
+        /// What the relay writes (either header encoder) the consumer reads back: event id,
+        /// type (trimmed), aggregate id and type.
+        #[test]
+        fn relay_headers_decode_to_the_same_event(row in row()) {
+            let mut fast = Vec::new();
+            row.for_each_header(|k, v| fast.push((k.to_owned(), v.to_vec())));
+            let slow: Vec<(String, Vec<u8>)> = row
+                .kafka_headers()
+                .into_iter()
+                .map(|(k, v)| (k, v.into_bytes()))
+                .collect();
+            prop_assert_eq!(&fast, &slow);
+            let msg = RawMessage {
+                topic: row.topic("p."),
+                partition: 0,
+                offset: 0,
+                key: Some(row.aggregate_id.clone().into_bytes()),
+                payload: Some(row.payload.clone().into_bytes()),
+                headers: fast.into_iter().map(|(k, v)| (k, Some(v))).collect(),
+            };
+            match msg.envelope() {
+                Ok(e) => {
+                    prop_assert_eq!(e.event_id, row.event_id);
+                    prop_assert_eq!(e.event_type.as_str(), row.event_type.trim());
+                    prop_assert_eq!(e.aggregate_id.as_deref(), Some(row.aggregate_id.as_str()));
+                    prop_assert_eq!(
+                        e.aggregate_type.as_deref(),
+                        Some(row.aggregate_type.as_str())
+                    );
+                    prop_assert!(e.into_event(&msg, &[1]).is_ok());
+                }
+                Err(r) => prop_assert!(
+                    row.event_type.trim().is_empty(),
+                    "rejected {:?}: {}", row, r
+                ),
+            }
+        }
+    }
+}

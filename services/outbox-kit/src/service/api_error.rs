@@ -2,7 +2,7 @@
 //! `{"error": {"code": "...", "message": "...", ...details}}`. A 503 also carries
 //! `Retry-After: 1`, telling clients that the same request may be sent again.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{Map, Value};
@@ -13,6 +13,8 @@ use serde_json::{Map, Value};
 pub struct ApiError {
     status: StatusCode,
     detail: Map<String, Value>,
+    /// Extra response headers (few, so a list keeps the error small).
+    headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl ApiError {
@@ -21,7 +23,18 @@ impl ApiError {
         let mut detail = Map::new();
         detail.insert("code".to_owned(), Value::from(code));
         detail.insert("message".to_owned(), Value::from(message.into()));
-        Self { status, detail }
+        Self {
+            status,
+            detail,
+            headers: Vec::new(),
+        }
+    }
+
+    /// Adds response header `name` (e.g. `WWW-Authenticate` on a 401).
+    #[must_use]
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
     }
 
     /// Adds the detail `key` (next to `code` and `message`).
@@ -56,6 +69,9 @@ impl IntoResponse for ApiError {
         let mut body = Map::new();
         body.insert("error".to_owned(), Value::Object(self.detail));
         let mut response = (self.status, Json(Value::Object(body))).into_response();
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()
