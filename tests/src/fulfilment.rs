@@ -352,8 +352,25 @@ impl System {
         format!("{}{aggregate_type}", self.prefix)
     }
 
+    /// Sends `req`; a `503` (with `Retry-After`: the services' "send the same request again")
+    /// is retried for up to 30 s, as a client of these APIs should, then returned.
     async fn send(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
-        let r = req.send().await.expect("HTTP request");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut req = req;
+        let r = loop {
+            let again = req.try_clone();
+            let r = req.send().await.expect("HTTP request");
+            match again {
+                Some(again)
+                    if r.status() == StatusCode::SERVICE_UNAVAILABLE
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    req = again;
+                }
+                _ => break r,
+            }
+        };
         let status = r.status();
         let text = r.text().await.unwrap_or_default();
         (
