@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 #
-# One image with the project's four binaries: outbox-relay (the default command), order-service,
-# wms-consumer and stock-consumer (override the command to run one of them).
+# One image with the project's five binaries: outbox-relay (the default command), order-service,
+# wms-consumer, stock-consumer and the outbox-audit tool (override the command to run one of
+# them).
 #
 #   docker build -t outbox-relay .
 #   docker run --rm -e DATABASE_URL=... -e KAFKA_BROKERS=... outbox-relay run
@@ -31,7 +32,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     cargo build --release --locked --bins \
     && mkdir -p /out \
     && cp target/release/outbox-relay target/release/order-service \
-          target/release/wms-consumer target/release/stock-consumer /out/
+          target/release/wms-consumer target/release/stock-consumer \
+          target/release/outbox-audit /out/
 
 # --- runtime ------------------------------------------------------------------------------
 FROM debian:${DEBIAN_RELEASE}-slim

@@ -1,6 +1,7 @@
 //! End-to-end tests: real PostgreSQL, a real Kafka-protocol broker, relay processes, and an
 //! independent client (kafka-python) checking what landed on the broker.
 
+mod audit;
 mod common;
 mod consumer_runtime;
 mod consumers;

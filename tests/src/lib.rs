@@ -6,6 +6,7 @@
 //! and `KAFKA_BROKERS` (each test uses its own topic prefix). Tests that restart a server start
 //! a private one of their own ([`servers`]).
 
+pub mod audit;
 pub mod db;
 pub mod fulfilment;
 pub mod observe;

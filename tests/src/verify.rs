@@ -27,7 +27,8 @@ pub struct Record {
     pub value: Option<String>,
 }
 
-fn python() -> PathBuf {
+/// The kafka-python venv's interpreter (`PYTHON`, else deploy/local's cache).
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("PYTHON") {
         return p.into();
     }
