@@ -2,6 +2,7 @@
 //! independent client (kafka-python) checking what landed on the broker.
 
 mod audit;
+mod chaos;
 mod common;
 mod consumer_runtime;
 mod consumers;

@@ -80,7 +80,13 @@ impl Service {
 
     /// SIGKILL, then reap.
     pub fn kill(&self) {
-        if let Some(mut c) = self.child.lock().unwrap().take() {
+        // Also after a panic while it was held (e.g. a failed start): this runs in `Drop`, and
+        // a panic there would abort and leave the other children running.
+        let mut slot = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(mut c) = slot.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -267,11 +273,26 @@ impl System {
 
     /// Starts everything on `brokers` with extra environment for the order service.
     pub async fn start_with(brokers: &str, order_extra_env: Vec<(String, String)>) -> Self {
+        let admin = std::env::var("DATABASE_URL").expect(
+            "DATABASE_URL is not set: run the tests with `make test`, or start PostgreSQL with \
+             `deploy/local/up.sh` and source its env.sh",
+        );
+        Self::start_on_servers(&admin, brokers, order_extra_env).await
+    }
+
+    /// Starts everything with its three databases on the PostgreSQL server of `admin_url`
+    /// (e.g. a private one, or a proxy in front of it) and on `brokers`, with extra
+    /// environment for the order service.
+    pub async fn start_on_servers(
+        admin_url: &str,
+        brokers: &str,
+        order_extra_env: Vec<(String, String)>,
+    ) -> Self {
         let prefix = crate::unique_topic_prefix();
         let (order_db, wms_db, stock_db) = tokio::join!(
-            crate::db::fresh_database(),
-            crate::db::fresh_database(),
-            crate::db::fresh_database()
+            crate::db::fresh_database_on(admin_url),
+            crate::db::fresh_database_on(admin_url),
+            crate::db::fresh_database_on(admin_url)
         );
         let mut order_env = consumer_env(&order_db, brokers, &prefix, "order");
         order_env.push(("PAYMENT_CALLBACK_SECRET".to_owned(), SECRET.to_owned()));
@@ -383,6 +404,18 @@ impl System {
 
     /// Creates an order of `items` (`(sku, quantity)`); returns `(order_id, amount_cents)`.
     pub async fn create_order(&self, user: &str, items: &[(&str, i64)]) -> (String, i64) {
+        self.create_order_keyed(user, items, &uuid::Uuid::new_v4().to_string())
+            .await
+    }
+
+    /// [`System::create_order`] under the idempotency key `key`: the same key again (a
+    /// duplicate request, a retry) answers with the same order.
+    pub async fn create_order_keyed(
+        &self,
+        user: &str,
+        items: &[(&str, i64)],
+        key: &str,
+    ) -> (String, i64) {
         let items: Vec<Value> = items
             .iter()
             .map(|(s, q)| json!({ "sku_id": s, "quantity": q }))
@@ -391,7 +424,7 @@ impl System {
             .send(
                 self.http
                     .post(self.order.url("/orders"))
-                    .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+                    .header("Idempotency-Key", key)
                     .json(&json!({ "user_id": user, "items": items })),
             )
             .await;

@@ -7,11 +7,13 @@
 //! a private one of their own ([`servers`]).
 
 pub mod audit;
+pub mod chaos;
 pub mod db;
 pub mod fulfilment;
 pub mod observe;
 pub mod pgbouncer;
 pub mod proc;
+pub mod proxy;
 pub mod servers;
 pub mod stream;
 pub mod verify;
