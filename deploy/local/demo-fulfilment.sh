@@ -20,9 +20,12 @@ FO="$base/f_orders" FW="$base/f_wms" FS="$base/f_stock"
 export OUTBOX_TOPIC_PREFIX=fulfilment.
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-sign() { printf '%s' "$1" | openssl dgst -sha256 -hmac "$SECRET" -r | cut -d' ' -f1; }
-signed() { curl -s -X POST "$ORD$1" -H 'Content-Type: application/json' -H "X-Signature: $(sign "$2")" -d "$2" >/dev/null; }
-json_post() { curl -s -X POST "$1" -H 'Content-Type: application/json' -d "$2"; }
+# shellcheck source=deploy/local/demo-auth.sh
+. deploy/local/demo-auth.sh
+signed() { callback "$ORD" "$1" "$2" >/dev/null; }
+# The warehouse and the catalog act with the operator's token; customers with their own.
+json_post() { ops -X POST "$1" -H 'Content-Type: application/json' -d "$2"; }
+customer_post() { as "$1" -X POST "$2" -H 'Content-Type: application/json' -d "$3"; } # user url body
 # wait_until DESCRIPTION SECONDS COMMAND...: poll COMMAND until it succeeds, or fail.
 wait_until() {
     local what="$1" secs="$2"; shift 2
@@ -55,18 +58,18 @@ for u in $ORD $WMS $STK; do wait_until "$u/healthz" 60 curl -sf "$u/healthz"; do
 
 say "Catalog and stock (the 'rare' vase has 1 unit)"
 for s in lamp:2500 chair:8900 vase:9999; do
-    curl -s -X PUT "$ORD/skus/${s%:*}" -H 'Content-Type: application/json' -d "{\"name\":\"${s%:*}\",\"price_cents\":${s#*:}}" >/dev/null
+    ops -X PUT "$ORD/skus/${s%:*}" -H 'Content-Type: application/json' -d "{\"name\":\"${s%:*}\",\"price_cents\":${s#*:}}" >/dev/null
 done
 for s in lamp:50 chair:50 vase:1; do
-    curl -s -X PUT "$STK/stock/${s%:*}" -H 'Content-Type: application/json' -d "{\"on_hand\":${s#*:}}" >/dev/null
+    ops -X PUT "$STK/stock/${s%:*}" -H 'Content-Type: application/json' -d "{\"on_hand\":${s#*:}}" >/dev/null
 done
 psql -qtA "$FS" -F ' ' -c "SELECT sku_id, on_hand, reserved FROM stock ORDER BY 1" | sed 's/^/  /'
 
 say "12 customers order a lamp and a chair and pay; the provider calls back twice each"
 orders=()
 for n in $(seq 1 12); do
-    o=$(curl -s -X POST "$ORD/orders" -H 'Content-Type: application/json' -H "Idempotency-Key: k$n" \
-        -d '{"user_id":"u'$n'","items":[{"sku_id":"lamp","quantity":1},{"sku_id":"chair","quantity":1}]}' | jq -r .order_id)
+    o=$(as "u$n" -X POST "$ORD/orders" -H 'Content-Type: application/json' -H "Idempotency-Key: k$n" \
+        -d '{"items":[{"sku_id":"lamp","quantity":1},{"sku_id":"chair","quantity":1}]}' | jq -r .order_id)
     orders+=("$o")
     pay=$(jq -nc --arg o "$o" --arg t "tx-$n" '{order_id:$o, transaction_id:$t, amount_cents:11400, status:"SUCCESS"}')
     signed /payments/callback "$pay"; signed /payments/callback "$pay"
@@ -74,14 +77,14 @@ done
 echo "${#orders[@]} orders paid"
 
 say "Someone orders 2 vases (only 1 in stock) and pays"
-V=$(curl -s -X POST "$ORD/orders" -H 'Content-Type: application/json' -H 'Idempotency-Key: kv' \
-    -d '{"user_id":"u99","items":[{"sku_id":"vase","quantity":2}]}' | jq -r .order_id)
+V=$(as u99 -X POST "$ORD/orders" -H 'Content-Type: application/json' -H 'Idempotency-Key: kv' \
+    -d '{"items":[{"sku_id":"vase","quantity":2}]}' | jq -r .order_id)
 signed /payments/callback "$(jq -nc --arg o "$V" '{order_id:$o, transaction_id:"tx-vase", amount_cents:19998, status:"SUCCESS"}')"
 
-outbound_of() { curl -s "$WMS/outbounds?order_id=$1" | jq -r '.outbounds[0].outbound_no // empty'; }
+outbound_of() { ops "$WMS/outbounds?order_id=$1" | jq -r '.outbounds[0].outbound_no // empty'; }
 has_outbound() { [[ -n "$(outbound_of "$1")" ]]; }
-order_status() { curl -s "$ORD/orders/$1" | jq -r .status; }
-outbound_status() { curl -s "$WMS/outbounds/$1" | jq -r .status; }
+order_status() { ops "$ORD/orders/$1" | jq -r .status; }
+outbound_status() { ops "$WMS/outbounds/$1" | jq -r .status; }
 status_is() { [[ "$($1 "$2")" == "$3" ]]; }
 
 say "Stock reserves, the warehouse creates outbound orders"
@@ -91,7 +94,7 @@ echo "vase order: $(order_status "$V") (payment flagged for refund), outbound: '
 
 say "Refund before shipping (order 9): the warehouse intercepts, the refund succeeds, stock is released"
 O9=${orders[8]} OB9=$(outbound_of "${orders[8]}")
-json_post "$ORD/orders/$O9/refunds" '{"refund_no":"rf-9","amount_cents":11400,"reason":"changed my mind"}' >/dev/null
+customer_post u9 "$ORD/orders/$O9/refunds" '{"refund_no":"rf-9","amount_cents":11400,"reason":"changed my mind"}' >/dev/null
 wait_until "outbound 9 intercepted" 60 status_is outbound_status "$OB9" INTERCEPTED
 echo "shipping it anyway: $(json_post "$WMS/outbounds/$OB9/ship" '{"carrier":"DHL","tracking_no":"T9"}' | jq -c .error.code)"
 signed /refunds/callback '{"refund_no":"rf-9","status":"SUCCESS","modified":1}'
@@ -99,7 +102,7 @@ wait_until "outbound 9 cancelled" 60 status_is outbound_status "$OB9" CANCELLED
 
 say "Refund closed (order 10): intercepted, then resumed and shipped"
 O10=${orders[9]} OB10=$(outbound_of "${orders[9]}")
-json_post "$ORD/orders/$O10/refunds" '{"refund_no":"rf-10","amount_cents":2500,"reason":"scratch"}' >/dev/null
+customer_post u10 "$ORD/orders/$O10/refunds" '{"refund_no":"rf-10","amount_cents":2500,"reason":"scratch"}' >/dev/null
 wait_until "outbound 10 intercepted" 60 status_is outbound_status "$OB10" INTERCEPTED
 signed /refunds/callback '{"refund_no":"rf-10","status":"CLOSED","modified":1}'
 wait_until "outbound 10 resumed" 60 status_is outbound_status "$OB10" CREATED
@@ -116,9 +119,9 @@ done
 
 say "Refund after shipping (order 1): recall, the return arrives, stock is restocked"
 O1=${orders[0]} OB1=$(outbound_of "${orders[0]}")
-json_post "$ORD/orders/$O1/refunds" '{"refund_no":"rf-1","amount_cents":11400,"reason":"broken"}' >/dev/null
+customer_post u1 "$ORD/orders/$O1/refunds" '{"refund_no":"rf-1","amount_cents":11400,"reason":"broken"}' >/dev/null
 wait_until "outbound 1 recalled" 60 status_is outbound_status "$OB1" RECALL
-curl -s -X POST "$WMS/outbounds/$OB1/return-received" | jq -c '{outbound_no, status}'
+ops -X POST "$WMS/outbounds/$OB1/return-received" | jq -c '{outbound_no, status}'
 restocked() { [[ "$(psql -qtA "$FS" -c "SELECT status FROM reservations WHERE order_id = '$O1'")" == RESTOCKED ]]; }
 wait_until "order 1 restocked" 60 restocked
 

@@ -19,6 +19,9 @@ export OUTBOX_TOPIC_PREFIX=marketplace.
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 json_post() { curl -s -X POST "$1" -H 'Content-Type: application/json' -d "$2"; }
+# shellcheck source=deploy/local/demo-auth.sh
+. deploy/local/demo-auth.sh
+ops_post() { ops -X POST "$1" -H 'Content-Type: application/json' -d "$2"; }
 wait_until() {
     local what="$1" secs="$2"; shift 2
     for _ in $(seq 1 $((secs * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -53,8 +56,8 @@ for db in "$MO" "$MW" "$MS"; do
         --metrics-addr "127.0.0.1:928$i" --instance-id "mdemo-relay-$i"
 done
 for u in $ORD $WMS $STK $SIM; do wait_until "$u/healthz" 60 curl -sf "$u/healthz"; done
-curl -s -X PUT "$ORD/skus/mk-lamp" -H 'Content-Type: application/json' -d '{"name":"lamp","price_cents":2500}' >/dev/null
-curl -s -X PUT "$STK/stock/mk-lamp" -H 'Content-Type: application/json' -d '{"on_hand":20}' >/dev/null
+ops -X PUT "$ORD/skus/mk-lamp" -H 'Content-Type: application/json' -d '{"name":"lamp","price_cents":2500}' >/dev/null
+ops -X PUT "$STK/stock/mk-lamp" -H 'Content-Type: application/json' -d '{"on_hand":20}' >/dev/null
 
 say "8 buyers place and pay trades on the platform; trade 5 is refunded in full before shipping, trade 6 gets a 1.00 price adjustment (refund only)"
 for n in $(seq 1 8); do
@@ -66,16 +69,16 @@ curl -s "$SIM/calls" | jq -c '{changes, pushes_sent, pushes_new_msg_id, pushes_d
 echo "orders the service knows after the pushes: $(psql -qtA "$MO" -c "SELECT count(*) FROM channel_orders")"
 
 say "One compensation pass (the query API since the durable watermark)"
-json_post "$ORD/channels/marketplace/compensate" '' | jq -c .
+ops_post "$ORD/channels/marketplace/compensate" '' | jq -c .
 psql -qtA "$MO" -F ' ' -c "SELECT c.external_order_id, o.status FROM channel_orders c JOIN orders o USING (order_id) ORDER BY 1" | sed 's/^/  /'
 
 say "The warehouse ships every outbound; the ship API fails twice per trade, then takes it"
-outbound_of() { curl -s "$WMS/outbounds?order_id=$1" | jq -r '.outbounds[0] | select(.status == "CREATED") | .outbound_no // empty'; }
+outbound_of() { ops "$WMS/outbounds?order_id=$1" | jq -r '.outbounds[0] | select(.status == "CREATED") | .outbound_no // empty'; }
 has_outbound() { [[ -n "$(outbound_of "$1")" ]]; }
 for n in 1 2 3 4 6 7 8; do
     o=$(psql -qtA "$MO" -c "SELECT order_id FROM channel_orders WHERE external_order_id = 'MK-$n'")
     wait_until "an outbound for MK-$n" 60 has_outbound "$o"
-    json_post "$WMS/outbounds/$(outbound_of "$o")/ship" '{"carrier":"SF","tracking_no":"SF'$n'"}' >/dev/null
+    ops_post "$WMS/outbounds/$(outbound_of "$o")/ship" '{"carrier":"SF","tracking_no":"SF'$n'"}' >/dev/null
 done
 all_shipped() { [[ "$(curl -s "$SIM/trades" | jq '[.[] | select(.status == "WAIT_BUYER_CONFIRM")] | length')" == 7 ]]; }
 wait_until "the platform to show 7 trades shipped" 90 all_shipped

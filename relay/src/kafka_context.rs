@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use prometheus::IntGauge;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -13,9 +14,54 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 pub struct RelayContext {
     broker_down: Arc<AtomicBool>,
     batch: Arc<std::sync::Mutex<Option<Arc<BatchReports>>>>,
+    /// Mirrors `broker_down` (1 while down) for `/metrics`.
+    down_gauge: Option<BrokerGauge>,
+}
+
+/// The `/metrics` gauge of the broker state. Only a leading relay writes it: a standby's idle
+/// producer sees an outage but sends nothing, so it would never see the recovery.
+#[derive(Debug, Clone)]
+pub struct BrokerGauge {
+    gauge: IntGauge,
+    leading: Arc<AtomicBool>,
+}
+
+impl BrokerGauge {
+    /// Reports on `gauge`, starting as a standby (0).
+    pub fn new(gauge: IntGauge) -> Self {
+        gauge.set(0);
+        Self {
+            gauge,
+            leading: Arc::default(),
+        }
+    }
+
+    fn set(&self, down: bool) {
+        if self.leading.load(Ordering::Relaxed) {
+            self.gauge.set(i64::from(down));
+        }
+    }
 }
 
 impl RelayContext {
+    /// A context that also reports the broker state on `gauge` while leading; `down` carries
+    /// the state over from the producer it replaces (a delivery clears it).
+    pub fn reporting_on(gauge: Option<BrokerGauge>, down: bool) -> Self {
+        Self {
+            broker_down: Arc::new(AtomicBool::new(down)),
+            down_gauge: gauge,
+            ..Self::default()
+        }
+    }
+
+    /// Leading relays report the broker state; standbys report 0.
+    pub fn set_leading(&self, leading: bool) {
+        if let Some(g) = &self.down_gauge {
+            g.leading.store(leading, Ordering::Relaxed);
+            g.gauge.set(i64::from(leading && self.broker_down()));
+        }
+    }
+
     /// True while librdkafka reports the brokers unreachable.
     pub fn broker_down(&self) -> bool {
         self.broker_down.load(Ordering::Relaxed)
@@ -24,7 +70,14 @@ impl RelayContext {
     /// Called when a delivery succeeded: the broker is reachable again.
     pub fn mark_broker_up(&self) {
         if self.broker_down.swap(false, Ordering::Relaxed) {
+            self.set_gauge(false);
             tracing::info!("Kafka broker reachable again");
+        }
+    }
+
+    fn set_gauge(&self, down: bool) {
+        if let Some(g) = &self.down_gauge {
+            g.set(down);
         }
     }
 }
@@ -52,6 +105,7 @@ impl ClientContext for RelayContext {
         );
         if transport {
             if !self.broker_down.swap(true, Ordering::Relaxed) {
+                self.set_gauge(true);
                 tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying, in-flight events stay unmarked");
             }
         } else {

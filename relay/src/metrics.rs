@@ -53,6 +53,8 @@ pub struct Metrics {
     pub oldest_age_by_topic: GaugeVec,
     /// Age of the oldest open transaction of the database (it holds back vacuum).
     pub db_oldest_transaction_age: Gauge,
+    /// 1 while every Kafka broker is unreachable for this instance's producer.
+    pub broker_down: IntGauge,
     /// Rows the retention purge of `outbox_discarded` removed and has still to remove.
     pub retention: outbox_kit::retention::RetentionMetrics,
     healthy: Arc<AtomicBool>,
@@ -100,6 +102,11 @@ impl Metrics {
             HistogramOpts::new("outbox_batch_rows", "Rows per claimed batch").buckets(vec![
                 1.0, 10.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
             ]),
+        )
+        .unwrap();
+        let broker_down = IntGauge::new(
+            "outbox_kafka_brokers_down",
+            "1 while librdkafka reports every Kafka broker unreachable for the leading relay's producer (events stay unmarked and are retried); 0 otherwise and on standbys",
         )
         .unwrap();
         let leader = IntGauge::new(
@@ -191,6 +198,7 @@ impl Metrics {
             Box::new(backlog_by_topic.clone()),
             Box::new(oldest_age_by_topic.clone()),
             Box::new(db_oldest_transaction_age.clone()),
+            Box::new(broker_down.clone()),
         ] {
             registry.register(c).unwrap();
         }
@@ -214,6 +222,7 @@ impl Metrics {
             backlog_by_topic,
             oldest_age_by_topic,
             db_oldest_transaction_age,
+            broker_down,
             retention,
             healthy: Arc::new(AtomicBool::new(true)),
         }

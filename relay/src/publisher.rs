@@ -17,7 +17,7 @@ use rdkafka::util::Timeout;
 
 use crate::decide::Outcome;
 use crate::failure::{classify_delivery, classify_refusal, Scope};
-use crate::kafka_context::{BatchReports, RelayContext, Report};
+use crate::kafka_context::{BatchReports, BrokerGauge, RelayContext, Report};
 
 /// Settings the relay always uses; `enable.idempotence` and `acks` cannot be overridden.
 ///
@@ -94,6 +94,7 @@ pub struct Publisher {
     brokers: String,
     extra: Vec<(String, String)>,
     topic_prefix: String,
+    broker_down: Option<BrokerGauge>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -145,7 +146,23 @@ impl Publisher {
         extra: &[(String, String)],
         topic_prefix: &str,
     ) -> Result<Self, KafkaError> {
-        let context = RelayContext::default();
+        Self::reporting(brokers, extra, topic_prefix, None)
+    }
+
+    /// [`Publisher::new`] that keeps `broker_down` at 1 while librdkafka reports every broker
+    /// unreachable, and at 0 otherwise (also across [`Publisher::replace`]); only between
+    /// [`Publisher::set_leading`] `true` and `false`.
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings.
+    pub fn reporting(
+        brokers: &str,
+        extra: &[(String, String)],
+        topic_prefix: &str,
+        broker_down: Option<prometheus::IntGauge>,
+    ) -> Result<Self, KafkaError> {
+        let broker_down = broker_down.map(BrokerGauge::new);
+        let context = RelayContext::reporting_on(broker_down.clone(), false);
         let producer = producer_config(brokers, extra).create_with_context(context.clone())?;
         Ok(Self {
             producer,
@@ -154,6 +171,7 @@ impl Publisher {
             brokers: brokers.to_owned(),
             extra: extra.to_vec(),
             topic_prefix: topic_prefix.to_owned(),
+            broker_down,
         })
     }
 
@@ -165,7 +183,8 @@ impl Publisher {
     /// Invalid librdkafka settings (they were valid when the first producer was made).
     pub fn replace(&mut self) -> Result<(), KafkaError> {
         self.purge();
-        let context = RelayContext::default();
+        let context =
+            RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
         self.producer =
             producer_config(&self.brokers, &self.extra).create_with_context(context.clone())?;
         self.context = context;
@@ -175,6 +194,11 @@ impl Publisher {
     /// The topic of a row.
     pub fn topic_of(&self, row: &EventEnvelope) -> String {
         row.topic(&self.topic_prefix)
+    }
+
+    /// Whether this relay leads (reports the broker state on its gauge) or stands by.
+    pub fn set_leading(&self, leading: bool) {
+        self.context.set_leading(leading);
     }
 
     /// The producer's client context (broker state).

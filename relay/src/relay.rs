@@ -111,7 +111,12 @@ impl Relay {
     /// Only for configuration errors (invalid librdkafka settings); outages are retried.
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let s = &self.settings;
-        let mut publisher = Publisher::new(&s.brokers, &s.kafka_config, &s.topic_prefix)?;
+        let mut publisher = Publisher::reporting(
+            &s.brokers,
+            &s.kafka_config,
+            &s.topic_prefix,
+            Some(self.metrics.broker_down.clone()),
+        )?;
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
@@ -146,6 +151,7 @@ impl Relay {
             tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, "Acquired the relay lease; publishing");
             self.metrics.leader.set(1);
             self.metrics.lease_epoch.set(token.epoch);
+            publisher.set_leading(true);
             let guard = LeaseGuard::start(self.store.clone(), token, s.lease_ttl, acquired_at);
             let end = self
                 .lead(
@@ -160,6 +166,7 @@ impl Relay {
             guard.stop().await;
             self.metrics.leader.set(0);
             self.metrics.lease_epoch.set(0);
+            publisher.set_leading(false);
             match end {
                 LeadEnd::Shutdown => {
                     if let Err(e) = self.store.release_lease(&token).await {

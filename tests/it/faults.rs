@@ -10,6 +10,12 @@ use e2e::stream::{write_stream, StreamSpec};
 
 use crate::common::{assert_stays_up, drain_and_check, published, wait_published, AGGREGATE_TYPE};
 
+/// The relay's `outbox_kafka_brokers_down` gauge.
+async fn brokers_down(relay: &RelayProcess) -> Option<f64> {
+    let text = relay.metrics().await?;
+    e2e::proc::metric_value(&text, "outbox_kafka_brokers_down")
+}
+
 fn count(haystack: &str, needle: &str) -> usize {
     haystack.matches(needle).count()
 }
@@ -33,8 +39,28 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
     wait_published(&relay, 300.0).await;
+    assert_eq!(brokers_down(&relay).await, Some(0.0), "the broker is up");
+    // A hot standby (started once `relay` leads): its idle producer also loses its connection
+    // but sends nothing, so it never sees the recovery; only the leader reports broker state.
+    let standby = RelayProcess::start(&RelayArgs::new(
+        &db.url,
+        &brokers,
+        &prefix,
+        "broker-outage-standby",
+    ));
+    e2e::wait_for("the standby's metrics", Duration::from_secs(30), || async {
+        brokers_down(&standby).await.map(|_| ())
+    })
+    .await;
     tansu.stop();
     let during = published(&relay).await;
+    // What an operator sees first: the relay reports the broker unreachable.
+    e2e::wait_for(
+        "outbox_kafka_brokers_down to report the outage",
+        Duration::from_secs(30),
+        || async { (brokers_down(&relay).await == Some(1.0)).then_some(()) },
+    )
+    .await;
     // The outage itself: 20 s without a broker while writers keep committing; the relay must
     // stay up throughout.
     assert_stays_up(&mut relay, Duration::from_secs(20), "a broker outage").await;
@@ -59,6 +85,16 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     )
     .await;
     eprintln!("broker outage: {} duplicates", report.duplicates);
+    assert_eq!(
+        brokers_down(&relay).await,
+        Some(0.0),
+        "deliveries after the restart clear the outage gauge"
+    );
+    assert_eq!(
+        brokers_down(&standby).await,
+        Some(0.0),
+        "a standby reports no broker state"
+    );
     let log = relay.log_text();
     let unreachable = count(&log, "Kafka broker unreachable");
     eprintln!("relay logged the broker outage {unreachable} time(s)");

@@ -1,6 +1,7 @@
 //! End-to-end tests: real PostgreSQL, a real Kafka-protocol broker, relay processes, and an
 //! independent client (kafka-python) checking what landed on the broker.
 
+mod access;
 mod audit;
 mod chaos;
 mod common;
@@ -20,3 +21,4 @@ mod pgbouncer;
 mod relay_metrics;
 mod retention;
 mod stream;
+mod trace;

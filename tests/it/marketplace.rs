@@ -116,6 +116,7 @@ impl Market {
         let r = self
             .http
             .post(self.sys.order.url("/channels/marketplace/compensate"))
+            .bearer_auth(e2e::auth::operator())
             .send()
             .await
             .unwrap();

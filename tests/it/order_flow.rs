@@ -40,6 +40,7 @@ async fn created_then_paid_order_arrives_on_the_broker_in_order_once() {
 
     let put = http
         .put(format!("{base}/skus/sku-1"))
+        .bearer_auth(e2e::auth::operator())
         .json(&json!({"name": "Lamp", "price_cents": 2500}))
         .send()
         .await
@@ -47,12 +48,13 @@ async fn created_then_paid_order_arrives_on_the_broker_in_order_once() {
     assert!(put.status().is_success(), "PUT /skus: {}", put.status());
 
     // A double-clicked order: the same key twice gives one order.
-    let order_body = json!({"user_id": "u-1", "items": [{"sku_id": "sku-1", "quantity": 2}]});
+    let order_body = json!({"items": [{"sku_id": "sku-1", "quantity": 2}]});
     let mut ids = Vec::new();
     for _ in 0..2 {
         let r = http
             .post(format!("{base}/orders"))
             .header("Idempotency-Key", "req-1")
+            .bearer_auth(e2e::auth::customer("u-1"))
             .json(&order_body)
             .send()
             .await
@@ -65,15 +67,18 @@ async fn created_then_paid_order_arrives_on_the_broker_in_order_once() {
     assert_eq!(ids[0], ids[1]);
     let order_id = ids[0].clone();
 
-    // The provider calls back three times.
+    // The provider calls back three times (the same signed request: duplicates inside the
+    // replay window).
     let body = serde_json::to_vec(&json!({
         "order_id": order_id, "transaction_id": "tx-1", "amount_cents": 5000, "status": "SUCCESS"
     }))
     .unwrap();
-    let signature = CallbackSecret::new(SECRET).unwrap().sign(&body);
+    let now = chrono::Utc::now().timestamp();
+    let signature = CallbackSecret::new(SECRET).unwrap().sign_at(now, &body);
     for _ in 0..3 {
         let r = http
             .post(format!("{base}/payments/callback"))
+            .header("X-Signature-Timestamp", now.to_string())
             .header("X-Signature", &signature)
             .header("Content-Type", "application/json")
             .body(body.clone())

@@ -40,6 +40,7 @@ async fn old_idempotency_keys_are_purged_in_bounded_batches_while_the_service_se
     .await;
     let put = http
         .put(format!("{base}/skus/sku-1"))
+        .bearer_auth(e2e::auth::operator())
         .json(&json!({"name": "Lamp", "price_cents": 2500}))
         .send()
         .await
@@ -68,7 +69,8 @@ async fn old_idempotency_keys_are_purged_in_bounded_batches_while_the_service_se
         let r = http
             .post(format!("{base}/orders"))
             .header("Idempotency-Key", format!("during-purge-{orders}"))
-            .json(&json!({"user_id": "u-1", "items": [{"sku_id": "sku-1", "quantity": 1}]}))
+            .bearer_auth(e2e::auth::customer("u-1"))
+            .json(&json!({"items": [{"sku_id": "sku-1", "quantity": 1}]}))
             .send()
             .await
             .unwrap();

@@ -65,6 +65,28 @@ pub async fn backlog(pool: &PgPool) -> Result<i64, sqlx::Error> {
         .await
 }
 
+/// Row counts and an md5 of every row of `tables` (the outbox without its delivery columns:
+/// the relay marks rows as it publishes them): equal before and after a request means the
+/// request changed nothing there.
+pub async fn fingerprint(pool: &PgPool, tables: &[&str]) -> Vec<(String, i64, String)> {
+    let mut out = Vec::new();
+    for table in tables.iter().copied().chain(["outbox"]) {
+        let rows = if table == "outbox" {
+            "(SELECT id, aggregate_type, aggregate_id, event_type, payload FROM outbox)"
+        } else {
+            table
+        };
+        let (count, hash): (i64, Option<String>) = sqlx::query_as(&format!(
+            "SELECT count(*), md5(string_agg(t::text, '|' ORDER BY t::text)) FROM {rows} t"
+        ))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("fingerprint of {table}: {e}"));
+        out.push((table.to_owned(), count, hash.unwrap_or_default()));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

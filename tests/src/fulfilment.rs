@@ -236,9 +236,21 @@ pub struct System {
     pub stock: Service,
     /// One relay per database.
     pub relays: Vec<RelayProcess>,
-    /// HTTP client.
+    /// HTTP client; sends an operator token unless a request sets its own.
     pub http: reqwest::Client,
     secret: CallbackSecret,
+}
+
+/// `Authorization: Bearer <operator token>`.
+pub fn operator_headers() -> reqwest::header::HeaderMap {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", crate::auth::operator())
+            .parse()
+            .unwrap(),
+    );
+    h
 }
 
 fn consumer_env(db: &TestDb, brokers: &str, prefix: &str, group: &str) -> Vec<(String, String)> {
@@ -256,6 +268,7 @@ fn consumer_env(db: &TestDb, brokers: &str, prefix: &str, group: &str) -> Vec<(S
         ("RUST_LOG", "info,outbox_kit=debug,sqlx=warn,rdkafka=warn"),
     ]
     .iter()
+    .chain(crate::auth::ENV.iter())
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect()
 }
@@ -273,20 +286,31 @@ impl System {
 
     /// Starts everything on `brokers` with extra environment for the order service.
     pub async fn start_with(brokers: &str, order_extra_env: Vec<(String, String)>) -> Self {
+        Self::start_with_env(brokers, order_extra_env, Vec::new()).await
+    }
+
+    /// Starts everything on `brokers` with extra environment for the order service and extra
+    /// environment for all three services (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub async fn start_with_env(
+        brokers: &str,
+        order_extra_env: Vec<(String, String)>,
+        services_env: Vec<(String, String)>,
+    ) -> Self {
         let admin = std::env::var("DATABASE_URL").expect(
             "DATABASE_URL is not set: run the tests with `make test`, or start PostgreSQL with \
              `deploy/local/up.sh` and source its env.sh",
         );
-        Self::start_on_servers(&admin, brokers, order_extra_env).await
+        Self::start_on_servers(&admin, brokers, order_extra_env, services_env).await
     }
 
     /// Starts everything with its three databases on the PostgreSQL server of `admin_url`
     /// (e.g. a private one, or a proxy in front of it) and on `brokers`, with extra
-    /// environment for the order service.
+    /// environment for the order service and for all three services.
     pub async fn start_on_servers(
         admin_url: &str,
         brokers: &str,
         order_extra_env: Vec<(String, String)>,
+        services_env: Vec<(String, String)>,
     ) -> Self {
         let prefix = crate::unique_topic_prefix();
         let (order_db, wms_db, stock_db) = tokio::join!(
@@ -294,20 +318,17 @@ impl System {
             crate::db::fresh_database_on(admin_url),
             crate::db::fresh_database_on(admin_url)
         );
-        let mut order_env = consumer_env(&order_db, brokers, &prefix, "order");
+        let env = |db: &TestDb, group: &str| {
+            let mut env = consumer_env(db, brokers, &prefix, group);
+            env.extend(services_env.iter().cloned());
+            env
+        };
+        let mut order_env = env(&order_db, "order");
         order_env.push(("PAYMENT_CALLBACK_SECRET".to_owned(), SECRET.to_owned()));
         order_env.extend(order_extra_env);
         let order = Service::spawn("order-service", "order-service", order_env);
-        let wms = Service::spawn(
-            "wms-consumer",
-            "wms-consumer",
-            consumer_env(&wms_db, brokers, &prefix, "wms"),
-        );
-        let stock = Service::spawn(
-            "stock-consumer",
-            "stock-consumer",
-            consumer_env(&stock_db, brokers, &prefix, "stock"),
-        );
+        let wms = Service::spawn("wms-consumer", "wms-consumer", env(&wms_db, "wms"));
+        let stock = Service::spawn("stock-consumer", "stock-consumer", env(&stock_db, "stock"));
         let relays = [
             (&order_db, "relay-order"),
             (&wms_db, "relay-wms"),
@@ -328,6 +349,7 @@ impl System {
             relays,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
+                .default_headers(operator_headers())
                 .build()
                 .unwrap(),
             secret: CallbackSecret::new(SECRET).unwrap(),
@@ -402,31 +424,47 @@ impl System {
         .await;
     }
 
-    /// Creates an order of `items` (`(sku, quantity)`); returns `(order_id, amount_cents)`.
+    /// Creates an order of `items` (`(sku, quantity)`) as customer `user`; returns
+    /// `(order_id, amount_cents)`.
     pub async fn create_order(&self, user: &str, items: &[(&str, i64)]) -> (String, i64) {
-        self.create_order_keyed(user, items, &uuid::Uuid::new_v4().to_string())
+        self.create_order_keyed(user, items, &uuid::Uuid::new_v4().to_string(), None)
             .await
     }
 
-    /// [`System::create_order`] under the idempotency key `key`: the same key again (a
-    /// duplicate request, a retry) answers with the same order.
+    /// [`System::create_order`] with a `traceparent` header (any text: malformed ones too).
+    pub async fn create_order_traced(
+        &self,
+        user: &str,
+        items: &[(&str, i64)],
+        traceparent: Option<&str>,
+    ) -> (String, i64) {
+        self.create_order_keyed(user, items, &uuid::Uuid::new_v4().to_string(), traceparent)
+            .await
+    }
+
+    /// [`System::create_order`] under the idempotency key `key` (the same key again, a
+    /// duplicate request or a retry, answers with the same order), with an optional
+    /// `traceparent` header.
     pub async fn create_order_keyed(
         &self,
         user: &str,
         items: &[(&str, i64)],
         key: &str,
+        traceparent: Option<&str>,
     ) -> (String, i64) {
         let items: Vec<Value> = items
             .iter()
             .map(|(s, q)| json!({ "sku_id": s, "quantity": q }))
             .collect();
         let (s, body) = self
-            .send(
+            .send(with_traceparent(
                 self.http
                     .post(self.order.url("/orders"))
                     .header("Idempotency-Key", key)
-                    .json(&json!({ "user_id": user, "items": items })),
-            )
+                    .bearer_auth(crate::auth::customer(user))
+                    .json(&json!({ "items": items })),
+                traceparent,
+            ))
             .await;
         assert_eq!(s, StatusCode::CREATED, "{body}");
         (
@@ -435,25 +473,39 @@ impl System {
         )
     }
 
-    async fn signed(&self, path: &str, body: &Value) -> (StatusCode, Value) {
+    async fn signed(
+        &self,
+        path: &str,
+        body: &Value,
+        traceparent: Option<&str>,
+    ) -> (StatusCode, Value) {
         let raw = serde_json::to_vec(body).unwrap();
-        let sig = self.secret.sign(&raw);
-        self.send(
+        let now = chrono::Utc::now().timestamp();
+        let sig = self.secret.sign_at(now, &raw);
+        self.send(with_traceparent(
             self.http
                 .post(self.order.url(path))
                 .header("content-type", "application/json")
+                .header("X-Signature-Timestamp", now.to_string())
                 .header("X-Signature", sig)
                 .body(raw),
-        )
+            traceparent,
+        ))
         .await
     }
 
     /// The payment provider's notification that `order_id` was paid.
     pub async fn pay(&self, order_id: &str, amount_cents: i64) {
+        self.pay_traced(order_id, amount_cents, None).await
+    }
+
+    /// [`System::pay`] with a `traceparent` header.
+    pub async fn pay_traced(&self, order_id: &str, amount_cents: i64, traceparent: Option<&str>) {
         let (s, body) = self
             .signed(
                 "/payments/callback",
                 &json!({ "order_id": order_id, "transaction_id": format!("tx-{order_id}"), "amount_cents": amount_cents, "status": "SUCCESS" }),
+                traceparent,
             )
             .await;
         assert_eq!(s, StatusCode::OK, "{body}");
@@ -466,15 +518,16 @@ impl System {
         id
     }
 
-    /// `POST /orders/{id}/refunds` of the whole amount, asserting 201.
+    /// `POST /orders/{id}/refunds` of the whole amount as the order's owner, asserting 201.
     pub async fn request_refund(&self, order_id: &str, refund_no: &str) {
-        let amount = self.order_of(order_id).await["amount_cents"]
-            .as_i64()
-            .unwrap();
+        let order = self.order_of(order_id).await;
+        let amount = order["amount_cents"].as_i64().unwrap();
+        let owner = order["user_id"].as_str().unwrap();
         let (s, body) = self
             .send(
                 self.http
                     .post(self.order.url(&format!("/orders/{order_id}/refunds")))
+                    .bearer_auth(crate::auth::customer(owner))
                     .json(&json!({ "refund_no": refund_no, "amount_cents": amount, "reason": "changed mind" })),
             )
             .await;
@@ -488,12 +541,13 @@ impl System {
             .signed(
                 "/refunds/callback",
                 &json!({ "refund_no": refund_no, "status": status, "modified": modified }),
+                None,
             )
             .await;
         assert_eq!(s, StatusCode::OK, "{body}");
     }
 
-    /// `GET /orders/{id}`.
+    /// `GET /orders/{id}` (as an operator).
     pub async fn order_of(&self, order_id: &str) -> Value {
         let (s, body) = self
             .send(
@@ -583,6 +637,17 @@ impl System {
             })
             .await;
         }
+    }
+}
+
+/// `req` with a `traceparent` header when one is given.
+fn with_traceparent(
+    req: reqwest::RequestBuilder,
+    traceparent: Option<&str>,
+) -> reqwest::RequestBuilder {
+    match traceparent {
+        Some(t) => req.header("traceparent", t),
+        None => req,
     }
 }
 

@@ -7,10 +7,12 @@
 //! a private one of their own ([`servers`]).
 
 pub mod audit;
+pub mod auth;
 pub mod chaos;
 pub mod db;
 pub mod fulfilment;
 pub mod observe;
+pub mod otlp;
 pub mod pgbouncer;
 pub mod proc;
 pub mod proxy;

@@ -36,7 +36,8 @@ pub struct ServiceProcess {
 }
 
 impl ServiceProcess {
-    /// Starts workspace binary `bin` with `args` and extra environment `envs`.
+    /// Starts workspace binary `bin` with `args`, the test JWT settings ([`crate::auth::ENV`])
+    /// and extra environment `envs` (which may override them).
     pub fn start(bin: &str, name: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
         let log = log_dir().join(format!(
             "{name}-{:06x}.log",
@@ -45,6 +46,7 @@ impl ServiceProcess {
         let out = std::fs::File::create(&log).unwrap();
         let child = Command::new(workspace_binary(bin))
             .args(args)
+            .envs(crate::auth::ENV)
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
@@ -52,6 +54,11 @@ impl ServiceProcess {
             .spawn()
             .unwrap_or_else(|e| panic!("start {bin}: {e}"));
         Self { child, log }
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// The process id.

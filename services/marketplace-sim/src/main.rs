@@ -6,7 +6,7 @@ use marketplace_sim::config::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    outbox_kit::service::init_tracing();
+    let _telemetry = outbox_kit::service::init_tracing();
     let config = Config::parse();
     let secret = outbox_kit::signature::CallbackSecret::new(&config.secret)
         .context("invalid MARKETPLACE_SECRET")?;

@@ -3,6 +3,7 @@
 
 use clap::builder::NonEmptyStringValueParser;
 use clap::Parser;
+use outbox_kit::auth::AuthArgs;
 use outbox_kit::consumer::dlq_cli::ConsumerCommand;
 use outbox_kit::consumer::{ConsumerArgs, RuntimeConfig};
 use outbox_kit::service::ServiceArgs;
@@ -24,8 +25,14 @@ pub struct Config {
     #[command(flatten)]
     pub service: ServiceArgs,
 
-    /// Shared secret of the payment provider: callbacks carry the hex HMAC-SHA256 of their
-    /// body under it. Prefer the environment variable: flags show up in process listings.
+    /// Bearer-token verification (customer endpoints take the user from `sub`; catalog,
+    /// deliver and compensate need `roles: ["operator"]`). A key is required to serve.
+    #[command(flatten)]
+    pub auth: AuthArgs,
+
+    /// Shared secret of the payment provider: callbacks carry `X-Signature-Timestamp` and, as
+    /// `X-Signature`, the hex HMAC-SHA256 of `"<timestamp>.<body>"` under it. Prefer the
+    /// environment variable: flags show up in process listings.
     #[arg(
         long,
         env = "PAYMENT_CALLBACK_SECRET",
@@ -33,6 +40,11 @@ pub struct Config {
         value_parser = NonEmptyStringValueParser::new()
     )]
     pub payment_callback_secret: String,
+
+    /// How far a callback's `X-Signature-Timestamp` may be from this server's clock, in
+    /// seconds; older (replayed) or future callbacks answer 401.
+    #[arg(long, env = "CALLBACK_REPLAY_WINDOW_SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub callback_replay_window_secs: u64,
 
     /// Shared secret of the marketplace: its pushes to `/channels/marketplace/push` carry the
     /// hex HMAC-SHA256 of their body under it. Unset: the channel answers 404.
@@ -115,6 +127,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.service.database_url, "postgres://x/db");
         assert_eq!(c.payment_callback_secret, "s3cret");
+        assert_eq!(c.callback_replay_window_secs, 300);
         assert_eq!(c.service.database_max_connections, 20);
         assert_eq!(c.service.shutdown_timeout(), Duration::from_secs(10));
         if std::env::var_os("LISTEN_ADDR").is_none() {

@@ -28,6 +28,13 @@ pub enum Error {
     /// A callback's `X-Signature` is missing or wrong (401).
     #[error("missing or invalid signature")]
     InvalidSignature,
+    /// A callback's timestamped signature was refused: wrong, or its timestamp missing or
+    /// outside the replay window (401).
+    #[error("{0}")]
+    Signature(#[from] outbox_kit::signature::SignatureError),
+    /// No valid bearer token, or not the role the endpoint needs (401 / 403).
+    #[error("{0}")]
+    Auth(#[from] outbox_kit::auth::AuthError),
     /// No order has this id (404).
     #[error("order not found")]
     OrderNotFound,

@@ -13,7 +13,7 @@ use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    outbox_kit::service::init_tracing();
+    let _telemetry = outbox_kit::service::init_tracing();
     let config = Config::parse();
     if let Some(command) = &config.command {
         let runtime = config
@@ -27,6 +27,10 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("dlq command failed");
     }
+    let auth = config
+        .auth
+        .authenticator()
+        .context("bearer-token configuration")?;
     let secret = CallbackSecret::new(&config.payment_callback_secret)
         .context("invalid PAYMENT_CALLBACK_SECRET")?;
     let marketplace_secret = config
@@ -94,8 +98,10 @@ async fn main() -> anyhow::Result<()> {
         pool: pool.clone(),
         metrics,
         secret,
+        replay_window: Duration::from_secs(config.callback_replay_window_secs),
         marketplace_secret,
         marketplace,
+        auth,
     };
     let served = order_service::serve(
         listener,

@@ -26,11 +26,10 @@ pub const MAX_ITEMS: usize = 100;
 /// HTTP status of a created order; stored with the key and replayed.
 const CREATED: u16 = 201;
 
-/// `POST /orders` body as received.
+/// `POST /orders` body as received. The buyer is not in it: it is the caller (the bearer
+/// token's subject).
 #[derive(Debug, Clone, Deserialize)]
 pub struct CreateOrderBody {
-    /// The buyer.
-    pub user_id: String,
     /// What to buy.
     pub items: Vec<CreateOrderItemBody>,
 }
@@ -62,11 +61,12 @@ pub struct OrderLine {
     pub quantity: Quantity,
 }
 
-impl TryFrom<CreateOrderBody> for NewOrder {
-    type Error = ValidationError;
-
-    fn try_from(body: CreateOrderBody) -> Result<Self, Self::Error> {
-        let user_id = UserId::parse("user_id", body.user_id)?;
+impl NewOrder {
+    /// Validates the order `body` of `user_id`.
+    ///
+    /// # Errors
+    /// [`ValidationError`] naming the first bad field.
+    pub fn parse(user_id: UserId, body: CreateOrderBody) -> Result<Self, ValidationError> {
         if body.items.is_empty() {
             return Err(ValidationError::new("items", "must not be empty"));
         }
@@ -287,6 +287,20 @@ pub(crate) async fn advance(
     Ok(view)
 }
 
+/// Whether `user_id` owns the order: `Ok` if so, [`Error::OrderNotFound`] if the order is
+/// missing or someone else's (the same answer, so ids don't leak). An order's owner never
+/// changes, so the check holds for the request's later transaction too.
+///
+/// # Errors
+/// [`Error::OrderNotFound`], database errors.
+pub async fn check_owner(pool: &PgPool, order_id: OrderId, user_id: &str) -> Result<(), Error> {
+    let mut conn = pool.acquire().await?;
+    match orders::owner(&mut conn, order_id).await? {
+        Some(owner) if owner == user_id => Ok(()),
+        _ => Err(Error::OrderNotFound),
+    }
+}
+
 /// Reads an order with its lines, payments and refunds.
 ///
 /// # Errors
@@ -342,26 +356,36 @@ pub fn parse_order_id(text: &str) -> Result<OrderId, Error> {
 mod tests {
     use super::*;
 
-    fn body(json: serde_json::Value) -> CreateOrderBody {
-        serde_json::from_value(json).unwrap()
+    fn order(json: serde_json::Value) -> Result<NewOrder, ValidationError> {
+        let user = UserId::parse("sub", json["user_id"].as_str().unwrap().to_owned())?;
+        NewOrder::parse(user, serde_json::from_value(json).unwrap())
     }
 
     #[test]
     fn request_hash_ignores_formatting_but_not_content() {
-        let a = NewOrder::try_from(body(serde_json::json!({
+        let a = order(serde_json::json!({
             "user_id": "u1", "items": [{"sku_id": "A", "quantity": 2}]
-        })))
+        }))
         .unwrap();
         let b: CreateOrderBody = serde_json::from_str(
             r#"{ "items" : [ {"quantity":2, "sku_id":"A"} ], "user_id":"u1" }"#,
         )
         .unwrap();
-        let b = NewOrder::try_from(b).unwrap();
+        let b = NewOrder::parse(UserId::parse("sub", "u1".to_owned()).unwrap(), b).unwrap();
         assert_eq!(a.request_hash(), b.request_hash());
-        let c = NewOrder::try_from(body(serde_json::json!({
+        let c = order(serde_json::json!({
             "user_id": "u1", "items": [{"sku_id": "A", "quantity": 3}]
-        })))
+        }))
         .unwrap();
+        let d = order(serde_json::json!({
+            "user_id": "u2", "items": [{"sku_id": "A", "quantity": 2}]
+        }))
+        .unwrap();
+        assert_ne!(
+            a.request_hash(),
+            d.request_hash(),
+            "the user is part of the request"
+        );
         assert_ne!(a.request_hash(), c.request_hash());
     }
 
@@ -375,7 +399,7 @@ mod tests {
             ),
             (
                 serde_json::json!({"user_id": "", "items": [{"sku_id": "A", "quantity": 1}]}),
-                "user_id",
+                "sub",
             ),
             (
                 serde_json::json!({"user_id": "u", "items": [
@@ -384,7 +408,7 @@ mod tests {
             ),
         ];
         for (json, field) in bad {
-            let err = NewOrder::try_from(body(json)).unwrap_err();
+            let err = order(json).unwrap_err();
             assert_eq!(err.field, field);
         }
     }

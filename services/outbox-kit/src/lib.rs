@@ -14,8 +14,15 @@
 //! - `service` (feature `service`): logging, SIGTERM, HTTP serving, `/healthz` / `/metrics`
 //!   and the JSON error envelope for service binaries; with `consumer` also the builder of a
 //!   consuming service.
+//! - `auth` (feature `auth`): bearer-token (JWT) verification, the `Customer` / `Operator`
+//!   extractors and their 401/403 answers, token minting for tests and tools.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
+//! - [`trace`]: W3C trace context carried from requests through the outbox and Kafka into the
+//!   consumers and the events they emit; with feature `otlp` (part of `service`) optional span
+//!   export over OTLP/HTTP.
 
+#[cfg(feature = "auth")]
+pub mod auth;
 #[cfg(feature = "consumer")]
 pub mod consumer;
 pub mod db;
@@ -29,6 +36,7 @@ pub mod schema;
 pub mod service;
 #[cfg(feature = "signature")]
 pub mod signature;
+pub mod trace;
 
 pub use envelope::{EventEnvelope, DEFAULT_TOPIC_PREFIX};
 pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, OutboxError};

@@ -89,6 +89,10 @@ pub struct EnqueuedEvent {
 
 /// Inserts one event into the outbox using the caller's executor (normally `&mut *tx`).
 ///
+/// Called inside a traced hop ([`crate::trace::scope`]: an HTTP request through
+/// `service::track_requests`, a message in the consumer runtime), the row's `headers` get that
+/// hop's `traceparent` (and `tracestate`) unless they carry a `traceparent` already.
+///
 /// # Errors
 /// [`OutboxError::Invalid`] for a malformed event (nothing is written),
 /// [`OutboxError::Database`] when the insert fails.
@@ -98,6 +102,8 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
 ) -> Result<EnqueuedEvent, OutboxError> {
     event.validate()?;
     let empty = Value::Object(Default::default());
+    // Inside a traced request or message, the event continues that trace.
+    let traced = crate::trace::headers_with_current(event.headers);
     let (id, event_id): (i64, Uuid) = sqlx::query_as(
         "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic) \
          VALUES (COALESCE($1, gen_random_uuid()), $2, $3, $4, $5, $6, $7) \
@@ -108,7 +114,7 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
     .bind(event.aggregate_id)
     .bind(event.event_type)
     .bind(event.payload)
-    .bind(event.headers.unwrap_or(&empty))
+    .bind(traced.as_ref().or(event.headers).unwrap_or(&empty))
     .bind(event.topic)
     .fetch_one(executor)
     .await?;

@@ -5,12 +5,12 @@
 
 mod api_error;
 mod args;
-#[cfg(feature = "consumer")]
+#[cfg(all(feature = "consumer", feature = "auth"))]
 mod consumer_app;
 
 pub use api_error::ApiError;
 pub use args::ServiceArgs;
-#[cfg(feature = "consumer")]
+#[cfg(all(feature = "consumer", feature = "auth"))]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 
 use std::future::IntoFuture;
@@ -28,8 +28,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Logs to stderr through `tracing`: `RUST_LOG` filters (default `info`, quieter for sqlx and
-/// librdkafka), `LOG_FORMAT=json` switches to one JSON object per line.
-pub fn init_tracing() {
+/// librdkafka), `LOG_FORMAT=json` switches to one JSON object per line. Then sets up the
+/// optional OTLP span export ([`crate::trace::otlp`]; only when `OTEL_EXPORTER_OTLP_ENDPOINT` is
+/// set), with the executable's name as `service.name`.
+///
+/// Hold the returned [`Telemetry`](crate::trace::otlp::Telemetry) until the end of `main`:
+/// dropping it flushes the last spans. A configuration the exporter refuses is logged as an
+/// error and the service runs without export.
+pub fn init_tracing() -> crate::trace::otlp::Telemetry {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,rdkafka=warn"));
     let builder = tracing_subscriber::fmt()
@@ -40,6 +46,25 @@ pub fn init_tracing() {
         builder.json().init();
     } else {
         builder.init();
+    }
+    let name = std::env::args_os()
+        .next()
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "outbox-service".to_owned());
+    match crate::trace::otlp::init(&name) {
+        Ok(t) => {
+            if t.is_exporting() {
+                tracing::info!(service.name = %name, "Exporting trace spans over OTLP/HTTP");
+            }
+            t
+        }
+        Err(e) => {
+            tracing::error!(error = %e, source = ?std::error::Error::source(&e), "OTLP span export is not set up; running without it");
+            crate::trace::otlp::Telemetry::off()
+        }
     }
 }
 
@@ -126,9 +151,16 @@ impl ObserveHttp for IntCounterVec {
 /// Middleware recording every request in `metrics` under its route template, never the raw
 /// path with ids, and logging it (probes and scrapes at debug level). Install with
 /// `axum::middleware::from_fn_with_state(metrics, track_requests::<M>)`.
+///
+/// It also runs each request (except `/healthz` and `/metrics`) as a traced hop
+/// ([`crate::trace::TracedSpan`]): continuing the trace of a valid W3C `traceparent` header (with
+/// its `tracestate`), else starting a new one. A missing or malformed header is never an error.
+/// The hop's [`TraceContext`](crate::trace::TraceContext) is a request extension, its log lines
+/// carry `trace_id` / `span_id`, and events written to the outbox while handling the request
+/// carry its `traceparent`.
 pub async fn track_requests<M: ObserveHttp>(
     State(metrics): State<M>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
     let route = req
@@ -136,19 +168,64 @@ pub async fn track_requests<M: ObserveHttp>(
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let method = req.method().clone();
+    // Probes and scrapes arrive every few seconds; keep them out of the info log and traces.
+    let probe = matches!(route.as_str(), "/healthz" | "/metrics");
     let started = std::time::Instant::now();
-    let response = next.run(req).await;
+    let (response, hop) = if probe {
+        (next.run(req).await, None)
+    } else {
+        let hop = crate::trace::TracedSpan::start(
+            crate::trace::SpanKind::Server,
+            remote_trace(req.headers()),
+            || {
+                let attributes = vec![
+                    crate::trace::Attribute::Str("http.request.method", method.to_string()),
+                    crate::trace::Attribute::Str("http.route", route.clone()),
+                ];
+                (format!("{method} {route}"), attributes)
+            },
+        );
+        req.extensions_mut().insert(hop.context().clone());
+        (hop.run(next.run(req)).await, Some(hop))
+    };
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
     metrics.observe_http(method.as_str(), &route, status, elapsed);
     let duration_ms = elapsed.as_secs_f64() * 1000.0;
-    // Probes and scrapes arrive every few seconds; keep them out of the info log.
-    if matches!(route.as_str(), "/healthz" | "/metrics") {
-        tracing::debug!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
-    } else {
-        tracing::info!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
+    match hop {
+        None => {
+            tracing::debug!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
+        }
+        Some(mut hop) => {
+            hop.tracing_span().in_scope(|| {
+                tracing::info!(http.method = %method, http.route = %route, http.status = status, duration_ms, "Handled HTTP request");
+            });
+            hop.set_attribute(crate::trace::Attribute::Int(
+                "http.response.status_code",
+                i64::from(status),
+            ));
+            hop.end((status >= 500).then(|| format!("HTTP {status}")));
+        }
     }
     response
+}
+
+/// The trace context of a request's `traceparent` / `tracestate` headers: `None` (start a new
+/// trace) without a valid one, or with several `traceparent` headers (W3C: then none is valid).
+fn remote_trace(headers: &axum::http::HeaderMap) -> Option<crate::trace::TraceContext> {
+    let mut parents = headers.get_all(crate::trace::TRACEPARENT).iter();
+    let parent = parents.next()?.to_str().ok();
+    if parents.next().is_some() {
+        return None;
+    }
+    // Several `tracestate` headers are one list, joined with commas.
+    let states: Vec<&str> = headers
+        .get_all(crate::trace::TRACESTATE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let state = (!states.is_empty()).then(|| states.join(","));
+    crate::trace::TraceContext::from_headers(parent, state.as_deref())
 }
 
 /// How long the health check waits for the database.

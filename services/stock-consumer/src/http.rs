@@ -5,7 +5,10 @@
 //! | `PUT /stock/{sku_id}` `{"on_hand"}` | sets the units on hand (409 below what is reserved) |
 //! | `GET /stock/{sku_id}` | `{sku_id, on_hand, reserved, available, updated_at}` |
 //! | `GET /stock` | `{"stock": [...]}` of every SKU |
-//! | `GET /healthz`, `GET /metrics` | operations |
+//! | `GET /healthz`, `GET /metrics` | operations (open: serve them on an internal network) |
+//!
+//! Every endpoint but the operations ones needs a bearer token with the operator role
+//! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -14,6 +17,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use outbox_kit::auth::Operator;
 use outbox_kit::service::ApiError;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -102,6 +106,7 @@ struct PutBody {
 }
 
 async fn put_stock(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(sku_id): Path<String>,
     body: Bytes,
@@ -115,6 +120,7 @@ async fn put_stock(
 }
 
 async fn get_stock(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(sku_id): Path<String>,
 ) -> Result<Response, Error> {
@@ -122,7 +128,7 @@ async fn get_stock(
     Ok(Json(StockView::from(row)).into_response())
 }
 
-async fn list_stock(State(state): State<AppState>) -> Result<Response, Error> {
+async fn list_stock(_operator: Operator, State(state): State<AppState>) -> Result<Response, Error> {
     let rows: Vec<StockView> = stock::all(&state.pool)
         .await?
         .into_iter()

@@ -7,7 +7,10 @@
 //! | `POST /outbounds/{outbound_no}/return-received` | `RECALL -> RETURNED` |
 //! | `GET /outbounds/{outbound_no}` | the outbound with its lines |
 //! | `GET /outbounds?order_id=` | `{"outbounds": [...]}` of an order (none or one) |
-//! | `GET /healthz`, `GET /metrics` | operations |
+//! | `GET /healthz`, `GET /metrics` | operations (open: serve them on an internal network) |
+//!
+//! Every endpoint but the operations ones needs a bearer token with the operator role
+//! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -16,6 +19,7 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use outbox_kit::auth::Operator;
 use outbox_kit::service::ApiError;
 use serde::Deserialize;
 use serde_json::json;
@@ -130,6 +134,7 @@ fn action_response(result: ActionResult) -> Response {
 }
 
 async fn ship(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
     body: Bytes,
@@ -141,6 +146,7 @@ async fn ship(
 }
 
 async fn return_received(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
 ) -> Result<Response, Error> {
@@ -149,6 +155,7 @@ async fn return_received(
 }
 
 async fn get_outbound(
+    _operator: Operator,
     State(state): State<AppState>,
     Path(outbound_no): Path<String>,
 ) -> Result<Response, Error> {
@@ -161,6 +168,7 @@ struct ListQuery {
 }
 
 async fn list_outbounds(
+    _operator: Operator,
     State(state): State<AppState>,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, Error> {

@@ -220,7 +220,7 @@ async fn one_order(
     // The same request twice at once (a client retrying), then again until it answers.
     let create = |s: Arc<System>| {
         let (user, key, items) = (user.clone(), key.clone(), items.clone());
-        async move { s.create_order_keyed(&user, &items, &key).await }
+        async move { s.create_order_keyed(&user, &items, &key, None).await }
     };
     let twin = tokio::spawn(create(sys.clone()));
     let (order, amount) = retry(&sys, &c, deadline, create).await?;

@@ -93,6 +93,7 @@ impl World {
                 ("MARKETPLACE_URL".into(), sim.url("")),
                 ("MARKETPLACE_COMPENSATION_INTERVAL_MS".into(), "5000".into()),
             ],
+            Vec::new(),
         )
         .await;
         crate::audit::install_ledgers(&sys).await;

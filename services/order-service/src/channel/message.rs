@@ -246,11 +246,11 @@ impl TryFrom<PushBody> for ChannelMessage {
                     .ok_or_else(|| ValidationError::new("trade", "is required for TradeSync"))?;
                 let status = TradeStatus::parse(&t.status)
                     .ok_or_else(|| ValidationError::new("trade.status", "unknown trade status"))?;
-                let order = NewOrder::try_from(crate::orders::CreateOrderBody {
-                    user_id: t.buyer_id,
-                    items: t.items,
-                })
-                .map_err(|e| ValidationError::new(format!("trade.{}", e.field), e.reason))?;
+                let order = crate::domain::UserId::parse("buyer_id", t.buyer_id)
+                    .and_then(|user_id| {
+                        NewOrder::parse(user_id, crate::orders::CreateOrderBody { items: t.items })
+                    })
+                    .map_err(|e| ValidationError::new(format!("trade.{}", e.field), e.reason))?;
                 // A closed trade carries `paid_cents` when it was paid before it closed.
                 let paid = match (status, t.paid_cents) {
                     (_, Some(c)) if status.is_paid() || status == TradeStatus::TradeClosed => {

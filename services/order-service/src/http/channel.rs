@@ -3,14 +3,20 @@
 //! that was handled (applied, or absorbed by a dedupe layer) is answered `200` with its
 //! outcome so the platform stops sending it; anything refused is a 4xx and wrote nothing.
 //!
-//! `POST /channels/marketplace/compensate` runs one compensation pass now and answers what it
-//! did.
+//! The push signature covers the body only, as the marketplace signs it (no timestamp): the
+//! platform redelivers an unacknowledged message, signed as before, for days, and a replayed
+//! message is absorbed by the channel's dedupe (same or older `modified`), so a replay window
+//! would refuse the platform's own retries and protect nothing.
+//!
+//! `POST /channels/marketplace/compensate` (operator role) runs one compensation pass now and
+//! answers what it did.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
+use outbox_kit::auth::Operator;
 use serde_json::{json, Value};
 
 use super::callbacks::verified;
@@ -41,7 +47,10 @@ pub(super) async fn push(
     ))
 }
 
-pub(super) async fn compensate(State(state): State<AppState>) -> Result<Json<Value>, Error> {
+pub(super) async fn compensate(
+    _operator: Operator,
+    State(state): State<AppState>,
+) -> Result<Json<Value>, Error> {
     let client = state.marketplace.as_ref().ok_or(Error::ChannelDisabled)?;
     let pass = channel::compensation::run_once(&state.pool, client, &state.metrics)
         .await

@@ -5,6 +5,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use outbox_kit::service::ApiError;
+use outbox_kit::signature::SignatureError;
 
 use crate::error::Error;
 
@@ -23,7 +24,17 @@ impl Error {
                 (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
             }
             Self::UnknownSku(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_sku"),
-            Self::InvalidSignature => (StatusCode::UNAUTHORIZED, "invalid_signature"),
+            Self::InvalidSignature | Self::Signature(SignatureError::Invalid) => {
+                (StatusCode::UNAUTHORIZED, "invalid_signature")
+            }
+            Self::Signature(SignatureError::BadTimestamp) => {
+                (StatusCode::UNAUTHORIZED, "invalid_signature_timestamp")
+            }
+            Self::Signature(SignatureError::Stale { .. }) => {
+                (StatusCode::UNAUTHORIZED, "stale_signature")
+            }
+            // Answered by `AuthError`'s own response (with `WWW-Authenticate`).
+            Self::Auth(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::OrderNotFound => (StatusCode::NOT_FOUND, "order_not_found"),
             Self::RefundNotFound => (StatusCode::NOT_FOUND, "refund_not_found"),
             Self::AmountMismatch { .. } => (StatusCode::BAD_REQUEST, "amount_mismatch"),
@@ -64,6 +75,9 @@ fn chain(error: &dyn std::error::Error) -> String {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
+        if let Self::Auth(e) = self {
+            return e.into_response();
+        }
         let (status, code) = self.status_and_code();
         let message = if status.is_server_error() {
             if status == StatusCode::SERVICE_UNAVAILABLE {

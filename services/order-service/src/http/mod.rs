@@ -30,6 +30,8 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// Header with a callback's signature.
 pub const SIGNATURE: &str = "x-signature";
+/// Header with a callback's signing time (Unix seconds), covered by its signature.
+pub use outbox_kit::signature::TIMESTAMP_HEADER as SIGNATURE_TIMESTAMP;
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -40,10 +42,14 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Secret that signs payment and refund callbacks.
     pub secret: CallbackSecret,
+    /// How far a callback's signed timestamp may be from now.
+    pub replay_window: std::time::Duration,
     /// Secret that signs marketplace pushes; `None` turns the channel off (404).
     pub marketplace_secret: Option<CallbackSecret>,
     /// The marketplace's API, for `POST /channels/marketplace/compensate`.
     pub marketplace: Option<crate::channel::PlatformClient>,
+    /// Verifies bearer tokens.
+    pub auth: outbox_kit::auth::Authenticator,
 }
 
 /// The whole API.
@@ -68,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(ops::openapi))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(axum::Extension(state.auth.clone()))
         .layer(middleware::from_fn_with_state(
             state.metrics.clone(),
             outbox_kit::service::track_requests::<Metrics>,

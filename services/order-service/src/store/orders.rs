@@ -150,6 +150,20 @@ pub async fn find(
     .await
 }
 
+/// The user who owns an order, if it exists.
+///
+/// # Errors
+/// When the query fails.
+pub async fn owner(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT user_id FROM orders WHERE order_id = $1")
+        .bind(order_id.uuid())
+        .fetch_optional(conn)
+        .await
+}
+
 /// An order's lines in line order.
 ///
 /// # Errors

@@ -2,6 +2,7 @@
 //! in-process on 127.0.0.1:0 and is driven over HTTP. Each test gets a fresh database, created
 //! through the admin URL in `DATABASE_URL`.
 
+mod auth;
 mod callbacks;
 mod channel;
 mod lifecycle;

@@ -1,11 +1,19 @@
 //! Test harness: a fresh database per test, the app served on an ephemeral port, helpers to
 //! call it and to read what the database holds.
+//!
+//! Authentication: the app verifies HS256 tokens under [`JWT_SECRET`]; [`TestApp::minter`]
+//! mints them. The helpers send the token the real caller would: an operator's for the
+//! catalog and `deliver`, the order owner's (looked up in the database) for the customer
+//! endpoints, and for `POST /orders` a token for the body's `user_id` (a test shorthand: the
+//! field is removed from the body sent, the server takes the user from the token only).
+//! `client` sends a customer token of [`DEFAULT_USER`] unless a request sets its own.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use order_service::{AppState, CallbackSecret, Metrics};
-use reqwest::{Response, StatusCode};
+use outbox_kit::auth::{Authenticator, Minter};
+use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
@@ -17,12 +25,24 @@ pub const SECRET: &str = "test-callback-secret";
 /// The secret the test app verifies marketplace pushes with.
 pub const MARKETPLACE_SECRET: &str = "test-marketplace-secret";
 
+/// The HS256 secret of the test app's bearer tokens.
+pub const JWT_SECRET: &str = "test-jwt-secret-of-at-least-32-bytes";
+/// The issuer and audience the test app requires.
+pub const JWT_ISSUER: &str = "test-issuer";
+/// See [`JWT_ISSUER`].
+pub const JWT_AUDIENCE: &str = "order-service";
+
+/// The user `client`'s default token belongs to, and of orders whose body names none.
+pub const DEFAULT_USER: &str = "u1";
+
 /// A running order service on its own database.
 pub struct TestApp {
     /// `http://127.0.0.1:<port>`.
     pub base: String,
-    /// HTTP client.
+    /// HTTP client; sends a customer token of [`DEFAULT_USER`] by default.
     pub client: reqwest::Client,
+    /// Mints tokens the app accepts.
+    pub minter: Minter,
     /// Pool on the test database, for assertions.
     pub pool: PgPool,
     secret: CallbackSecret,
@@ -59,6 +79,11 @@ pub struct Snapshot {
 impl TestApp {
     /// Creates a database, migrates it and serves the app on it.
     pub async fn spawn() -> Self {
+        Self::spawn_with_window(outbox_kit::signature::DEFAULT_REPLAY_WINDOW).await
+    }
+
+    /// As [`Self::spawn`], with a callback replay window of `replay_window`.
+    pub async fn spawn_with_window(replay_window: Duration) -> Self {
         let admin =
             PgConnectOptions::from_str(&admin_url()).expect("DATABASE_URL is not a valid URL");
         let name = format!("order_it_{}", uuid::Uuid::new_v4().simple());
@@ -78,14 +103,22 @@ impl TestApp {
             .await
             .expect("connect to the test database");
         order_service::migrate(&pool).await.expect("migrations");
+        Self::serve_on(pool, replay_window).await
+    }
+
+    /// Serves the app on a migrated `pool` with the given callback replay window.
+    async fn serve_on(pool: PgPool, replay_window: Duration) -> Self {
         let secret = CallbackSecret::new(SECRET).unwrap();
         let state = AppState {
             pool: pool.clone(),
             metrics: Metrics::new(),
             secret: secret.clone(),
+            replay_window,
             marketplace_secret: Some(CallbackSecret::new(MARKETPLACE_SECRET).unwrap()),
             marketplace: None,
+            auth: Authenticator::hs256(JWT_SECRET.as_bytes(), JWT_ISSUER, JWT_AUDIENCE),
         };
+        let minter = Minter::hs256(JWT_SECRET.as_bytes(), JWT_ISSUER, JWT_AUDIENCE);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
@@ -95,13 +128,50 @@ impl TestApp {
             shutdown.clone(),
             Duration::from_secs(1),
         ));
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {}", minter.customer(DEFAULT_USER))
+                .parse()
+                .unwrap(),
+        );
         Self {
             base,
-            client: reqwest::Client::new(),
+            client: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .unwrap(),
+            minter,
             pool,
             secret,
             shutdown,
         }
+    }
+
+    /// A customer token of `user`.
+    pub fn customer_token(&self, user: &str) -> String {
+        self.minter.customer(user)
+    }
+
+    /// An operator token.
+    pub fn operator_token(&self) -> String {
+        self.minter.operator("ops")
+    }
+
+    /// The owner of an order ([`DEFAULT_USER`] when there is no such order).
+    pub async fn owner_of(&self, order_id: &str) -> String {
+        let owner: Option<String> =
+            sqlx::query_scalar("SELECT user_id FROM orders WHERE order_id::text = $1")
+                .bind(order_id)
+                .fetch_optional(&self.pool)
+                .await
+                .unwrap();
+        owner.unwrap_or_else(|| DEFAULT_USER.to_owned())
+    }
+
+    /// `req` with the order owner's token.
+    async fn as_owner(&self, req: RequestBuilder, order_id: &str) -> RequestBuilder {
+        req.bearer_auth(self.customer_token(&self.owner_of(order_id).await))
     }
 
     /// Starts a graceful shutdown of the server (as SIGTERM does).
@@ -119,6 +189,7 @@ impl TestApp {
         let r = self
             .client
             .put(self.url(&format!("/skus/{sku_id}")))
+            .bearer_auth(self.operator_token())
             .json(&json!({ "name": format!("Item {sku_id}"), "price_cents": price_cents }))
             .send()
             .await
@@ -126,9 +197,20 @@ impl TestApp {
         assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
     }
 
-    /// `POST /orders` with an optional key.
+    /// `POST /orders` with an optional key, as the body's `user_id` (removed from the body
+    /// sent; [`DEFAULT_USER`] without one).
     pub async fn post_order(&self, key: Option<&str>, body: &Value) -> Response {
-        let mut req = self.client.post(self.url("/orders")).json(body);
+        let mut body = body.clone();
+        let user = body
+            .as_object_mut()
+            .and_then(|o| o.remove("user_id"))
+            .and_then(|u| u.as_str().map(str::to_owned))
+            .unwrap_or_else(|| DEFAULT_USER.to_owned());
+        let mut req = self
+            .client
+            .post(self.url("/orders"))
+            .bearer_auth(self.customer_token(&user))
+            .json(&body);
         if let Some(k) = key {
             req = req.header("Idempotency-Key", k);
         }
@@ -145,12 +227,27 @@ impl TestApp {
         r.json().await.unwrap()
     }
 
-    /// POSTs `raw` with `X-Signature: signature` when given.
+    /// POSTs `raw` with `X-Signature: signature` when given, and the current time as
+    /// `X-Signature-Timestamp`.
     pub async fn post_raw(&self, path: &str, raw: &[u8], signature: Option<&str>) -> Response {
+        self.post_raw_at(path, raw, chrono::Utc::now().timestamp(), signature)
+            .await
+    }
+
+    /// POSTs `raw` with `X-Signature-Timestamp: timestamp` and `X-Signature: signature` when
+    /// given.
+    pub async fn post_raw_at(
+        &self,
+        path: &str,
+        raw: &[u8],
+        timestamp: i64,
+        signature: Option<&str>,
+    ) -> Response {
         let mut req = self
             .client
             .post(self.url(path))
             .header("content-type", "application/json")
+            .header("X-Signature-Timestamp", timestamp.to_string())
             .body(raw.to_vec());
         if let Some(s) = signature {
             req = req.header("X-Signature", s);
@@ -158,11 +255,17 @@ impl TestApp {
         req.send().await.unwrap()
     }
 
-    /// POSTs `body` to a callback path, correctly signed.
+    /// POSTs `body` to a callback path, correctly signed now.
     pub async fn signed(&self, path: &str, body: &Value) -> Response {
+        self.signed_at(path, body, chrono::Utc::now().timestamp())
+            .await
+    }
+
+    /// POSTs `body` to a callback path, correctly signed at `timestamp` (Unix seconds).
+    pub async fn signed_at(&self, path: &str, body: &Value, timestamp: i64) -> Response {
         let raw = serde_json::to_vec(body).unwrap();
-        let sig = self.secret.sign(&raw);
-        self.post_raw(path, &raw, Some(&sig)).await
+        let sig = self.secret.sign_at(timestamp, &raw);
+        self.post_raw_at(path, &raw, timestamp, Some(&sig)).await
     }
 
     /// A signed payment notification.
@@ -191,8 +294,11 @@ impl TestApp {
 
     /// `POST /orders/{id}/refunds`.
     pub async fn refund(&self, order_id: &str, refund_no: &str, amount_cents: i64) -> Response {
-        self.client
-            .post(self.url(&format!("/orders/{order_id}/refunds")))
+        let req = self
+            .client
+            .post(self.url(&format!("/orders/{order_id}/refunds")));
+        self.as_owner(req, order_id)
+            .await
             .json(&json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged" }))
             .send()
             .await
@@ -207,21 +313,29 @@ impl TestApp {
         amount_cents: i64,
         kind: &str,
     ) -> Response {
-        self.client
-            .post(self.url(&format!("/orders/{order_id}/refunds")))
+        let req = self
+            .client
+            .post(self.url(&format!("/orders/{order_id}/refunds")));
+        self.as_owner(req, order_id)
+            .await
             .json(&json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged", "kind": kind }))
             .send()
             .await
             .unwrap()
     }
 
-    /// `POST /orders/{id}/{action}` (`cancel`, `deliver`, `complete`).
+    /// `POST /orders/{id}/{action}` (`cancel`, `deliver`, `complete`): as an operator for
+    /// `deliver`, else as the order's owner.
     pub async fn act(&self, order_id: &str, action: &str) -> Response {
-        self.client
-            .post(self.url(&format!("/orders/{order_id}/{action}")))
-            .send()
-            .await
-            .unwrap()
+        let req = self
+            .client
+            .post(self.url(&format!("/orders/{order_id}/{action}")));
+        let req = if action == "deliver" {
+            req.bearer_auth(self.operator_token())
+        } else {
+            self.as_owner(req, order_id).await
+        };
+        req.send().await.unwrap()
     }
 
     /// A signed refund notification.
@@ -235,23 +349,18 @@ impl TestApp {
 
     /// `GET /orders/{id}` body, asserting 200.
     pub async fn get_order(&self, order_id: &str) -> Value {
-        let r = self
-            .client
-            .get(self.url(&format!("/orders/{order_id}")))
-            .send()
-            .await
-            .unwrap();
+        let req = self.client.get(self.url(&format!("/orders/{order_id}")));
+        let r = self.as_owner(req, order_id).await.send().await.unwrap();
         assert_eq!(r.status(), StatusCode::OK);
         r.json().await.unwrap()
     }
 
     /// `POST /orders/{id}/cancel`.
     pub async fn cancel(&self, order_id: &str) -> Response {
-        self.client
-            .post(self.url(&format!("/orders/{order_id}/cancel")))
-            .send()
-            .await
-            .unwrap()
+        let req = self
+            .client
+            .post(self.url(&format!("/orders/{order_id}/cancel")));
+        self.as_owner(req, order_id).await.send().await.unwrap()
     }
 
     /// `GET /metrics` text.

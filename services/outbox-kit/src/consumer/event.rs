@@ -173,6 +173,20 @@ impl RawMessage {
             .map(|(_, v)| v.as_deref())
     }
 
+    /// The trace this message continues: its `traceparent` (and `tracestate`) header, or `None`
+    /// when it has none or a malformed one (the consumer then starts a new trace).
+    pub fn trace_context(&self) -> Option<crate::trace::TraceContext> {
+        let text = |name| {
+            self.header(name)
+                .flatten()
+                .and_then(|v| std::str::from_utf8(v).ok())
+        };
+        crate::trace::TraceContext::from_headers(
+            text(crate::trace::TRACEPARENT),
+            text(crate::trace::TRACESTATE),
+        )
+    }
+
     /// The first value of header `name` (the relay's contract headers come first, and extra
     /// headers never override them).
     fn contract_header(&self, name: &'static str) -> Result<Option<&str>, Rejection> {

@@ -151,7 +151,7 @@ impl<H: Handler> Worker<H> {
                     None => break,
                 },
             };
-            let processed = self.process(&msg, &stop).await;
+            let processed = self.process_traced(&msg, &stop).await;
             self.retrying.store(false, Ordering::Relaxed);
             if processed.is_err() {
                 tracing::info!(
@@ -169,6 +169,53 @@ impl<H: Handler> Worker<H> {
             kafka.partition = self.partition,
             "Partition worker stopped"
         );
+    }
+
+    /// Takes one message to a finished state inside a traced hop that continues the message's
+    /// trace: every log line of it carries the trace id, and the events the handler writes carry
+    /// this hop as their parent.
+    async fn process_traced(
+        &self,
+        msg: &RawMessage,
+        stop: &CancellationToken,
+    ) -> Result<(), Abandoned> {
+        let describe = || {
+            use crate::trace::Attribute;
+            let text = |name| {
+                msg.header(name)
+                    .flatten()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+            };
+            let mut attributes = vec![
+                Attribute::Str("messaging.system", "kafka".to_owned()),
+                Attribute::Str("messaging.operation.type", "process".to_owned()),
+                Attribute::Str("messaging.destination.name", msg.topic.clone()),
+                Attribute::Str(
+                    "messaging.destination.partition.id",
+                    msg.partition.to_string(),
+                ),
+                Attribute::Int("messaging.kafka.offset", msg.offset),
+                Attribute::Str(
+                    "messaging.consumer.group.name",
+                    self.deps.consumer_name.clone(),
+                ),
+            ];
+            if let Some(id) = text("event_id") {
+                attributes.push(Attribute::Str("messaging.message.id", id));
+            }
+            if let Some(t) = text("event_type") {
+                attributes.push(Attribute::Str("outbox.event_type", t));
+            }
+            (format!("process {}", msg.topic), attributes)
+        };
+        let hop = crate::trace::TracedSpan::start(
+            crate::trace::SpanKind::Consumer,
+            msg.trace_context(),
+            describe,
+        );
+        let processed = hop.run(self.process(msg, stop)).await;
+        hop.end(None);
+        processed
     }
 
     /// Takes one message to a finished state.

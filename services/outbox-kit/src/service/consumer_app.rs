@@ -26,6 +26,11 @@ pub struct ConsumerServiceArgs {
     #[arg(long, env = "KAFKA_BROKERS")]
     pub kafka_brokers: String,
 
+    /// Bearer-token verification of the HTTP API (operator endpoints need
+    /// `roles: ["operator"]`). A key is required to serve; `dlq` commands don't need one.
+    #[command(flatten)]
+    pub auth: crate::auth::AuthArgs,
+
     /// Consumer settings.
     #[command(flatten)]
     pub consumer: ConsumerArgs,
@@ -50,6 +55,9 @@ pub enum ServiceError {
         #[source]
         source: MigrateError,
     },
+    /// The bearer-token settings cannot verify tokens (no key, no issuer, ...).
+    #[error("bearer-token configuration")]
+    Auth(#[from] crate::auth::AuthConfigError),
     /// The HTTP listener could not be bound.
     #[error("binding {addr}")]
     Bind {
@@ -165,6 +173,7 @@ impl<H: Handler> ConsumerService<H> {
             )
             .await?);
         }
+        let auth = args.auth.authenticator()?;
         let settings = &args.service;
         let pool = super::connect_lazy(&settings.database_url, settings.database_max_connections)
             .map_err(ServiceError::DatabaseUrl)?;
@@ -185,7 +194,8 @@ impl<H: Handler> ConsumerService<H> {
         let router = match self.router {
             Some(router) => router(pool.clone(), metrics.clone()),
             None => Router::new(),
-        };
+        }
+        .layer(axum::Extension(auth));
         let http = tokio::spawn(super::serve(
             listener,
             router,
