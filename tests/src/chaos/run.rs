@@ -297,6 +297,19 @@ pub async fn run(spec: &Spec) -> Summary {
             },
         });
     }
+    let failed = audit.code != 0 || outcomes.iter().any(|f| f.recovered_after_ms.is_none());
+    if failed {
+        // Keep the broker's storage and log for a look (its Drop reads this), and say where the
+        // processes' logs are.
+        std::env::set_var("KEEP_TANSU_DIR", "1");
+        eprintln!(
+            "chaos: failed; process logs in {} (order-service {}, wms {}, stock {})",
+            crate::proc::log_dir().display(),
+            world.sys.order.log.display(),
+            world.sys.wms.log.display(),
+            world.sys.stock.log.display()
+        );
+    }
     let mut by_kind = BTreeMap::new();
     for a in &applied {
         *by_kind.entry(a.kind.name().to_owned()).or_default() += 1;
