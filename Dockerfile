@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 #
 # One image with the project's binaries: outbox-relay (the default command), order-service,
-# wms-consumer and stock-consumer (override the command to run one of them), and the
-# mint-token tool (signs bearer tokens for trials; production tokens come from the IdP).
+# wms-consumer and stock-consumer (override the command to run one of them), the outbox-audit
+# tool (reconciles a deployment), and the mint-token tool (signs bearer tokens for trials;
+# production tokens come from the IdP).
 #
 #   docker build -t outbox-relay .
 #   docker run --rm -e DATABASE_URL=... -e KAFKA_BROKERS=... outbox-relay run
@@ -33,7 +34,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && mkdir -p /out \
     && cp target/release/outbox-relay target/release/order-service \
           target/release/wms-consumer target/release/stock-consumer \
-          target/release/mint-token /out/
+          target/release/outbox-audit target/release/mint-token /out/
 
 # --- runtime ------------------------------------------------------------------------------
 FROM debian:${DEBIAN_RELEASE}-slim

@@ -4,6 +4,8 @@
 #   make env-up     deps + start PostgreSQL and tansu locally (deploy/local/up.sh)
 #   make env-down   stop them and remove the state directory (deploy/local/down.sh)
 #   make bench      relay benchmark (deploy/local/bench.sh); flags: make bench BENCH_ARGS=--quick
+#   make chaos      the whole system under load through faults, then the audit
+#                   (deploy/local/chaos.sh); flags: make chaos ARGS="--duration-s 900 --seed 7"
 #
 # STATE_DIR (default target/local-env) selects the environment's state directory;
 # `. target/local-env/env.sh` exports DATABASE_URL, KAFKA_BROKERS, ... afterwards.
@@ -35,3 +37,10 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench:
 	bash deploy/local/bench.sh $(BENCH_ARGS)
+
+# Chaos run: private PostgreSQL + tansu (sqlite) behind proxies, the whole system under load
+# through a fault schedule, then outbox-audit. Summary on stdout.
+ARGS ?=
+.PHONY: chaos
+chaos:
+	bash deploy/local/chaos.sh $(ARGS)

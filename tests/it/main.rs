@@ -2,6 +2,8 @@
 //! independent client (kafka-python) checking what landed on the broker.
 
 mod access;
+mod audit;
+mod chaos;
 mod common;
 mod consumer_runtime;
 mod consumers;

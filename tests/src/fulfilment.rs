@@ -80,7 +80,13 @@ impl Service {
 
     /// SIGKILL, then reap.
     pub fn kill(&self) {
-        if let Some(mut c) = self.child.lock().unwrap().take() {
+        // Also after a panic while it was held (e.g. a failed start): this runs in `Drop`, and
+        // a panic there would abort and leave the other children running.
+        let mut slot = self
+            .child
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(mut c) = slot.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -296,11 +302,27 @@ impl System {
         order_extra_env: Vec<(String, String)>,
         services_env: Vec<(String, String)>,
     ) -> Self {
+        let admin = std::env::var("DATABASE_URL").expect(
+            "DATABASE_URL is not set: run the tests with `make test`, or start PostgreSQL with \
+             `deploy/local/up.sh` and source its env.sh",
+        );
+        Self::start_on_servers(&admin, brokers, order_extra_env, services_env).await
+    }
+
+    /// Starts everything with its three databases on the PostgreSQL server of `admin_url`
+    /// (e.g. a private one, or a proxy in front of it) and on `brokers`, with extra
+    /// environment for the order service and for all three services.
+    pub async fn start_on_servers(
+        admin_url: &str,
+        brokers: &str,
+        order_extra_env: Vec<(String, String)>,
+        services_env: Vec<(String, String)>,
+    ) -> Self {
         let prefix = crate::unique_topic_prefix();
         let (order_db, wms_db, stock_db) = tokio::join!(
-            crate::db::fresh_database(),
-            crate::db::fresh_database(),
-            crate::db::fresh_database()
+            crate::db::fresh_database_on(admin_url),
+            crate::db::fresh_database_on(admin_url),
+            crate::db::fresh_database_on(admin_url)
         );
         let env = |db: &TestDb, group: &str| {
             let mut env = consumer_env(db, brokers, &prefix, group);
@@ -428,7 +450,8 @@ impl System {
     /// Creates an order of `items` (`(sku, quantity)`) as customer `user`; returns
     /// `(order_id, amount_cents)`.
     pub async fn create_order(&self, user: &str, items: &[(&str, i64)]) -> (String, i64) {
-        self.create_order_traced(user, items, None).await
+        self.create_order_keyed(user, items, &uuid::Uuid::new_v4().to_string(), None)
+            .await
     }
 
     /// [`System::create_order`] with a `traceparent` header (any text: malformed ones too).
@@ -436,6 +459,20 @@ impl System {
         &self,
         user: &str,
         items: &[(&str, i64)],
+        traceparent: Option<&str>,
+    ) -> (String, i64) {
+        self.create_order_keyed(user, items, &uuid::Uuid::new_v4().to_string(), traceparent)
+            .await
+    }
+
+    /// [`System::create_order`] under the idempotency key `key` (the same key again, a
+    /// duplicate request or a retry, answers with the same order), with an optional
+    /// `traceparent` header.
+    pub async fn create_order_keyed(
+        &self,
+        user: &str,
+        items: &[(&str, i64)],
+        key: &str,
         traceparent: Option<&str>,
     ) -> (String, i64) {
         let items: Vec<Value> = items
@@ -446,7 +483,7 @@ impl System {
             .send(with_traceparent(
                 self.http
                     .post(self.order.url("/orders"))
-                    .header("Idempotency-Key", uuid::Uuid::new_v4().to_string())
+                    .header("Idempotency-Key", key)
                     .bearer_auth(crate::auth::customer(user))
                     .json(&json!({ "items": items })),
                 traceparent,

@@ -6,13 +6,16 @@
 //! and `KAFKA_BROKERS` (each test uses its own topic prefix). Tests that restart a server start
 //! a private one of their own ([`servers`]).
 
+pub mod audit;
 pub mod auth;
+pub mod chaos;
 pub mod db;
 pub mod fulfilment;
 pub mod observe;
 pub mod otlp;
 pub mod pgbouncer;
 pub mod proc;
+pub mod proxy;
 pub mod servers;
 pub mod stream;
 pub mod verify;

@@ -166,9 +166,27 @@ pub struct Tansu {
     extra: Vec<String>,
     /// Its port.
     pub port: u16,
+    /// The port it advertises in metadata (its own, or a proxy's in front of it).
+    advertised_port: u16,
 }
 
 impl Tansu {
+    /// A broker behind a proxy listening on `advertised_port`: clients connect to the address
+    /// metadata gives them, so the broker must advertise the proxy's.
+    pub fn start_behind(advertised_port: u16) -> Self {
+        let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut me = Self {
+            dir,
+            child: None,
+            extra: Vec::new(),
+            port: crate::free_port(),
+            advertised_port,
+        };
+        me.start_again();
+        me
+    }
+
     /// Starts a broker on a free port and waits until it accepts connections.
     pub fn start() -> Self {
         Self::start_with(&[])
@@ -193,11 +211,13 @@ impl Tansu {
     pub fn start_with(extra: &[String]) -> Self {
         let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
+        let port = crate::free_port();
         let mut me = Self {
             dir,
             child: None,
             extra: extra.to_vec(),
-            port: crate::free_port(),
+            port,
+            advertised_port: port,
         };
         me.start_again();
         me
@@ -212,6 +232,7 @@ impl Tansu {
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "already running");
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -224,7 +245,7 @@ impl Tansu {
                 "--listener-url",
                 &url,
                 "--advertised-listener-url",
-                &url,
+                &advertised,
             ])
             .args([
                 "--storage-engine",
@@ -262,6 +283,10 @@ impl Tansu {
 impl Drop for Tansu {
     fn drop(&mut self) {
         self.stop();
+        if std::env::var_os("KEEP_TANSU_DIR").is_some() {
+            eprintln!("tansu's storage and log kept in {}", self.dir.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -37,6 +37,16 @@ pub const CONSUMED_AGGREGATES: [&str; 3] = ["outbound", "stock", shipback::AGGRE
 
 const V1: &[u32] = &[1];
 
+/// The versions of `event_type` the fulfilment consumer applies, `None` for event types it
+/// ignores (they get no inbox row): [`Handler::versions`], also for `outbox-audit`.
+pub fn versions(event_type: &str) -> Option<&'static [u32]> {
+    match event_type {
+        "OutboundShipped" | "ReturnReceived" | "StockReservationRejected" => Some(V1),
+        shipback::EVENT_TYPE => Some(V1),
+        _ => None,
+    }
+}
+
 /// The part of `OutboundShipped` the order service reads.
 #[derive(Debug, Clone, Deserialize)]
 struct OutboundShipped {
@@ -84,11 +94,7 @@ impl FulfilmentHandler {
 
 impl Handler for FulfilmentHandler {
     fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
-        match event_type {
-            "OutboundShipped" | "ReturnReceived" | "StockReservationRejected" => Some(V1),
-            shipback::EVENT_TYPE => Some(V1),
-            _ => None,
-        }
+        versions(event_type)
     }
 
     async fn handle(&self, conn: &mut PgConnection, event: &Event) -> Result<Effect, HandlerError> {

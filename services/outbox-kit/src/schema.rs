@@ -1,6 +1,7 @@
 //! The shared schemas, embedded so the relay and every service apply the same migrations:
 //! the outbox (`migrations/outbox`) in every database that publishes events, the inbox
-//! (`migrations/inbox`) in every database that consumes them.
+//! (`migrations/inbox`) in every database that consumes them, and the optional producer-side
+//! ledger (`migrations/ledger`) that `outbox-audit` reconciles the broker against.
 
 /// Migrations that create the outbox table and the relay's lease table.
 ///
@@ -34,4 +35,21 @@ pub fn inbox_migrator() -> sqlx::migrate::Migrator {
 /// Fails when the database is unreachable or a migration fails.
 pub async fn migrate_inbox(pool: &sqlx::PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     inbox_migrator().run(pool).await
+}
+
+/// Migrations of the optional outbox ledger (`outbox_ledger` and the trigger that fills it
+/// from every committed outbox row), for databases that `outbox-audit` reconciles. Apply after
+/// [`migrate`]; like it, they ignore the versions of the other migration sets.
+pub fn ledger_migrator() -> sqlx::migrate::Migrator {
+    let mut m = sqlx::migrate!("../../migrations/ledger");
+    m.set_ignore_missing(true);
+    m
+}
+
+/// Applies the ledger migrations (the outbox table must exist).
+///
+/// # Errors
+/// Fails when the database is unreachable or a migration fails.
+pub async fn migrate_ledger(pool: &sqlx::PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    ledger_migrator().run(pool).await
 }

@@ -1,0 +1,274 @@
+//! Reading the broker without changing it: every message of the audited topics from the
+//! beginning up to the end offsets taken at the start (partitions assigned by hand, nothing
+//! committed), and each consumer group's committed offsets (an OffsetFetch, without joining the
+//! group).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// Errors reading the broker.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The client failed (unreachable broker, refused request).
+    #[error("broker: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+    /// Reading did not reach the end offsets in time.
+    #[error("reading {topic}[{partition}] stopped at offset {at} of {end} after {waited:?}")]
+    Incomplete {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// Next offset to read.
+        at: i64,
+        /// End offset to reach.
+        end: i64,
+        /// How long it waited.
+        waited: Duration,
+    },
+}
+
+/// How long the partitions must stay quiet after the end offsets were reached.
+const TAIL_IDLE: Duration = Duration::from_secs(2);
+
+/// The longest read past the end offsets (on a live system the partitions never go quiet).
+const TAIL_MAX: Duration = Duration::from_secs(10);
+
+/// One message as the audit needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Key as UTF-8 (lossy).
+    pub key: Option<String>,
+    /// The `event_id` header, when present.
+    pub event_id: Option<String>,
+    /// The `event_type` header, when present.
+    pub event_type: Option<String>,
+    /// The dead-letter headers (`dlq.consumer`, `dlq.source.*`), when present.
+    pub dead_letter: Option<DeadLetterSource>,
+    /// Broker timestamp in ms, when present.
+    pub timestamp_ms: Option<i64>,
+}
+
+/// Where a dead letter came from and who sent it there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterSource {
+    /// The consumer (`dlq.consumer`).
+    pub consumer: String,
+    /// `dlq.source.topic`.
+    pub topic: String,
+    /// `dlq.source.partition`.
+    pub partition: i32,
+    /// `dlq.source.offset`.
+    pub offset: i64,
+}
+
+/// Read-only access to one broker.
+pub struct Broker {
+    brokers: String,
+    extra: Vec<(String, String)>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("brokers", &self.brokers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// A reader of `brokers` with extra librdkafka settings.
+    pub fn new(brokers: &str, extra: &[(String, String)], timeout: Duration) -> Self {
+        Self {
+            brokers: brokers.to_owned(),
+            extra: extra.to_vec(),
+            timeout,
+        }
+    }
+
+    fn consumer(&self, group: &str) -> Result<BaseConsumer, BrokerError> {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", &self.brokers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("enable.metrics.push", "false")
+            .set("client.id", "outbox-audit");
+        for (k, v) in outbox_kit::consumer::config::connection_settings(&self.extra) {
+            cfg.set(k, v);
+        }
+        Ok(cfg.create()?)
+    }
+
+    /// Partition counts of the topics that exist (a topic never created is left out).
+    ///
+    /// # Errors
+    /// When the broker cannot be reached.
+    pub fn partitions(&self, topics: &[String]) -> Result<BTreeMap<String, i32>, BrokerError> {
+        let c = self.consumer("outbox-audit")?;
+        let md = c.fetch_metadata(None, self.timeout)?;
+        Ok(md
+            .topics()
+            .iter()
+            .filter(|t| topics.iter().any(|x| x == t.name()) && t.error().is_none())
+            .filter(|t| !t.partitions().is_empty())
+            .map(|t| (t.name().to_owned(), t.partitions().len() as i32))
+            .collect())
+    }
+
+    /// The committed offsets of `group` on `partitions` (`(topic, partition) -> next offset`;
+    /// a partition with no commit is left out). Joins nothing and commits nothing.
+    ///
+    /// # Errors
+    /// When the broker cannot be reached.
+    pub fn committed(
+        &self,
+        group: &str,
+        partitions: &BTreeMap<String, i32>,
+    ) -> Result<HashMap<(String, i32), i64>, BrokerError> {
+        let c = self.consumer(group)?;
+        let mut tpl = TopicPartitionList::new();
+        for (t, n) in partitions {
+            for p in 0..*n {
+                tpl.add_partition(t, p);
+            }
+        }
+        if tpl.count() == 0 {
+            return Ok(HashMap::new());
+        }
+        let got = c.committed_offsets(tpl, self.timeout)?;
+        Ok(got
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Every message of `partitions` from the beginning to the end offsets of this moment, and
+    /// what follows until they stay quiet for a moment (see `TAIL_IDLE`).
+    ///
+    /// # Errors
+    /// When the broker cannot be reached, or a partition is not read to its end in time.
+    pub fn read_all(&self, partitions: &BTreeMap<String, i32>) -> Result<Vec<Record>, BrokerError> {
+        let c = self.consumer("outbox-audit")?;
+        let mut ends: HashMap<(String, i32), (i64, i64)> = HashMap::new();
+        let mut tpl = TopicPartitionList::new();
+        for (t, n) in partitions {
+            for p in 0..*n {
+                let (low, high) = c.fetch_watermarks(t, p, self.timeout)?;
+                if high > low {
+                    ends.insert((t.clone(), p), (low, high));
+                    tpl.add_partition_offset(t, p, Offset::Offset(low))?;
+                }
+            }
+        }
+        let mut out = Vec::new();
+        if ends.is_empty() {
+            return Ok(out);
+        }
+        c.assign(&tpl)?;
+        let started = Instant::now();
+        // Next offset to read per partition; done when each reached its end.
+        let mut next: HashMap<(String, i32), i64> =
+            ends.iter().map(|(k, (low, _))| (k.clone(), *low)).collect();
+        let mut open = ends.len();
+        let mut last_message = Instant::now();
+        // The end offsets are a lower bound, not the end: tansu 0.6.0 answers ListOffsets
+        // (latest) with the last record batch's base offset + 1, so a batch of several records
+        // looks like one. Read past them until the partitions stay quiet for `TAIL_IDLE`.
+        let mut reached: Option<Instant> = None;
+        while open > 0
+            || (last_message.elapsed() < TAIL_IDLE
+                && reached.is_none_or(|t| t.elapsed() < TAIL_MAX))
+        {
+            if open == 0 && reached.is_none() {
+                reached = Some(Instant::now());
+            }
+            if open > 0 && started.elapsed() > self.timeout {
+                let ((topic, partition), at) = next
+                    .iter()
+                    .find(|(k, at)| **at < ends[*k].1)
+                    .map(|(k, at)| (k.clone(), *at))
+                    .unwrap_or_default();
+                let end = ends.get(&(topic.clone(), partition)).map_or(0, |e| e.1);
+                return Err(BrokerError::Incomplete {
+                    topic,
+                    partition,
+                    at,
+                    end,
+                    waited: started.elapsed(),
+                });
+            }
+            let Some(m) = c.poll(Duration::from_millis(500)) else {
+                continue;
+            };
+            let m = m?;
+            let key = (m.topic().to_owned(), m.partition());
+            let Some(&(_, end)) = ends.get(&key) else {
+                continue;
+            };
+            let at = next.get_mut(&key).unwrap();
+            if m.offset() < *at {
+                continue;
+            }
+            last_message = Instant::now();
+            let was_open = *at < end;
+            *at = m.offset() + 1;
+            if was_open && *at >= end {
+                open -= 1;
+            }
+            out.push(record(&m));
+        }
+        Ok(out)
+    }
+}
+
+fn record<M: Message>(m: &M) -> Record {
+    let mut headers: HashMap<&str, String> = HashMap::new();
+    if let Some(h) = m.headers() {
+        for i in 0..h.count() {
+            let hd = h.get(i);
+            if let Some(v) = hd.value {
+                headers.insert(hd.key, String::from_utf8_lossy(v).into_owned());
+            }
+        }
+    }
+    use outbox_kit::consumer::dlq::{
+        DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_PARTITION, DLQ_SOURCE_TOPIC,
+    };
+    let dead_letter = (|| {
+        Some(DeadLetterSource {
+            consumer: headers.get(DLQ_CONSUMER)?.clone(),
+            topic: headers.get(DLQ_SOURCE_TOPIC)?.clone(),
+            partition: headers.get(DLQ_SOURCE_PARTITION)?.parse().ok()?,
+            offset: headers.get(DLQ_SOURCE_OFFSET)?.parse().ok()?,
+        })
+    })();
+    Record {
+        topic: m.topic().to_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+        event_id: headers.remove("event_id"),
+        event_type: headers.remove("event_type"),
+        dead_letter,
+        timestamp_ms: m.timestamp().to_millis(),
+    }
+}

@@ -1,0 +1,266 @@
+//! The audit's SQL: what it reads from the three databases. Every connection is opened with
+//! `default_transaction_read_only = on`, so the audit cannot change a row even by mistake.
+//! Checks that one database can answer alone (stock and refund arithmetic) are single
+//! statements, so they see one snapshot.
+
+use std::collections::HashSet;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+use crate::report::Violation;
+
+/// A read-only pool on `url`.
+///
+/// # Errors
+/// When the URL does not parse or the database is unreachable.
+pub async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
+    let opts = PgConnectOptions::from_str(url)?
+        .options([("default_transaction_read_only", "on")])
+        .application_name("outbox-audit");
+    PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(opts)
+        .await
+}
+
+/// One order as the cross-database checks need it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OrderRow {
+    /// The order.
+    pub order_id: String,
+    /// Its status.
+    pub status: String,
+    /// What its applied payment brought in (0 until paid).
+    pub paid_cents: i64,
+    /// Changed within the settle window: left out of the cross-database checks.
+    pub recent: bool,
+}
+
+/// Every order, with whether it changed within the last `settle`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn orders(pool: &PgPool, settle: Duration) -> Result<Vec<OrderRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT order_id::text AS order_id, status, paid_cents, \
+                (updated_at > now() - make_interval(secs => $1)) AS recent \
+         FROM orders",
+    )
+    .bind(settle.as_secs_f64())
+    .fetch_all(pool)
+    .await
+}
+
+/// Every order line: `(order_id, sku_id, quantity)`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn order_lines(pool: &PgPool) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
+    sqlx::query_as("SELECT order_id::text, sku_id, quantity::bigint FROM order_items")
+        .fetch_all(pool)
+        .await
+}
+
+/// Orders whose `refund_reserved_cents` is not what their open and succeeded refunds plus the
+/// part of a payment flagged by a stock rejection add up to.
+///
+/// # Errors
+/// When the query fails.
+pub async fn refund_arithmetic(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Error> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT o.order_id::text, o.refund_reserved_cents, \
+                (COALESCE(r.cents, 0) + COALESCE(p.cents, 0))::bigint AS expected \
+         FROM orders o \
+         LEFT JOIN (SELECT order_id, sum(amount_cents) AS cents FROM refunds \
+                    WHERE status IN ('REQUESTED', 'SUCCEEDED') GROUP BY order_id) r USING (order_id) \
+         LEFT JOIN (SELECT order_id, sum(refund_due_cents) AS cents FROM payments \
+                    WHERE flag_reason = 'stock_rejected' GROUP BY order_id) p USING (order_id) \
+         WHERE o.refund_reserved_cents <> COALESCE(r.cents, 0) + COALESCE(p.cents, 0) \
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(order_id, refund_reserved_cents, expected_cents)| Violation::RefundArithmetic {
+                order_id,
+                refund_reserved_cents,
+                expected_cents,
+            },
+        )
+        .collect())
+}
+
+/// Every outbound: `(order_id, outbound_no)`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn outbounds(pool: &PgPool) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT order_id::text, outbound_no FROM outbounds ORDER BY outbound_no")
+        .fetch_all(pool)
+        .await
+}
+
+/// Every reservation decision: `(order_id, status)`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn reservations(pool: &PgPool) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT order_id::text, status FROM reservations")
+        .fetch_all(pool)
+        .await
+}
+
+/// One stock movement.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct MovementRow {
+    /// `stock_movements.id`.
+    pub id: i64,
+    /// The order.
+    pub order_id: String,
+    /// The SKU.
+    pub sku_id: String,
+    /// `RESERVE`, `RELEASE`, `DEDUCT`, `RESTOCK`.
+    pub kind: String,
+    /// Units.
+    pub quantity: i64,
+}
+
+/// Every stock movement, in id order.
+///
+/// # Errors
+/// When the query fails.
+pub async fn movements(pool: &PgPool) -> Result<Vec<MovementRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, order_id::text AS order_id, sku_id, kind, quantity FROM stock_movements ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// SKUs whose `reserved` is not `RESERVE - RELEASE - DEDUCT` of their movements.
+///
+/// # Errors
+/// When the query fails.
+pub async fn stock_arithmetic(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Error> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT s.sku_id, s.reserved, \
+                COALESCE(sum(CASE m.kind WHEN 'RESERVE' THEN m.quantity \
+                                         WHEN 'RELEASE' THEN -m.quantity \
+                                         WHEN 'DEDUCT' THEN -m.quantity ELSE 0 END), 0)::bigint \
+         FROM stock s LEFT JOIN stock_movements m USING (sku_id) \
+         GROUP BY s.sku_id, s.reserved \
+         HAVING s.reserved <> COALESCE(sum(CASE m.kind WHEN 'RESERVE' THEN m.quantity \
+                                         WHEN 'RELEASE' THEN -m.quantity \
+                                         WHEN 'DEDUCT' THEN -m.quantity ELSE 0 END), 0) \
+         ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(sku_id, reserved, movements_sum)| Violation::StockArithmetic {
+                sku_id,
+                reserved,
+                movements_sum,
+            },
+        )
+        .collect())
+}
+
+/// The event ids in `consumer`'s inbox (lower-case text) and the duplicates it absorbed.
+///
+/// # Errors
+/// When the query fails.
+pub async fn inbox(pool: &PgPool, consumer: &str) -> Result<(HashSet<String>, i64), sqlx::Error> {
+    let rows: Vec<(String, i32)> =
+        sqlx::query_as("SELECT event_id::text, duplicates FROM inbox WHERE consumer_name = $1")
+            .bind(consumer)
+            .fetch_all(pool)
+            .await?;
+    let dups = rows.iter().map(|(_, d)| i64::from(*d)).sum();
+    Ok((rows.into_iter().map(|(e, _)| e).collect(), dups))
+}
+
+/// One ledger row with where its event stands now.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LedgerRow {
+    /// The outbox row id (relay order within the aggregate).
+    pub outbox_id: i64,
+    /// The event.
+    pub event_id: String,
+    /// Aggregate type.
+    pub aggregate_type: String,
+    /// Aggregate id.
+    pub aggregate_id: String,
+    /// The row's explicit topic.
+    pub topic: Option<String>,
+    /// Still in the outbox.
+    pub unpublished: bool,
+    /// Discarded by an operator (`outbox_discarded`).
+    pub discarded: bool,
+}
+
+/// The ledger with each event's state, in one statement (one snapshot); `None` when the
+/// database has no ledger.
+///
+/// # Errors
+/// When the query fails.
+pub async fn ledger(pool: &PgPool) -> Result<Option<Vec<LedgerRow>>, sqlx::Error> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox_ledger') IS NOT NULL")
+        .fetch_one(pool)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let rows = sqlx::query_as(
+        "SELECT l.outbox_id, l.event_id::text AS event_id, l.aggregate_type, l.aggregate_id, l.topic, \
+                (o.id IS NOT NULL) AS unpublished, (d.event_id IS NOT NULL) AS discarded \
+         FROM outbox_ledger l \
+         LEFT JOIN outbox o ON o.id = l.outbox_id \
+         LEFT JOIN outbox_discarded d ON d.event_id = l.event_id \
+         ORDER BY l.outbox_id",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(Some(rows))
+}
+
+/// Unpublished rows, and those older than `max_age` as violations of `database`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn unpublished(
+    pool: &PgPool,
+    database: &str,
+    max_age: Duration,
+) -> Result<(i64, Vec<Violation>), sqlx::Error> {
+    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(pool)
+        .await?;
+    let stale: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT id, event_id::text, extract(epoch FROM now() - created_at)::bigint \
+         FROM outbox WHERE created_at < now() - make_interval(secs => $1) ORDER BY id",
+    )
+    .bind(max_age.as_secs_f64())
+    .fetch_all(pool)
+    .await?;
+    Ok((
+        total,
+        stale
+            .into_iter()
+            .map(|(outbox_id, event_id, age_s)| Violation::StaleUnpublished {
+                database: database.to_owned(),
+                outbox_id,
+                event_id,
+                age_s,
+            })
+            .collect(),
+    ))
+}

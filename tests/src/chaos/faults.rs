@@ -1,0 +1,156 @@
+//! Applying one planned fault to the world, for real (signals, a server stopped, a proxy
+//! stalled or cut), and healing it after its hold.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::{sleep, Instant};
+
+use super::world::World;
+use super::{FaultKind, Planned};
+use crate::proc::{signal, RelayProcess};
+
+/// What happened when a fault ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct Applied {
+    /// The fault.
+    pub kind: FaultKind,
+    /// What it hit (a process name, `broker`, `postgres`).
+    pub target: String,
+    /// When it started, ms from the start of the load.
+    pub started_ms: u64,
+    /// When it was healed (process running again, server up, proxy forwarding), ms.
+    pub healed_ms: u64,
+    /// Extra facts (e.g. who took the lease from the paused leader).
+    pub note: String,
+}
+
+/// Runs `fault` against `world` and heals it; `t0` is the start of the load.
+pub async fn apply(world: &World, fault: &Planned, t0: Instant) -> Applied {
+    let started_ms = t0.elapsed().as_millis() as u64;
+    let (target, note) = match fault.kind {
+        FaultKind::KillRelay => kill_relay(world, fault).await,
+        FaultKind::KillConsumer => {
+            let s = if fault.target.is_multiple_of(2) {
+                &world.sys.wms
+            } else {
+                &world.sys.stock
+            };
+            s.kill();
+            sleep(fault.hold).await;
+            let starts = s.start_again_until_assigned().await;
+            (s.name.clone(), format!("{starts} start(s) until assigned"))
+        }
+        FaultKind::KillOrderService => {
+            let s = &world.sys.order;
+            s.kill();
+            sleep(fault.hold).await;
+            let starts = s.start_again_until_assigned().await;
+            world.point_pushes().await;
+            (s.name.clone(), format!("{starts} start(s) until assigned"))
+        }
+        FaultKind::PauseLeader => pause_leader(world, fault).await,
+        FaultKind::RestartBroker => {
+            blocking(|| world.tansu.lock().unwrap().stop());
+            sleep(fault.hold).await;
+            blocking(|| world.tansu.lock().unwrap().start_again());
+            ("broker".to_owned(), String::new())
+        }
+        FaultKind::RestartPostgres => {
+            blocking(|| world.pg.stop_immediate());
+            sleep(fault.hold).await;
+            blocking(|| world.pg.start_again());
+            ("postgres".to_owned(), String::new())
+        }
+        FaultKind::StallBroker => {
+            world.kafka_proxy.stall();
+            sleep(fault.hold).await;
+            world.kafka_proxy.resume();
+            ("broker proxy".to_owned(), String::new())
+        }
+        FaultKind::CutBroker => {
+            world.kafka_proxy.cut();
+            ("broker proxy".to_owned(), String::new())
+        }
+        FaultKind::StallPostgres => {
+            world.pg_proxy.stall();
+            sleep(fault.hold).await;
+            world.pg_proxy.resume();
+            ("postgres proxy".to_owned(), String::new())
+        }
+        FaultKind::CutPostgres => {
+            world.pg_proxy.cut();
+            ("postgres proxy".to_owned(), String::new())
+        }
+    };
+    Applied {
+        kind: fault.kind,
+        target,
+        started_ms,
+        healed_ms: t0.elapsed().as_millis() as u64,
+        note,
+    }
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+async fn kill_relay(world: &World, fault: &Planned) -> (String, String) {
+    let (name, args) = {
+        let mut relays = world.relays.lock().unwrap();
+        let n = relays.len();
+        let slot = &mut relays[fault.target as usize % n];
+        if let Some(mut p) = slot.process.take() {
+            p.kill();
+        }
+        (slot.name.clone(), slot.args.clone())
+    };
+    sleep(fault.hold).await;
+    let process = RelayProcess::start(&args);
+    let mut relays = world.relays.lock().unwrap();
+    let slot = relays.iter_mut().find(|s| s.name == name).unwrap();
+    slot.process = Some(process);
+    (name, String::new())
+}
+
+/// SIGSTOP of the orders database's leader until the other relay holds the lease (and a
+/// moment more, so the new leader publishes), then SIGCONT: the old leader wakes up with a
+/// lost lease and a batch in its hands.
+async fn pause_leader(world: &World, fault: &Planned) -> (String, String) {
+    let Some(leader) = world.order_leader().await else {
+        return (
+            "(no leader)".to_owned(),
+            "no lease holder to pause".to_owned(),
+        );
+    };
+    let pid = {
+        let relays = world.relays.lock().unwrap();
+        relays
+            .iter()
+            .find(|s| s.name == leader)
+            .and_then(|s| s.process.as_ref().map(RelayProcess::pid))
+    };
+    let Some(pid) = pid else {
+        return (leader, "leader process not running".to_owned());
+    };
+    signal(pid, "STOP");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut taken_by = None;
+    while Instant::now() < deadline {
+        match world.order_leader().await {
+            Some(h) if h != leader => {
+                taken_by = Some(h);
+                break;
+            }
+            _ => sleep(Duration::from_millis(200)).await,
+        }
+    }
+    sleep(fault.hold).await;
+    signal(pid, "CONT");
+    let note = match taken_by {
+        Some(h) => format!("{h} took the lease"),
+        None => "nobody took the lease within 60 s".to_owned(),
+    };
+    (leader, note)
+}

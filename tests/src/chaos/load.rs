@@ -1,0 +1,347 @@
+//! The steady load: orders at a fixed rate, each one flow through the harness's client methods
+//! ([`System`]) with duplicate requests and duplicate payment callbacks; some refunded before
+//! shipping, some after (returned); some of a SKU that runs out (rejected); and marketplace
+//! trades pushed through the simulator. A call that fails (a service killed, the database
+//! down: the client method panics on an unexpected answer) is retried with the same
+//! idempotency key, refund number or transaction until the flow's deadline; a flow past its
+//! deadline is abandoned where it is (the audit still holds for any state).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use tokio::time::{sleep, Instant};
+
+use super::world::World;
+use crate::fulfilment::System;
+
+/// How often a flow looks whether its order moved on.
+const POLL: Duration = Duration::from_secs(1);
+
+/// How long one order's flow may take before it is abandoned.
+const FLOW_DEADLINE: Duration = Duration::from_secs(120);
+
+/// What the load did.
+#[derive(Debug, Default, Serialize)]
+pub struct LoadStats {
+    /// Orders started.
+    pub orders: u64,
+    /// Flows that reached their last step.
+    pub completed: u64,
+    /// Flows abandoned at their deadline.
+    pub abandoned: u64,
+    /// Calls retried (a failed request or an unexpected answer).
+    pub retries: u64,
+    /// Marketplace trades placed.
+    pub trades: u64,
+    /// Flows by kind.
+    pub flows: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    completed: AtomicU64,
+    abandoned: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// One order's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// Paid, shipped.
+    Ship,
+    /// Paid, refunded in full before shipping (intercepted, cancelled, released).
+    RefundBeforeShipping,
+    /// Paid, shipped, refunded, returned (recalled, restocked).
+    RefundAfterShipping,
+    /// Paid for the SKU that runs out: rejected or reserved, then shipped if it can be.
+    Rare,
+}
+
+impl Flow {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Ship => "ship",
+            Self::RefundBeforeShipping => "refund_before_shipping",
+            Self::RefundAfterShipping => "refund_after_shipping",
+            Self::Rare => "rare_sku",
+        }
+    }
+
+    fn pick(rng: &mut StdRng) -> Self {
+        match rng.gen_range(0..100) {
+            0..=59 => Self::Ship,
+            60..=74 => Self::RefundBeforeShipping,
+            75..=89 => Self::RefundAfterShipping,
+            _ => Self::Rare,
+        }
+    }
+}
+
+/// Runs `call` (a client method of [`System`]) in its own task until it returns without
+/// panicking, or `deadline` passes (`None`).
+async fn retry<T, F, Fut>(sys: &Arc<System>, c: &Counters, deadline: Instant, call: F) -> Option<T>
+where
+    F: Fn(Arc<System>) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    loop {
+        match tokio::spawn(call(sys.clone())).await {
+            Ok(v) => return Some(v),
+            Err(_) if Instant::now() < deadline => {
+                c.retries.fetch_add(1, Ordering::Relaxed);
+                sleep(Duration::from_millis(500)).await;
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Waits until the order's outbound is in `status`; its number.
+async fn outbound_in(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    order: &str,
+    status: &str,
+) -> Option<String> {
+    loop {
+        let o = order.to_owned();
+        let obs = retry(sys, c, deadline, move |s| {
+            let o = o.clone();
+            async move { s.outbounds_of(&o).await }
+        })
+        .await?;
+        if let Some(ob) = obs.iter().find(|ob| ob["status"] == status) {
+            return ob["outbound_no"].as_str().map(str::to_owned);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        sleep(POLL).await;
+    }
+}
+
+/// Waits until the order is in one of `statuses`; which one.
+async fn order_in(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    order: &str,
+    statuses: &[&str],
+) -> Option<String> {
+    loop {
+        let o = order.to_owned();
+        let v = retry(sys, c, deadline, move |s| {
+            let o = o.clone();
+            async move { s.order_of(&o).await }
+        })
+        .await?;
+        if let Some(st) = v["status"].as_str().filter(|st| statuses.contains(st)) {
+            return Some(st.to_owned());
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        sleep(POLL).await;
+    }
+}
+
+/// Waits until the order has an outbound (`Some(Some(no))`) or was cancelled for lack of
+/// stock (`Some(None)`).
+async fn reserved_or_cancelled(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    order: &str,
+) -> Option<Option<String>> {
+    loop {
+        if order_in(sys, c, deadline, order, &["CANCELLED", "PAID"]).await? == "CANCELLED" {
+            return Some(None);
+        }
+        let o = order.to_owned();
+        let obs = retry(sys, c, deadline, move |s| {
+            let o = o.clone();
+            async move { s.outbounds_of(&o).await }
+        })
+        .await?;
+        if let Some(no) = obs.first().and_then(|ob| ob["outbound_no"].as_str()) {
+            return Some(Some(no.to_owned()));
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        sleep(POLL).await;
+    }
+}
+
+/// A warehouse action answered 2xx (5xx and connection errors are retried).
+async fn warehouse<F, Fut>(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    call: F,
+) -> Option<()>
+where
+    F: Fn(Arc<System>) -> Fut,
+    Fut: Future<Output = bool> + Send + 'static,
+{
+    loop {
+        if retry(sys, c, deadline, &call).await? {
+            return Some(());
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        c.retries.fetch_add(1, Ordering::Relaxed);
+        sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn one_order(
+    sys: Arc<System>,
+    c: Arc<Counters>,
+    n: u64,
+    flow: Flow,
+    run: String,
+) -> Option<()> {
+    let deadline = Instant::now() + FLOW_DEADLINE;
+    let user = format!("chaos-{n}");
+    let key = format!("{run}-order-{n}");
+    let items: Vec<(&'static str, i64)> = match flow {
+        Flow::Rare => vec![("rare", 1)],
+        _ => vec![("lamp", 1), ("chair", 2)],
+    };
+    // The same request twice at once (a client retrying), then again until it answers.
+    let create = |s: Arc<System>| {
+        let (user, key, items) = (user.clone(), key.clone(), items.clone());
+        async move { s.create_order_keyed(&user, &items, &key, None).await }
+    };
+    let twin = tokio::spawn(create(sys.clone()));
+    let (order, amount) = retry(&sys, &c, deadline, create).await?;
+    let _ = twin.await;
+    // The provider calls back twice.
+    for _ in 0..2 {
+        let o = order.clone();
+        retry(&sys, &c, deadline, move |s| {
+            let o = o.clone();
+            async move { s.pay(&o, amount).await }
+        })
+        .await?;
+    }
+    let outbound = if flow == Flow::Rare {
+        // Out of stock: cancelled; else reserved and on its way to the warehouse.
+        match reserved_or_cancelled(&sys, &c, deadline, &order).await? {
+            Some(no) => no,
+            None => return Some(()),
+        }
+    } else {
+        outbound_in(&sys, &c, deadline, &order, "CREATED").await?
+    };
+    let refund_no = format!("{run}-rf-{n}");
+    if flow == Flow::RefundBeforeShipping {
+        let (o, r) = (order.clone(), refund_no.clone());
+        retry(&sys, &c, deadline, move |s| {
+            let (o, r) = (o.clone(), r.clone());
+            async move { s.request_refund(&o, &r).await }
+        })
+        .await?;
+        outbound_in(&sys, &c, deadline, &order, "INTERCEPTED").await?;
+        succeed_refund(&sys, &c, deadline, &refund_no).await?;
+        outbound_in(&sys, &c, deadline, &order, "CANCELLED").await?;
+        return Some(());
+    }
+    let (ob, tracking) = (outbound.clone(), format!("{run}-T-{n}"));
+    warehouse(&sys, &c, deadline, move |s| {
+        let (ob, t) = (ob.clone(), tracking.clone());
+        async move { s.ship(&ob, "DHL", &t).await.0.is_success() }
+    })
+    .await?;
+    if flow != Flow::RefundAfterShipping {
+        return Some(());
+    }
+    order_in(&sys, &c, deadline, &order, &["SHIPPED"]).await?;
+    let (o, r) = (order.clone(), refund_no.clone());
+    retry(&sys, &c, deadline, move |s| {
+        let (o, r) = (o.clone(), r.clone());
+        async move { s.request_refund(&o, &r).await }
+    })
+    .await?;
+    outbound_in(&sys, &c, deadline, &order, "RECALL").await?;
+    succeed_refund(&sys, &c, deadline, &refund_no).await?;
+    warehouse(&sys, &c, deadline, move |s| {
+        let ob = outbound.clone();
+        async move { s.return_received(&ob).await.0.is_success() }
+    })
+    .await?;
+    order_in(&sys, &c, deadline, &order, &["RETURNED"]).await?;
+    Some(())
+}
+
+async fn succeed_refund(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    refund_no: &str,
+) -> Option<()> {
+    let r = refund_no.to_owned();
+    retry(sys, c, deadline, move |s| {
+        let r = r.clone();
+        async move { s.refund_outcome(&r, "SUCCESS").await }
+    })
+    .await
+}
+
+/// Runs the load at `rate` orders per second until `until`, then waits for the flows (each
+/// bounded by its deadline). Every fifth tick also places a marketplace trade.
+pub async fn run(world: Arc<World>, rate: f64, until: Instant, seed: u64) -> LoadStats {
+    let counters = Arc::new(Counters::default());
+    let mut stats = LoadStats::default();
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x10ad);
+    let run_id = world
+        .sys
+        .prefix
+        .split('.')
+        .next()
+        .unwrap_or("run")
+        .to_owned();
+    let mut flows = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(0.1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n = 0u64;
+    while Instant::now() < until {
+        tick.tick().await;
+        n += 1;
+        let flow = Flow::pick(&mut rng);
+        *stats.flows.entry(flow.name().to_owned()).or_default() += 1;
+        let (sys, c, run) = (world.sys.clone(), counters.clone(), run_id.clone());
+        flows.spawn(async move {
+            let done = one_order(sys, c.clone(), n, flow, run).await.is_some();
+            let counter = if done { &c.completed } else { &c.abandoned };
+            counter.fetch_add(1, Ordering::Relaxed);
+        });
+        if n.is_multiple_of(5) {
+            let (w, tid) = (world.clone(), format!("{run_id}-tid-{n}"));
+            flows.spawn(async move {
+                // The simulator keeps the trade whatever happens to the order service; the
+                // push or the compensation pass brings it over.
+                let deadline = Instant::now() + FLOW_DEADLINE;
+                while !w.trade(&tid).await && Instant::now() < deadline {
+                    sleep(Duration::from_millis(500)).await;
+                }
+            });
+            stats.trades += 1;
+        }
+    }
+    stats.orders = n;
+    while flows.join_next().await.is_some() {}
+    stats.completed = counters.completed.load(Ordering::Relaxed);
+    stats.abandoned = counters.abandoned.load(Ordering::Relaxed);
+    stats.retries = counters.retries.load(Ordering::Relaxed);
+    stats
+}
