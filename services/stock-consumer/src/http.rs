@@ -80,14 +80,7 @@ impl From<Error> for ApiError {
             Error::Validation(v) => v.into(),
             Error::SkuNotFound => ApiError::new(StatusCode::NOT_FOUND, "sku_not_found", message),
             Error::BelowReserved => ApiError::new(StatusCode::CONFLICT, "below_reserved", message),
-            e if e.is_retryable() => {
-                tracing::warn!(error = %message, "Database unavailable; request may be retried");
-                ApiError::unavailable("temporarily unavailable; retry")
-            }
-            e => {
-                tracing::error!(error = ?e, "Request failed");
-                ApiError::internal()
-            }
+            e => ApiError::unexpected(e.is_retryable(), &e),
         }
     }
 }

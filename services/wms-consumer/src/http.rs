@@ -97,14 +97,7 @@ impl From<Error> for ApiError {
             Error::AlreadyShipped { .. } => conflict("already_shipped"),
             Error::TrackingNoInUse => conflict("tracking_no_in_use"),
             Error::NoReturnExpected { .. } => conflict("no_return_expected"),
-            e if e.is_retryable() => {
-                tracing::warn!(error = %message, "Database unavailable; request may be retried");
-                ApiError::unavailable("temporarily unavailable; retry")
-            }
-            e => {
-                tracing::error!(error = ?e, "Request failed");
-                ApiError::internal()
-            }
+            e => ApiError::unexpected(e.is_retryable(), &e),
         }
     }
 }

@@ -58,6 +58,18 @@ impl ApiError {
         )
     }
 
+    /// The answer to an error no rule of the service maps: a retryable one (the database
+    /// unavailable) is a logged 503, anything else a logged 500 that shows the client nothing.
+    pub fn unexpected(retryable: bool, error: &(impl std::fmt::Debug + std::fmt::Display)) -> Self {
+        if retryable {
+            tracing::warn!(error = %error, "Database unavailable; request may be retried");
+            Self::unavailable("temporarily unavailable; retry")
+        } else {
+            tracing::error!(error = ?error, "Request failed");
+            Self::internal()
+        }
+    }
+
     /// The status it answers with.
     pub fn status(&self) -> StatusCode {
         self.status
