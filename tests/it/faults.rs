@@ -35,6 +35,7 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
         pause: Duration::from_millis(80),
         ..StreamSpec::default()
     };
+    let first_writers = spec.writers;
     let pool = db.pool.clone();
     let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &spec).await });
 
@@ -79,9 +80,26 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
         || async { (brokers_down(&relay).await == Some(1.0)).then_some(()) },
     )
     .await;
-    // The outage itself: 20 s without a broker while writers keep committing; the relay must
+    // The outage itself: 20 s without a broker while writers commit more events (a stream of
+    // its own: the first one may well have been written and published by now); the relay must
     // stay up throughout.
+    let outage_spec = StreamSpec {
+        events: 600,
+        pause: Duration::from_millis(50),
+        first_writer: first_writers,
+        ..StreamSpec::default()
+    };
+    let pool = db.pool.clone();
+    let outage_writers =
+        tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &outage_spec).await });
     assert_stays_up(&mut relay, Duration::from_secs(20), "a broker outage").await;
+    let mut written = writers.await.unwrap();
+    let during_outage = outage_writers.await.unwrap();
+    assert!(
+        !during_outage.committed.is_empty(),
+        "writers committed during the outage"
+    );
+    written.merge(during_outage);
     assert!(
         e2e::db::backlog(&db.pool).await.unwrap() > 0,
         "events committed during the outage wait in the outbox"
@@ -93,7 +111,6 @@ async fn broker_stopped_for_20s_then_restarted_loses_nothing() {
     );
     tansu.start_again();
 
-    let written = writers.await.unwrap();
     let report = drain_and_check(
         &db.pool,
         &brokers,

@@ -28,6 +28,9 @@ pub struct StreamSpec {
     pub rollback_every: usize,
     /// Pause between a writer's transactions (spreads the stream over time).
     pub pause: Duration,
+    /// Number of the first writer: a second stream into the same topic starts past the first
+    /// one's writers, so their aggregates (`w<writer>-a<n>`) and sequences never collide.
+    pub first_writer: usize,
 }
 
 impl Default for StreamSpec {
@@ -40,6 +43,7 @@ impl Default for StreamSpec {
             late_every: 15,
             rollback_every: 10,
             pause: Duration::from_millis(2),
+            first_writer: 0,
         }
     }
 }
@@ -83,7 +87,7 @@ impl Written {
 pub async fn write_stream(pool: &PgPool, aggregate_type: &str, spec: &StreamSpec) -> Written {
     let per_writer = spec.events.div_ceil(spec.writers);
     let mut tasks = Vec::new();
-    for w in 0..spec.writers {
+    for w in spec.first_writer..spec.first_writer + spec.writers {
         let pool = pool.clone();
         let spec = spec.clone();
         let aggregate_type = aggregate_type.to_owned();
