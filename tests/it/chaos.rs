@@ -60,7 +60,9 @@ async fn chaos_under_load_ends_with_a_clean_audit() {
             f["recovered_after_ms"].is_u64(),
             "every fault recovers: {f}"
         );
+        assert!(f["unhealed"].is_null(), "every fault is healed: {f}");
     }
+    assert_eq!(summary["drained"], true, "every outbox drained");
     assert_eq!(
         summary["audit_code"], 0,
         "the audit is clean: {}",

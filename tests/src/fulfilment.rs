@@ -149,35 +149,50 @@ impl Service {
     /// replacement starts with the dead member as the group leader: the replacement then gets
     /// an empty assignment and no further rebalance ever comes. A Kafka coordinator would
     /// time the dead leader out and rebalance again. Here the replacement leaves the group
-    /// cleanly (SIGTERM) and starts once more. Returns how many starts it took.
+    /// cleanly (SIGTERM) and starts once more. Returns how many starts it took; panics after
+    /// five.
     pub async fn start_again_until_assigned(&self) -> usize {
-        for attempt in 1..=5 {
+        self.try_start_again_until_assigned(5)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::start_again_until_assigned`] with at most `starts` starts of 90 s each; the
+    /// error says how it ended (the process is left running, unassigned).
+    pub async fn try_start_again_until_assigned(&self, starts: usize) -> Result<usize, String> {
+        for attempt in 1..=starts {
             self.start_again();
-            let assigned = crate::wait_for(
-                &format!("{} to get its assignment", self.name),
-                Duration::from_secs(90),
-                || async {
-                    let m = self.metrics().await;
-                    (metric(&m, "consumer_rebalances_total", &[("kind", "assign")]) >= 1.0)
-                        .then(|| metric(&m, "consumer_assigned_partitions", &[]))
-                },
-            )
+            // The first assignment it gets (possibly empty), if any comes within 90 s.
+            let assigned = crate::poll_until(Duration::from_secs(90), || async {
+                let m = self.metrics().await;
+                (metric(&m, "consumer_rebalances_total", &[("kind", "assign")]) >= 1.0)
+                    .then(|| metric(&m, "consumer_assigned_partitions", &[]))
+            })
             .await;
-            if assigned >= 1.0 {
-                return attempt;
+            if assigned.is_some_and(|n| n >= 1.0) {
+                return Ok(attempt);
             }
-            eprintln!("{} was assigned no partitions after its restart; leaving the group and starting again", self.name);
-            assert!(
-                self.terminate(Duration::from_secs(30)).is_some(),
-                "{} did not stop on SIGTERM",
-                self.name
+            if attempt == starts {
+                break;
+            }
+            eprintln!(
+                "{} was assigned no partitions after its start ({}); leaving the group and starting again",
+                self.name,
+                if assigned.is_some() {
+                    "an empty assignment"
+                } else {
+                    "no assignment within 90 s"
+                }
             );
+            if self.terminate(Duration::from_secs(30)).is_none() {
+                return Err(format!("{} did not stop on SIGTERM", self.name));
+            }
         }
-        panic!(
-            "{} never got partitions assigned; log {}",
+        Err(format!(
+            "{} got no partitions in {starts} start(s) of 90 s; log {}",
             self.name,
             self.log.display()
-        );
+        ))
     }
 
     /// Waits until `/healthz` answers 200 (database reachable, consumer running) and the

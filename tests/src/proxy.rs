@@ -2,6 +2,14 @@
 //! ways until told to **stall** (connections stay open, nothing moves, new connections wait:
 //! a network partition that TCP does not notice) or to **cut** (every open connection is
 //! closed at once: a reset link). Real sockets, real clients; nothing in our code knows.
+//!
+//! In front of a Kafka broker it can also **swallow requests** of one API
+//! ([`Proxy::start_kafka`], [`Proxy::swallow`]): the request frame is read and dropped, so
+//! the broker never answers it while the connection and every other request carry on (a
+//! coordinator that hangs on one JoinGroup, say).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -16,12 +24,87 @@ pub struct Proxy {
     stalled: watch::Sender<bool>,
     /// Bumped by [`Proxy::cut`]: each connection ends when it changes.
     generation: watch::Sender<u64>,
+    swallow: Arc<Swallow>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// Which Kafka requests to swallow; only a proxy started with [`Proxy::start_kafka`] reads
+/// the request frames.
+#[derive(Debug, Default)]
+struct Swallow {
+    kafka: bool,
+    /// The API key (`i16`) to swallow, as `u64` (`u64::MAX`: none).
+    api_key: AtomicU64,
+    /// How many more to swallow.
+    remaining: AtomicU64,
+    /// How many were swallowed.
+    swallowed: AtomicU64,
+}
+
+impl Swallow {
+    /// True when this request frame is to be dropped (and counts it).
+    fn takes(&self, frame: &[u8]) -> bool {
+        let Some(key) = frame.get(4..6) else {
+            return false;
+        };
+        let key = u64::from(u16::from_be_bytes([key[0], key[1]]));
+        if key != self.api_key.load(Ordering::SeqCst) {
+            return false;
+        }
+        let took = self
+            .remaining
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if took {
+            self.swallowed.fetch_add(1, Ordering::SeqCst);
+        }
+        took
+    }
+}
+
+/// Kafka's JoinGroup API key.
+pub const JOIN_GROUP: i16 = 11;
 
 impl Proxy {
     /// Listens on `port` (0: any free port) and forwards to `127.0.0.1:upstream_port`.
     pub async fn start(port: u16, upstream_port: u16) -> Self {
+        Self::start_with(port, upstream_port, Swallow::default()).await
+    }
+
+    /// [`Proxy::start`] in front of a Kafka broker: it reads the clients' request frames, so
+    /// that it can [`Proxy::swallow`] some.
+    pub async fn start_kafka(port: u16, upstream_port: u16) -> Self {
+        let swallow = Swallow {
+            kafka: true,
+            api_key: AtomicU64::new(u64::MAX),
+            ..Swallow::default()
+        };
+        Self::start_with(port, upstream_port, swallow).await
+    }
+
+    /// Drops the next `count` requests of Kafka API `api_key` (e.g. [`JOIN_GROUP`]) that any
+    /// client sends: the broker never sees them, the client never gets an answer.
+    ///
+    /// # Panics
+    /// When the proxy was not started with [`Proxy::start_kafka`].
+    pub fn swallow(&self, api_key: i16, count: u64) {
+        assert!(
+            self.swallow.kafka,
+            "only a Kafka proxy reads request frames"
+        );
+        self.swallow.remaining.store(count, Ordering::SeqCst);
+        self.swallow
+            .api_key
+            .store(u64::from(api_key as u16), Ordering::SeqCst);
+    }
+
+    /// How many requests were swallowed so far.
+    pub fn swallowed(&self) -> u64 {
+        self.swallow.swallowed.load(Ordering::SeqCst)
+    }
+
+    async fn start_with(port: u16, upstream_port: u16, swallow: Swallow) -> Self {
+        let swallow = Arc::new(swallow);
         let listener = TcpListener::bind(("127.0.0.1", port))
             .await
             .expect("bind the proxy");
@@ -33,11 +116,13 @@ impl Proxy {
             upstream_port,
             stalled_rx,
             generation_rx,
+            swallow.clone(),
         ));
         Self {
             port,
             stalled,
             generation,
+            swallow,
             task,
         }
     }
@@ -69,6 +154,7 @@ async fn accept_loop(
     upstream_port: u16,
     stalled: watch::Receiver<bool>,
     generation: watch::Receiver<u64>,
+    swallow: Arc<Swallow>,
 ) {
     // Connections live in this set, so dropping the proxy (aborting this task) ends them all.
     let mut connections = JoinSet::new();
@@ -77,7 +163,7 @@ async fn accept_loop(
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { continue };
                 let _ = client.set_nodelay(true);
-                connections.spawn(connection(client, upstream_port, stalled.clone(), generation.clone()));
+                connections.spawn(connection(client, upstream_port, stalled.clone(), generation.clone(), swallow.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -105,6 +191,7 @@ async fn connection(
     upstream_port: u16,
     mut stalled: watch::Receiver<bool>,
     mut cut: watch::Receiver<u64>,
+    swallow: Arc<Swallow>,
 ) {
     cut.mark_unchanged();
     if !wait_unstalled(&mut stalled, &mut cut).await {
@@ -116,8 +203,9 @@ async fn connection(
     let _ = upstream.set_nodelay(true);
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
-    let up = pump(cr, uw, stalled.clone(), cut.clone());
-    let down = pump(ur, cw, stalled, cut);
+    let frames = swallow.kafka.then_some(swallow);
+    let up = pump(cr, uw, stalled.clone(), cut.clone(), frames);
+    let down = pump(ur, cw, stalled, cut, None);
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -125,13 +213,17 @@ async fn connection(
 }
 
 /// Copies `from` to `to`, holding each chunk while stalled, until EOF, an error or a cut.
+/// With `frames`, what it copies are Kafka request frames (a 4-byte length, then the request)
+/// and the ones `frames` takes are dropped.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut stalled: watch::Receiver<bool>,
     mut cut: watch::Receiver<u64>,
+    frames: Option<Arc<Swallow>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut pending: Vec<u8> = Vec::new();
     loop {
         let n = tokio::select! {
             r = from.read(&mut buf) => match r {
@@ -143,16 +235,82 @@ async fn pump(
         if !wait_unstalled(&mut stalled, &mut cut).await {
             return;
         }
+        let out: std::borrow::Cow<'_, [u8]> = match &frames {
+            None => (&buf[..n]).into(),
+            Some(swallow) => {
+                pending.extend_from_slice(&buf[..n]);
+                take_frames(&mut pending, swallow).into()
+            }
+        };
         tokio::select! {
-            r = to.write_all(&buf[..n]) => if r.is_err() { return },
+            r = to.write_all(&out) => if r.is_err() { return },
             _ = cut.changed() => return,
         }
     }
 }
 
+/// The whole request frames at the start of `pending` that `swallow` does not take (removed
+/// from `pending`; a partial frame stays).
+fn take_frames(pending: &mut Vec<u8>, swallow: &Swallow) -> Vec<u8> {
+    let mut forward = Vec::new();
+    let mut at = 0;
+    while let Some(len) = pending.get(at..at + 4) {
+        let end = at + 4 + u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let Some(frame) = pending.get(at..end) else {
+            break;
+        };
+        if !swallow.takes(frame) {
+            forward.extend_from_slice(frame);
+        }
+        at = end;
+    }
+    pending.drain(..at);
+    forward
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn frame(api_key: i16, body: &[u8]) -> Vec<u8> {
+        let mut f = ((2 + body.len()) as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(&api_key.to_be_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn swallows_only_the_requests_asked_for_across_partial_frames() {
+        let swallow = Swallow {
+            kafka: true,
+            api_key: AtomicU64::new(u64::from(JOIN_GROUP as u16)),
+            remaining: AtomicU64::new(1),
+            swallowed: AtomicU64::new(0),
+        };
+        let (fetch, join, heartbeat) = (
+            frame(1, b"fetch"),
+            frame(JOIN_GROUP, b"j1"),
+            frame(12, b"hb"),
+        );
+        let mut stream = [fetch.clone(), join.clone(), heartbeat.clone(), join.clone()].concat();
+        let tail = stream.split_off(stream.len() - 3);
+        let mut pending = stream;
+        let first = take_frames(&mut pending, &swallow);
+        assert_eq!(
+            first,
+            [fetch, heartbeat].concat(),
+            "the first JoinGroup is dropped"
+        );
+        assert_eq!(pending.len(), join.len() - 3, "a partial frame waits");
+        pending.extend_from_slice(&tail);
+        assert_eq!(
+            take_frames(&mut pending, &swallow),
+            join,
+            "only one was asked for"
+        );
+        assert!(pending.is_empty());
+        assert_eq!(swallow.swallowed.load(Ordering::SeqCst), 1);
+    }
 
     #[tokio::test]
     async fn forwards_stalls_and_cuts() {

@@ -23,11 +23,15 @@ pub struct Applied {
     pub healed_ms: u64,
     /// Extra facts (e.g. who took the lease from the paused leader).
     pub note: String,
+    /// Why the fault could not be healed (e.g. a restarted consumer never got partitions);
+    /// `None` when it was.
+    pub unhealed: Option<String>,
 }
 
 /// Runs `fault` against `world` and heals it; `t0` is the start of the load.
 pub async fn apply(world: &World, fault: &Planned, t0: Instant) -> Applied {
     let started_ms = t0.elapsed().as_millis() as u64;
+    let mut unhealed = None;
     let (target, note) = match fault.kind {
         FaultKind::KillRelay => kill_relay(world, fault).await,
         FaultKind::KillConsumer => {
@@ -38,16 +42,15 @@ pub async fn apply(world: &World, fault: &Planned, t0: Instant) -> Applied {
             };
             s.kill();
             sleep(fault.hold).await;
-            let starts = s.start_again_until_assigned().await;
-            (s.name.clone(), format!("{starts} start(s) until assigned"))
+            (s.name.clone(), restart(s, &mut unhealed).await)
         }
         FaultKind::KillOrderService => {
             let s = &world.sys.order;
             s.kill();
             sleep(fault.hold).await;
-            let starts = s.start_again_until_assigned().await;
+            let note = restart(s, &mut unhealed).await;
             world.point_pushes().await;
-            (s.name.clone(), format!("{starts} start(s) until assigned"))
+            (s.name.clone(), note)
         }
         FaultKind::PauseLeader => pause_leader(world, fault).await,
         FaultKind::RestartBroker => {
@@ -89,6 +92,20 @@ pub async fn apply(world: &World, fault: &Planned, t0: Instant) -> Applied {
         started_ms,
         healed_ms: t0.elapsed().as_millis() as u64,
         note,
+        unhealed,
+    }
+}
+
+/// Starts a killed service again until it has partitions (at most three starts); the note
+/// says how many it took, `unhealed` why it never got any.
+async fn restart(s: &crate::fulfilment::Service, unhealed: &mut Option<String>) -> String {
+    match s.try_start_again_until_assigned(3).await {
+        Ok(starts) => format!("{starts} start(s) until assigned"),
+        Err(e) => {
+            eprintln!("chaos:   {e}");
+            *unhealed = Some(e);
+            "never assigned".to_owned()
+        }
     }
 }
 

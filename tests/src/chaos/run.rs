@@ -67,6 +67,8 @@ pub struct Summary {
     pub faults_by_kind: BTreeMap<String, usize>,
     /// From the end of the load until every outbox was empty and every consumer caught up, ms.
     pub drain_ms: u64,
+    /// Whether every outbox emptied within 300 s of the end of the load.
+    pub drained: bool,
     /// The audit's JSON report.
     pub audit: Value,
     /// The audit's exit code.
@@ -76,7 +78,12 @@ pub struct Summary {
 impl Summary {
     /// True when the audit found nothing and every fault recovered.
     pub fn passed(&self) -> bool {
-        self.audit_code == 0 && self.faults.iter().all(|f| f.recovered_after_ms.is_some())
+        self.audit_code == 0
+            && self.drained
+            && self
+                .faults
+                .iter()
+                .all(|f| f.recovered_after_ms.is_some() && f.applied.unhealed.is_none())
     }
 
     /// The summary as text (suitable for the README).
@@ -124,12 +131,19 @@ impl Summary {
                     .map_or("never".to_owned(), |ms| format!("{:.1}", ms as f64 / 1e3)),
                 f.peak_lag,
                 f.duplicates_absorbed,
-                a.note
+                a.unhealed
+                    .as_ref()
+                    .map_or_else(|| a.note.clone(), |e| format!("NOT HEALED: {e}"))
             );
         }
         let _ = writeln!(
             o,
-            "\ndrained {:.1} s after the load stopped",
+            "\n{} {:.1} s after the load stopped",
+            if self.drained {
+                "drained"
+            } else {
+                "NOT drained"
+            },
             self.drain_ms as f64 / 1e3
         );
         let counts = &self.audit["counts"];
@@ -231,12 +245,14 @@ pub async fn run(spec: &Spec) -> Summary {
     // Drain: every outbox empty, then the audit until every consumer's committed offsets reached
     // the end of its topics.
     let drain_start = Instant::now();
-    crate::wait_for(
-        "the outboxes to drain",
-        Duration::from_secs(300),
-        || async { (world.backlog().await == Some(0)).then_some(()) },
-    )
-    .await;
+    let drained = crate::poll_until(Duration::from_secs(300), || async {
+        (world.backlog().await == Some(0)).then_some(())
+    })
+    .await
+    .is_some();
+    if !drained {
+        eprintln!("chaos: the outboxes did not drain within 300 s of the end of the load");
+    }
     let end_duplicates = world.inbox_duplicates().await;
     let sys = world.sys.clone();
     let brokers = world.brokers();
@@ -297,7 +313,11 @@ pub async fn run(spec: &Spec) -> Summary {
             },
         });
     }
-    let failed = audit.code != 0 || outcomes.iter().any(|f| f.recovered_after_ms.is_none());
+    let failed = !drained
+        || audit.code != 0
+        || outcomes
+            .iter()
+            .any(|f| f.recovered_after_ms.is_none() || f.applied.unhealed.is_some());
     if failed {
         // Keep the broker's storage and log for a look (its Drop reads this), and say where the
         // processes' logs are.
@@ -322,6 +342,7 @@ pub async fn run(spec: &Spec) -> Summary {
         faults: outcomes,
         faults_by_kind: by_kind,
         drain_ms,
+        drained,
         audit: audit.report,
         audit_code: audit.code,
     }

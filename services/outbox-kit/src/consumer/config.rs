@@ -182,6 +182,17 @@ pub const CONSUMER_FORCED: [(&str, &str); 2] = [
     ("enable.auto.commit", "true"),
 ];
 
+/// `max.poll.interval.ms` unless the user sets it (never below `session.timeout.ms`, which
+/// librdkafka refuses).
+///
+/// It is also the rebalance timeout this member announces and, plus 3 s, how long librdkafka
+/// waits for a JoinGroup answer before it drops the connection and joins again: with
+/// librdkafka's 300 s default, a coordinator that never answers one JoinGroup (seen on tansu
+/// after a broker stall, in a chaos run) left a consumer without partitions for five minutes.
+/// The runtime polls all the time (a busy partition is paused, never the poll loop), so 30 s
+/// between polls is never reached in normal operation.
+pub const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 30_000;
+
 /// The librdkafka consumer configuration: defaults, the user's settings, the forced ones.
 pub fn consumer_client_config(config: &RuntimeConfig) -> ClientConfig {
     let mut cfg = ClientConfig::new();
@@ -193,6 +204,16 @@ pub fn consumer_client_config(config: &RuntimeConfig) -> ClientConfig {
     }
     for (k, v) in &config.client_config {
         cfg.set(k, v);
+    }
+    if cfg.get("max.poll.interval.ms").is_none() {
+        let session = cfg
+            .get("session.timeout.ms")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        cfg.set(
+            "max.poll.interval.ms",
+            DEFAULT_MAX_POLL_INTERVAL_MS.max(session).to_string(),
+        );
     }
     for (k, v) in CONSUMER_FORCED {
         cfg.set(k, v);
@@ -316,6 +337,7 @@ mod tests {
         assert_eq!(cfg.get("session.timeout.ms"), Some("6000"));
         assert_eq!(cfg.get("enable.metrics.push"), Some("false"));
         assert_eq!(cfg.get("group.id"), Some(c.group_id.as_str()));
+        assert_eq!(cfg.get("max.poll.interval.ms"), Some("30000"));
         let producer = dead_letter_producer_config(&c);
         assert_eq!(producer.get("enable.idempotence"), Some("true"));
         assert_eq!(
@@ -323,6 +345,16 @@ mod tests {
             None,
             "consumer-only keys stay out"
         );
+    }
+
+    #[test]
+    fn the_poll_interval_defaults_to_30_s_but_never_below_the_session_timeout() {
+        let cfg = |args: &[&str]| consumer_client_config(&config(args));
+        let long_session = cfg(&["--kafka-config", "session.timeout.ms=45000"]);
+        assert_eq!(long_session.get("max.poll.interval.ms"), Some("45000"));
+        let users = cfg(&["--kafka-config", "max.poll.interval.ms=600000"]);
+        assert_eq!(users.get("max.poll.interval.ms"), Some("600000"));
+        assert_eq!(cfg(&[]).get("max.poll.interval.ms"), Some("30000"));
     }
 
     #[test]
