@@ -12,16 +12,23 @@ pub fn relay_binary() -> PathBuf {
     workspace_binary("outbox-relay")
 }
 
-/// Path of a binary of this workspace's debug build.
+/// Path of a binary of this workspace's debug build (`E2E_PROFILE=release`: its release build).
 pub fn workspace_binary(name: &str) -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| crate::workspace_root().join("target"));
-    let p = target.join("debug").join(name);
+    // `make chaos` runs the release builds (what users run; half the CPU of the debug ones).
+    let profile = std::env::var("E2E_PROFILE").unwrap_or_else(|_| "debug".to_owned());
+    let p = target.join(&profile).join(name);
     assert!(
         p.exists(),
-        "{} is missing: run `cargo build --workspace --bins` first (make test does)",
-        p.display()
+        "{} is missing: run `cargo build --workspace --bins{}` first (make test does)",
+        p.display(),
+        if profile == "release" {
+            " --release"
+        } else {
+            ""
+        }
     );
     p
 }

@@ -168,6 +168,11 @@ impl Metrics {
         }
     }
 
+    /// The registry `/metrics` renders.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();

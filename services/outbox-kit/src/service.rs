@@ -9,6 +9,7 @@ mod args;
 mod consumer_app;
 pub mod extract;
 mod openapi;
+pub mod operations;
 
 pub use api_error::ApiError;
 pub use args::ServiceArgs;
@@ -17,6 +18,7 @@ pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 pub use openapi::{
     error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health, BEARER_SCHEME,
 };
+pub use operations::Operations;
 
 use std::future::IntoFuture;
 use std::time::Duration;

@@ -19,7 +19,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use outbox_kit::auth::Operator;
 use outbox_kit::service::extract::{Body, Path};
-use outbox_kit::service::{ApiError, ErrorBody, Health};
+use outbox_kit::service::{ApiError, ErrorBody, Operations};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::ToSchema;
@@ -46,8 +46,7 @@ fn api() -> (Router<AppState>, serde_json::Value) {
     let (router, doc) = OpenApiRouter::new()
         .routes(routes!(list_stock))
         .routes(routes!(get_stock, put_stock))
-        .routes(routes!(healthz))
-        .routes(routes!(metrics))
+        .merge(outbox_kit::service::operations::routes())
         .split_for_parts();
     outbox_kit::service::serve_openapi(
         router,
@@ -217,30 +216,11 @@ async fn list_stock(
     Ok(Json(StockList { stock }).into_response())
 }
 
-/// Readiness: the database answers and the consumer runs. Belongs on an internal network.
-#[utoipa::path(
-    get,
-    path = "/healthz",
-    tag = "operations",
-    responses(
-        (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "Not ready", body = Health),
-    )
-)]
-async fn healthz(State(state): State<AppState>) -> Response {
-    let up = state.metrics.consumer.up.get() == 1;
-    outbox_kit::service::healthz(&state.pool, Some(up)).await
-}
-
-/// Prometheus metrics. Belongs on an internal network.
-#[utoipa::path(
-    get,
-    path = "/metrics",
-    tag = "operations",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain", body = String))
-)]
-async fn metrics(State(state): State<AppState>) -> Response {
-    outbox_kit::service::metrics_response(&state.metrics.registry)
+impl axum::extract::FromRef<AppState> for Operations {
+    fn from_ref(state: &AppState) -> Self {
+        Operations::new(state.pool.clone(), state.metrics.registry.clone())
+            .consuming(state.metrics.consumer.up.clone())
+    }
 }
 
 #[cfg(test)]

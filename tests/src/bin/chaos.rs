@@ -62,7 +62,15 @@ async fn main() -> ExitCode {
         },
         lag_threshold: args.lag_threshold,
     };
-    let summary = run(&spec).await;
+    // Interrupted (Ctrl-C, SIGTERM): returning drops the runtime, its tasks and so the world,
+    // whose servers and services are stopped by their `Drop`s instead of being left running.
+    let summary = tokio::select! {
+        s = run(&spec) => s,
+        signal = stop_signal() => {
+            eprintln!("chaos: {signal}: stopping everything it started");
+            return ExitCode::from(130);
+        }
+    };
     println!("{}", summary.to_text());
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summary).expect("summary as JSON");
@@ -76,5 +84,16 @@ async fn main() -> ExitCode {
     } else {
         println!("FAILED");
         ExitCode::from(1)
+    }
+}
+
+/// The first SIGINT or SIGTERM.
+async fn stop_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).expect("a SIGINT handler");
+    let mut term = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = int.recv() => "interrupted",
+        _ = term.recv() => "terminated",
     }
 }

@@ -72,8 +72,7 @@ fn api() -> (Router<AppState>, serde_json::Value) {
         .routes(routes!(callbacks::refund_callback))
         .routes(routes!(channel::push))
         .routes(routes!(channel::compensate))
-        .routes(routes!(ops::healthz))
-        .routes(routes!(ops::metrics))
+        .merge(outbox_kit::service::operations::routes())
         .split_for_parts();
     outbox_kit::service::serve_openapi(
         router,

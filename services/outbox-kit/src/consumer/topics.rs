@@ -22,6 +22,11 @@ pub fn needed_topics(topics: &[String]) -> Vec<String> {
 
 /// Creates the missing ones of [`needed_topics`]; existing topics are left as they are.
 ///
+/// The broker's metadata is read first and only topics it does not list are asked for, so a
+/// restart sends no CreateTopics at all: it needs no create permission once the topics exist,
+/// and costs a loaded broker one metadata answer (a chaos run on tansu saw CreateTopics of
+/// existing topics time out for minutes while metadata was answered).
+///
 /// # Errors
 /// When the broker refuses to create a topic (other than "already exists") or is unreachable.
 pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(), KafkaError> {
@@ -32,7 +37,23 @@ pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(
         cfg.set(k, v);
     }
     let admin: AdminClient<DefaultClientContext> = cfg.create()?;
-    let names = needed_topics(&config.topics);
+    // A blocking call: on a blocking thread, with the client handed there and back.
+    let (admin, metadata) = tokio::task::spawn_blocking(move || {
+        let metadata = admin.inner().fetch_metadata(None, Duration::from_secs(30));
+        (admin, metadata)
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?;
+    let existing: Vec<String> = metadata?
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.name().to_owned())
+        .collect();
+    let names = missing(&needed_topics(&config.topics), &existing);
+    if names.is_empty() {
+        return Ok(());
+    }
     let new: Vec<NewTopic<'_>> = names
         .iter()
         .map(|t| {
@@ -61,9 +82,30 @@ pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(
     Ok(())
 }
 
+/// The topics of `needed` that are not in `existing`, in `needed`'s order.
+fn missing(needed: &[String], existing: &[String]) -> Vec<String> {
+    needed
+        .iter()
+        .filter(|t| !existing.contains(t))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_topics_the_broker_does_not_list_are_created() {
+        let needed = needed_topics(&["a.order".to_owned(), "a.stock".to_owned()]);
+        let existing = [
+            "a.stock".to_owned(),
+            "a.order.dlq".to_owned(),
+            "b".to_owned(),
+        ];
+        assert_eq!(missing(&needed, &existing), ["a.order", "a.stock.dlq"]);
+        assert!(missing(&needed, &needed).is_empty());
+    }
 
     #[test]
     fn every_consumed_topic_gets_a_dead_letter_topic() {
