@@ -149,7 +149,7 @@ impl Service {
     /// with Apache Kafka:
     /// - A member that joins while a SIGKILLed leader's session is still open is handed no
     ///   partitions and no further rebalance comes. So each start waits out the dead member's
-    ///   session ([`SESSION_TIMEOUT`]) first.
+    ///   session ([`Service::session_timeout`]) first.
     /// - A leader that *leaves* (SIGTERM, LeaveGroup) while the group is forming stays its
     ///   leader in tansu's group state for good: every later member is a follower whose
     ///   SyncGroup is answered "rebalance in progress", forever (seen in a chaos run, in the
@@ -167,7 +167,7 @@ impl Service {
     /// error says how it ended (the process is left running, unassigned).
     pub async fn try_start_again_until_assigned(&self, starts: usize) -> Result<usize, String> {
         for attempt in 1..=starts {
-            tokio::time::sleep(SESSION_TIMEOUT + Duration::from_secs(1)).await;
+            tokio::time::sleep(self.session_timeout() + Duration::from_secs(1)).await;
             self.start_again();
             // The first assignment it gets (possibly empty), if any comes within 90 s.
             let assigned = crate::poll_until(Duration::from_secs(90), || async {
@@ -198,6 +198,21 @@ impl Service {
             self.name,
             self.log.display()
         ))
+    }
+
+    /// Its consumer's `session.timeout.ms`, from the last `KAFKA_CONSUMER_CONFIG` of its
+    /// environment ([`SESSION_TIMEOUT`] when none sets it).
+    pub fn session_timeout(&self) -> Duration {
+        self.envs
+            .iter()
+            .rev()
+            .filter(|(k, _)| k == "KAFKA_CONSUMER_CONFIG")
+            .find_map(|(_, v)| {
+                v.split(',')
+                    .find_map(|kv| kv.trim().strip_prefix("session.timeout.ms="))
+                    .and_then(|ms| ms.parse().ok())
+            })
+            .map_or(SESSION_TIMEOUT, Duration::from_millis)
     }
 
     /// Waits until `/healthz` answers 200 (database reachable, consumer running) and the

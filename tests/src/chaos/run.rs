@@ -256,7 +256,16 @@ pub async fn run(spec: &Spec) -> Summary {
     let end_duplicates = world.inbox_duplicates().await;
     let sys = world.sys.clone();
     let brokers = world.brokers();
-    let extra = ["--settle-s", "0", "--max-unpublished-age-s", "600"];
+    // tansu's sqlite engine reads back a few hundred messages a second: a long run's topics
+    // take minutes to read, past the audit's default 120 s.
+    let extra = [
+        "--settle-s",
+        "0",
+        "--max-unpublished-age-s",
+        "600",
+        "--broker-timeout-s",
+        "900",
+    ];
     let deadline = Instant::now() + Duration::from_secs(300);
     let audit = loop {
         let r = crate::audit::run(&sys, &brokers, &extra).await;

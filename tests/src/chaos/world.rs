@@ -28,6 +28,9 @@ pub struct RelaySlot {
     pub process: Option<RelayProcess>,
 }
 
+/// The consumers' `session.timeout.ms` in a chaos run (the runtime's default).
+pub const CHAOS_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The running world.
 #[derive(Debug)]
 pub struct World {
@@ -93,7 +96,13 @@ impl World {
                 ("MARKETPLACE_URL".into(), sim.url("")),
                 ("MARKETPLACE_COMPENSATION_INTERVAL_MS".into(), "5000".into()),
             ],
-            Vec::new(),
+            // The consumers' own default session timeout, longer than the longest broker fault
+            // (6 s): a session that runs out during a broker fault can wedge the group on tansu
+            // 0.6.0, which keeps a departed member as the forming group's leader (README, Chaos).
+            vec![(
+                "KAFKA_CONSUMER_CONFIG".into(),
+                format!("session.timeout.ms={}", CHAOS_SESSION_TIMEOUT.as_millis()),
+            )],
         )
         .await;
         crate::audit::install_ledgers(&sys).await;
