@@ -147,6 +147,10 @@ start_tansu() {
         log_tail "$tlog"
         die "tansu does not accept connections on 127.0.0.1:$port"
     fi
+    if [[ "$TANSU_STORAGE" == sqlite ]]; then
+        # The index tansu 0.6.0's sqlite storage lacks (see the script).
+        "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/tansu-sqlite-index.py" "$STATE_DIR/tansu.db"
+    fi
     KAFKA_BROKERS="127.0.0.1:$port"
 }
 

@@ -203,3 +203,77 @@ async fn audit_is_clean_on_a_drained_system_and_names_each_planted_defect() {
         .collect();
     assert!(others.is_empty(), "only the planted defects: {others:?}");
 }
+
+/// A slow link between the audit and the broker (the harness's proxy carries 200 kB/s from
+/// the broker, the audit's request timeout is 10 s): the audit reads all six partitions back
+/// from the beginning, every offset once. Each fetch answer has to arrive within the request
+/// timeout, or librdkafka drops it and asks for the same offsets again, for ever; the audit
+/// bounds its answers (`FETCH_MAX_BYTES`, 1 MiB: 5 s on this link), where librdkafka's
+/// default would take the whole 3 MB in one answer (15 s on this link). A long chaos run's
+/// audit never moved for this reason, on a broker that served records slowly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn audit_reads_the_topics_back_over_a_slow_link() {
+    use e2e::proxy::Proxy;
+    use e2e::servers::Tansu;
+    use outbox_audit::broker::Broker;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    const PARTITIONS: i32 = 6;
+    const MESSAGES: usize = 3_000;
+    const VALUE_BYTES: usize = 1_000;
+    let proxy_port = e2e::free_port();
+    let tansu = tokio::task::spawn_blocking(move || Tansu::start_behind(proxy_port))
+        .await
+        .unwrap();
+    let proxy = Proxy::start(proxy_port, tansu.port).await;
+    let brokers = format!("127.0.0.1:{proxy_port}");
+    let topic = format!("slow-link-{:08x}", rand::random::<u32>());
+    create_topics(&brokers, PARTITIONS, &[&topic]);
+
+    let (b, t) = (brokers.clone(), topic.clone());
+    tokio::task::spawn_blocking(move || {
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("linger.ms", "20")
+            .create()
+            .unwrap();
+        let value = "v".repeat(VALUE_BYTES);
+        for n in 0..MESSAGES {
+            let key = format!("k{n}");
+            let record = BaseRecord::to(&t)
+                .key(&key)
+                .payload(&value)
+                .partition(n as i32 % PARTITIONS);
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+            producer.poll(Duration::ZERO);
+        }
+        producer.flush(Duration::from_secs(60)).unwrap();
+    })
+    .await
+    .unwrap();
+
+    proxy.limit_rate(200_000);
+    let settings = [("socket.timeout.ms".to_owned(), "10000".to_owned())];
+    let broker = Broker::new(&brokers, &settings, Duration::from_secs(120));
+    let records = tokio::task::spawn_blocking(move || {
+        let partitions = broker.partitions(&[topic]).unwrap();
+        assert_eq!(partitions.values().sum::<i32>(), PARTITIONS);
+        broker.read_all(&partitions)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("the audit did not read the topic back: {e}"));
+    let mut offsets: Vec<(i32, i64)> = records.iter().map(|r| (r.partition, r.offset)).collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert_eq!(records.len(), MESSAGES, "every message read once");
+    assert_eq!(offsets.len(), MESSAGES, "no offset twice");
+    for p in 0..PARTITIONS {
+        let n = offsets.iter().filter(|(q, _)| *q == p).count();
+        assert_eq!(
+            n,
+            MESSAGES / PARTITIONS as usize,
+            "partition {p} read to its end"
+        );
+    }
+}

@@ -29,17 +29,7 @@ impl Market {
 
     /// [`Market::start`] on the broker at `brokers`.
     async fn start_on(brokers: &str, mut faults: Value) -> Self {
-        let sim = Service::spawn(
-            "marketplace-sim",
-            "marketplace-sim",
-            vec![("MARKETPLACE_SECRET".into(), MARKETPLACE_SECRET.into())],
-        );
-        e2e::wait_for(
-            "the simulator to serve",
-            Duration::from_secs(30),
-            || async { e2e::proc::http_get(&sim.addr(), "/healthz").await },
-        )
-        .await;
+        let sim = Service::start_marketplace_simulator(MARKETPLACE_SECRET).await;
         let sys = System::start_with(
             brokers,
             vec![

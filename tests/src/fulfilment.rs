@@ -55,6 +55,23 @@ impl Service {
         me
     }
 
+    /// Starts the marketplace simulator (`marketplace-sim`, signing its pushes with `secret`)
+    /// and waits until it serves.
+    pub async fn start_marketplace_simulator(secret: &str) -> Self {
+        let sim = Self::spawn(
+            "marketplace-sim",
+            "marketplace-sim",
+            vec![("MARKETPLACE_SECRET".into(), secret.into())],
+        );
+        crate::wait_for(
+            "the simulator to serve",
+            Duration::from_secs(30),
+            || async { crate::proc::http_get(&sim.addr(), "/healthz").await },
+        )
+        .await;
+        sim
+    }
+
     /// Starts the process (again). It listens on a port the system picks (`127.0.0.1:0`, so
     /// no other process can take it in between); [`Service::addr`] reads it from the log.
     pub fn start_again(&self) {

@@ -3,6 +3,9 @@
 //! a network partition that TCP does not notice) or to **cut** (every open connection is
 //! closed at once: a reset link). Real sockets, real clients; nothing in our code knows.
 //!
+//! It can also **limit the rate** at which the server's bytes reach the clients
+//! ([`Proxy::limit_rate`]: a slow link).
+//!
 //! In front of a Kafka broker it can also **swallow requests** of one API
 //! ([`Proxy::start_kafka`], [`Proxy::swallow`]): the request frame is read and dropped, so
 //! the broker never answers it while the connection and every other request carry on (a
@@ -25,6 +28,8 @@ pub struct Proxy {
     /// Bumped by [`Proxy::cut`]: each connection ends when it changes.
     generation: watch::Sender<u64>,
     swallow: Arc<Swallow>,
+    /// Bytes per second from the server to the clients (0: no limit).
+    rate: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -111,20 +116,29 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let (stalled, stalled_rx) = watch::channel(false);
         let (generation, generation_rx) = watch::channel(0u64);
+        let rate = Arc::new(AtomicU64::new(0));
         let task = tokio::spawn(accept_loop(
             listener,
             upstream_port,
             stalled_rx,
             generation_rx,
             swallow.clone(),
+            rate.clone(),
         ));
         Self {
             port,
             stalled,
             generation,
             swallow,
+            rate,
             task,
         }
+    }
+
+    /// From now on the server's bytes reach each client at most `bytes_per_second` (0: no
+    /// limit), on open and new connections: a slow link, in one direction.
+    pub fn limit_rate(&self, bytes_per_second: u64) {
+        self.rate.store(bytes_per_second, Ordering::SeqCst);
     }
 
     /// Stops moving bytes (and holds new connections) until [`Proxy::resume`].
@@ -155,6 +169,7 @@ async fn accept_loop(
     stalled: watch::Receiver<bool>,
     generation: watch::Receiver<u64>,
     swallow: Arc<Swallow>,
+    rate: Arc<AtomicU64>,
 ) {
     // Connections live in this set, so dropping the proxy (aborting this task) ends them all.
     let mut connections = JoinSet::new();
@@ -163,7 +178,7 @@ async fn accept_loop(
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { continue };
                 let _ = client.set_nodelay(true);
-                connections.spawn(connection(client, upstream_port, stalled.clone(), generation.clone(), swallow.clone()));
+                connections.spawn(connection(client, upstream_port, stalled.clone(), generation.clone(), swallow.clone(), rate.clone()));
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
@@ -192,6 +207,7 @@ async fn connection(
     mut stalled: watch::Receiver<bool>,
     mut cut: watch::Receiver<u64>,
     swallow: Arc<Swallow>,
+    rate: Arc<AtomicU64>,
 ) {
     cut.mark_unchanged();
     if !wait_unstalled(&mut stalled, &mut cut).await {
@@ -204,8 +220,8 @@ async fn connection(
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
     let frames = swallow.kafka.then_some(swallow);
-    let up = pump(cr, uw, stalled.clone(), cut.clone(), frames);
-    let down = pump(ur, cw, stalled, cut, None);
+    let up = pump(cr, uw, stalled.clone(), cut.clone(), frames, None);
+    let down = pump(ur, cw, stalled, cut, None, Some(rate));
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -214,15 +230,17 @@ async fn connection(
 
 /// Copies `from` to `to`, holding each chunk while stalled, until EOF, an error or a cut.
 /// With `frames`, what it copies are Kafka request frames (a 4-byte length, then the request)
-/// and the ones `frames` takes are dropped.
+/// and the ones `frames` takes are dropped. With `rate` (bytes per second, 0: none), each chunk
+/// waits until the link would have carried it.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut stalled: watch::Receiver<bool>,
     mut cut: watch::Receiver<u64>,
     frames: Option<Arc<Swallow>>,
+    rate: Option<Arc<AtomicU64>>,
 ) {
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; 16 * 1024];
     let mut pending: Vec<u8> = Vec::new();
     loop {
         let n = tokio::select! {
@@ -234,6 +252,14 @@ async fn pump(
         };
         if !wait_unstalled(&mut stalled, &mut cut).await {
             return;
+        }
+        let limit = rate.as_ref().map_or(0, |r| r.load(Ordering::SeqCst));
+        if limit > 0 {
+            let carried = std::time::Duration::from_secs_f64(n as f64 / limit as f64);
+            tokio::select! {
+                _ = tokio::time::sleep(carried) => {}
+                _ = cut.changed() => return,
+            }
         }
         let out: std::borrow::Cow<'_, [u8]> = match &frames {
             None => (&buf[..n]).into(),

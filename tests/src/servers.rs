@@ -269,6 +269,7 @@ impl Tansu {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        add_missing_index(&self.dir.join("tansu.db"));
     }
 
     /// Kills the broker process.
@@ -278,6 +279,24 @@ impl Tansu {
             let _ = c.wait();
         }
     }
+}
+
+/// Adds the index tansu 0.6.0's sqlite storage lacks (`deploy/local/tansu-sqlite-index.py`):
+/// without it every record served scans the whole header table, and a long run's topics can no
+/// longer be read back from the beginning within librdkafka's request timeout.
+fn add_missing_index(db: &std::path::Path) {
+    let script = crate::workspace_root().join("deploy/local/tansu-sqlite-index.py");
+    let out = Command::new(crate::verify::python())
+        .arg(&script)
+        .arg(db)
+        .output()
+        .expect("run tansu-sqlite-index.py");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 impl Drop for Tansu {

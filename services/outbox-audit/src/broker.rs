@@ -18,19 +18,45 @@ pub enum BrokerError {
     #[error("broker: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
     /// Reading did not reach the end offsets in time.
-    #[error("reading {topic}[{partition}] stopped at offset {at} of {end} after {waited:?}")]
+    #[error(
+        "reading the broker did not reach the end of {} partition(s) after {waited:?} \
+         ({read} messages read): {}",
+        .open.len(),
+        describe(.open)
+    )]
     Incomplete {
-        /// Topic.
-        topic: String,
-        /// Partition.
-        partition: i32,
-        /// Next offset to read.
-        at: i64,
-        /// End offset to reach.
-        end: i64,
+        /// Every partition not read to its end, by topic and partition.
+        open: Vec<OpenPartition>,
+        /// Messages read meanwhile (of all partitions).
+        read: usize,
         /// How long it waited.
         waited: Duration,
     },
+}
+
+/// A partition that was not read to its end offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenPartition {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Next offset to read.
+    pub at: i64,
+    /// End offset to reach.
+    pub end: i64,
+}
+
+fn describe(open: &[OpenPartition]) -> String {
+    open.iter()
+        .map(|p| {
+            format!(
+                "{}[{}] at offset {} of {}",
+                p.topic, p.partition, p.at, p.end
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How long the partitions must stay quiet after the end offsets were reached.
@@ -38,6 +64,12 @@ const TAIL_IDLE: Duration = Duration::from_secs(2);
 
 /// The longest read past the end offsets (on a live system the partitions never go quiet).
 const TAIL_MAX: Duration = Duration::from_secs(10);
+
+/// Upper bound of one fetch answer (librdkafka's `fetch.max.bytes`; at least its
+/// `message.max.bytes`, 1 000 000). A broker still answers with at least one whole batch when
+/// that is larger (Kafka's rule since KIP-74), so this bounds the answers' size, not what can be
+/// read.
+pub const FETCH_MAX_BYTES: u32 = 1 << 20;
 
 /// One message as the audit needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +139,11 @@ impl Broker {
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
             .set("enable.metrics.push", "false")
+            // Bounded fetches: one answer must arrive within librdkafka's request timeout
+            // (`socket.timeout.ms`, 60 s), or librdkafka drops it and asks for the same offsets
+            // again, forever. With the default (50 MB, capped at 5 MB by tansu) a slow broker
+            // or link never answered in time and the read never moved (README, Chaos).
+            .set("fetch.max.bytes", FETCH_MAX_BYTES.to_string())
             .set("client.id", "outbox-audit");
         for (k, v) in outbox_kit::consumer::config::connection_settings(&self.extra) {
             cfg.set(k, v);
@@ -202,17 +239,20 @@ impl Broker {
                 reached = Some(Instant::now());
             }
             if open > 0 && started.elapsed() > self.timeout {
-                let ((topic, partition), at) = next
+                let mut open: Vec<OpenPartition> = next
                     .iter()
-                    .find(|(k, at)| **at < ends[*k].1)
-                    .map(|(k, at)| (k.clone(), *at))
-                    .unwrap_or_default();
-                let end = ends.get(&(topic.clone(), partition)).map_or(0, |e| e.1);
+                    .filter(|(k, at)| **at < ends[*k].1)
+                    .map(|((topic, partition), at)| OpenPartition {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        at: *at,
+                        end: ends[&(topic.clone(), *partition)].1,
+                    })
+                    .collect();
+                open.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
                 return Err(BrokerError::Incomplete {
-                    topic,
-                    partition,
-                    at,
-                    end,
+                    open,
+                    read: out.len(),
                     waited: started.elapsed(),
                 });
             }

@@ -60,7 +60,7 @@ pub struct Config {
     #[arg(long, env = "INBOX_RETENTION_DAYS", default_value_t = 14, value_parser = clap::value_parser!(u32).range(1..))]
     pub inbox_retention_days: u32,
 
-    /// Extra librdkafka settings as KEY=VALUE (security, client id; repeatable, comma
+    /// Extra librdkafka settings as KEY=VALUE (security, sockets, client id; repeatable, comma
     /// separated in the environment variable).
     #[arg(long = "kafka-config", env = "AUDIT_KAFKA_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
     pub kafka_config: Vec<(String, String)>,

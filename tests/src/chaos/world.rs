@@ -77,17 +77,7 @@ impl World {
         let brokers = format!("127.0.0.1:{}", kafka_proxy.port);
         let admin = format!("postgres://postgres@127.0.0.1:{}/postgres", pg_proxy.port);
 
-        let sim = Service::spawn(
-            "marketplace-sim",
-            "marketplace-sim",
-            vec![("MARKETPLACE_SECRET".into(), MARKETPLACE_SECRET.into())],
-        );
-        crate::wait_for(
-            "the simulator to serve",
-            Duration::from_secs(30),
-            || async { crate::proc::http_get(&sim.addr(), "/healthz").await },
-        )
-        .await;
+        let sim = Service::start_marketplace_simulator(MARKETPLACE_SECRET).await;
         let mut sys = System::start_on_servers(
             &admin,
             &brokers,

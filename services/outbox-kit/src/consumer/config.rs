@@ -243,8 +243,8 @@ pub fn dead_letter_producer_config(config: &RuntimeConfig) -> ClientConfig {
     cfg
 }
 
-/// The user settings that concern the connection (security, client id) rather than consuming,
-/// for the runtime's admin client and producer.
+/// The user settings that concern the connection (security, sockets, client id) rather than
+/// consuming, for the runtime's admin client and producer.
 pub fn connection_settings(extra: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
     extra
         .iter()
@@ -252,6 +252,7 @@ pub fn connection_settings(extra: &[(String, String)]) -> impl Iterator<Item = (
             k.starts_with("security.")
                 || k.starts_with("sasl.")
                 || k.starts_with("ssl.")
+                || k.starts_with("socket.")
                 || k == "client.id"
         })
         .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -288,6 +289,33 @@ mod tests {
             "wms-consumer",
             &["order", "stock"],
         )
+    }
+
+    #[test]
+    fn connection_settings_are_security_sockets_and_client_id_only() {
+        let extra: Vec<(String, String)> = [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("ssl.ca.location", "/ca.pem"),
+            ("socket.timeout.ms", "10000"),
+            ("client.id", "audit"),
+            ("fetch.max.bytes", "1"),
+            ("session.timeout.ms", "6000"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let keys: Vec<&str> = connection_settings(&extra).map(|(k, _)| k).collect();
+        assert_eq!(
+            keys,
+            [
+                "security.protocol",
+                "sasl.mechanism",
+                "ssl.ca.location",
+                "socket.timeout.ms",
+                "client.id"
+            ]
+        );
     }
 
     #[test]
