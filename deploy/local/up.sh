@@ -7,7 +7,8 @@
 #
 #   - PostgreSQL (initdb + pg_ctl, trust auth, database `outbox`) is skipped
 #     when DATABASE_URL is already set;
-#   - tansu (memory storage; TANSU_STORAGE=sqlite keeps it in STATE_DIR/tansu.db)
+#   - tansu (memory storage; TANSU_STORAGE=sqlite keeps it in STATE_DIR/tansu.db, with the
+#     header index tansu 0.6.0 lacks: deploy/local/tansu-sqlite-index.py)
 #     is skipped when KAFKA_BROKERS is already set;
 #   - topics TOPICS (space separated, default `outbox.event.order`; empty: none) are created
 #     with TOPIC_PARTITIONS partitions (default 6) on whichever broker is used
