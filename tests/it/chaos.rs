@@ -17,6 +17,7 @@ use serde_json::Value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_under_load_ends_with_a_clean_audit() {
+    let _heavy = e2e::cpu_heavy().await;
     let json = e2e::proc::log_dir().join(format!("chaos-{:08x}.json", rand::random::<u32>()));
     let args = [
         "--rate",
