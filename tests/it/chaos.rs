@@ -5,12 +5,11 @@
 //! cut), then drained and audited: the audit must be clean and every fault must recover.
 //! `make chaos` runs the same binary with longer settings.
 //!
-//! The CI-sized run leaves out the broker's three kinds (restart, stall, cut). With them it
-//! passed in two full-suite runs here and failed in a third: on a loaded machine tansu 0.6.0's
-//! group coordinator stalls or keeps a departed member as a forming group's leader after a
-//! broker fault, and ~290 paid orders got no outbound in the run (README, Chaos). `make chaos`
-//! runs all ten; `tests/it/faults.rs` restarts and stops the broker under the relay, and drops a
-//! consumer's JoinGroup, in CI.
+//! The CI-sized run has all ten kinds again. Before the harness added the header index tansu
+//! 0.6.0's sqlite storage lacks (`deploy/local/tansu-sqlite-index.py`), the broker's three
+//! kinds made it fail one full-suite run in three (tansu's group coordinator fell behind after
+//! a broker fault and ~290 paid orders got no outbound); with the index four runs of this
+//! schedule in a row and the full suite passed (README, Chaos).
 
 use e2e::proc::workspace_binary;
 use serde_json::Value;
@@ -28,8 +27,6 @@ async fn chaos_under_load_ends_with_a_clean_audit() {
         "10",
         "--seed",
         "11",
-        "--mix",
-        "kill_relay,kill_consumer,kill_order_service,pause_leader,restart_postgres,stall_postgres,cut_postgres",
         "--json",
     ];
     let json_arg = json.clone();
@@ -56,7 +53,7 @@ async fn chaos_under_load_ends_with_a_clean_audit() {
     let faults = summary["faults"].as_array().unwrap();
     assert!(faults.len() >= 8, "at least 8 faults: {}", faults.len());
     let kinds = summary["faults_by_kind"].as_object().unwrap();
-    assert_eq!(kinds.len(), 7, "every kind of the mix: {kinds:?}");
+    assert_eq!(kinds.len(), 10, "every kind: {kinds:?}");
     for f in faults {
         assert!(
             f["recovered_after_ms"].is_u64(),
