@@ -103,17 +103,14 @@ pub async fn run(sys: &System, brokers: &str, extra: &[&str]) -> AuditRun {
 
 /// Creates `topics` with the independent client (kafka-python).
 pub fn create_topics(brokers: &str, partitions: i32, topics: &[&str]) {
-    let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
-    let out = Command::new(crate::verify::python())
-        .arg(tool)
-        .args(["create-topics", "--brokers", brokers])
-        .args(["--partitions", &partitions.to_string()])
-        .args(topics)
-        .output()
-        .expect("run kafka_tool.py");
-    assert!(
-        out.status.success(),
-        "kafka_tool.py create-topics failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let partitions = partitions.to_string();
+    let mut argv = vec![
+        "create-topics",
+        "--brokers",
+        brokers,
+        "--partitions",
+        &partitions,
+    ];
+    argv.extend_from_slice(topics);
+    crate::verify::run_python(&crate::verify::kafka_tool(), argv);
 }

@@ -768,9 +768,8 @@ pub fn produce(
     headers: &[(String, String)],
     partition: Option<i32>,
 ) {
-    let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
-    let mut cmd = Command::new(crate::verify::python());
-    cmd.arg(tool).arg("produce").args([
+    let mut argv: Vec<String> = [
+        "produce",
         "--brokers",
         brokers,
         "--topic",
@@ -779,19 +778,16 @@ pub fn produce(
         key,
         "--value",
         value,
-    ]);
+    ]
+    .map(str::to_owned)
+    .into();
     for (k, v) in headers {
-        cmd.arg("--header").arg(format!("{k}={v}"));
+        argv.extend(["--header".to_owned(), format!("{k}={v}")]);
     }
     if let Some(p) = partition {
-        cmd.args(["--partition", &p.to_string()]);
+        argv.extend(["--partition".to_owned(), p.to_string()]);
     }
-    let out = cmd.output().expect("run kafka_tool.py");
-    assert!(
-        out.status.success(),
-        "kafka_tool.py produce failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::verify::run_python(&crate::verify::kafka_tool(), argv);
 }
 
 /// A message to produce: `(topic, key, value, headers, partition)`; no partition means the

@@ -286,17 +286,7 @@ impl Tansu {
 /// longer be read back from the beginning within librdkafka's request timeout.
 fn add_missing_index(db: &std::path::Path) {
     let script = crate::workspace_root().join("deploy/local/tansu-sqlite-index.py");
-    let out = Command::new(crate::verify::python())
-        .arg(&script)
-        .arg(db)
-        .output()
-        .expect("run tansu-sqlite-index.py");
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::verify::run_python(&script, [db]);
 }
 
 impl Drop for Tansu {

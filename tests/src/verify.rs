@@ -46,6 +46,34 @@ pub fn python() -> PathBuf {
     venv
 }
 
+/// Runs `script` (a path) with the venv's interpreter and `args`; its output, once it exited 0.
+///
+/// # Panics
+/// When it cannot be started or exits otherwise (with the script's name and its stderr).
+pub fn run_python<I, S>(script: &std::path::Path, args: I) -> std::process::Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = Command::new(python())
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The independent Kafka client's command-line tool (`tests/tools/kafka_tool.py`).
+pub fn kafka_tool() -> PathBuf {
+    crate::workspace_root().join("tests/tools/kafka_tool.py")
+}
+
 /// Reads every message currently on `topics` from the beginning.
 pub fn dump(brokers: &str, topics: &[String]) -> Vec<Record> {
     dump_with(brokers, topics, &["--timeout", "300"])
@@ -61,21 +89,12 @@ pub fn dump_first(brokers: &str, topics: &[String], n: usize) -> Vec<Record> {
 }
 
 fn dump_with(brokers: &str, topics: &[String], args: &[&str]) -> Vec<Record> {
-    let tool = crate::workspace_root().join("tests/tools/kafka_tool.py");
-    let mut cmd = Command::new(python());
-    cmd.arg(tool)
-        .arg("dump")
-        .args(["--brokers", brokers])
-        .args(args);
+    let mut argv = vec!["dump", "--brokers", brokers];
+    argv.extend_from_slice(args);
     for t in topics {
-        cmd.args(["--topic", t]);
+        argv.extend(["--topic", t.as_str()]);
     }
-    let out = cmd.output().expect("run kafka_tool.py");
-    assert!(
-        out.status.success(),
-        "kafka_tool.py dump failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_python(&kafka_tool(), argv);
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
