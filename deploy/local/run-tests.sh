@@ -27,4 +27,25 @@ TOPICS="" bash deploy/local/up.sh "$STATE_DIR"
 export DATABASE_URL KAFKA_BROKERS TANSU_BIN PG_BIN_DIR PYTHON
 
 cargo build --workspace --bins
-cargo test --workspace -- --test-threads="${TEST_THREADS:-3}"
+# --no-fail-fast: one failing test binary must not hide the results of the others. The last
+# line sums every binary's "test result" line, so a run reads at a glance.
+log="$STATE_DIR/cargo-test.log"
+set +e
+cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-3}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+awk '
+    /^test result:/ {
+        for (i = 1; i <= NF; i++) {
+            if ($(i+1) ~ /^passed/) passed += $i
+            if ($(i+1) ~ /^failed/) failed += $i
+            if ($(i+1) ~ /^ignored/) ignored += $i
+        }
+        binaries++
+    }
+    /^test .* \.\.\. FAILED$/ { names = names "\n  " $2 }
+    END {
+        printf "[run-tests.sh] SUMMARY: %d passed, %d failed, %d ignored in %d test binaries%s\n",
+            passed, failed, ignored, binaries, (failed ? "; failed:" names : "")
+    }' "$log"
+exit "$status"

@@ -1,12 +1,12 @@
 //! One batch of the active relay, as its steps:
 //!
-//! 1. **claim** the head of the outbox in `id` order (fenced by the lease), leaving out
-//!    aggregates that wait behind a failed or parked event;
+//! 1. **claim** the head of the outbox in `id` order (fenced by the lease), leaving out the
+//!    events that wait behind a failed or parked event of their aggregate;
 //! 2. **prepare**: rows that cannot become a message (undecodable, a topic that is invalid,
 //!    missing or refused) fail here, without being sent;
-//! 3. **publish**: the events of aggregates retried after a failure go first, each alone, so a
-//!    broker refusal of a whole record batch is pinned on the right event; then everything
-//!    else, pipelined;
+//! 3. **publish**: everything pipelined on the relay's producer; beside it, the failed events
+//!    due for a retry, each alone on a second producer, so a broker refusal of a whole record
+//!    batch is pinned on the right event and never stops the healthy events' producer;
 //! 4. **decide** per row ([`crate::decide`]): mark, record a failure (retry or park), or wait;
 //! 5. **mark** the published rows (fenced), **record** the failures (fenced);
 //! 6. **react**: metrics, logs, replacing a fatal producer, backing off on outages.
@@ -23,7 +23,9 @@ use crate::metrics::Metrics;
 use crate::outage::Outage;
 use crate::parking::{ParkPolicy, Recorded};
 use crate::publisher::{Publisher, Send};
-use crate::store::{ClaimLimits, ClaimedBatch, ClaimedRow, LeaseToken, Marked, Store};
+use crate::store::{
+    ClaimLimits, ClaimedBatch, ClaimedRow, FailureFilter, LeaseToken, Marked, Store,
+};
 use crate::topics::TopicCatalog;
 
 /// How a batch ended.
@@ -54,6 +56,8 @@ pub struct Batcher<'a> {
     pub token: &'a LeaseToken,
     /// The producer (replaced after fatal errors).
     pub publisher: &'a mut Publisher,
+    /// The producer of lone sends (see [`Batcher::publish`]); replaced on its own.
+    pub lone: &'a mut Publisher,
     /// Topic checks.
     pub topics: &'a mut TopicCatalog,
     /// Claim bounds.
@@ -78,13 +82,13 @@ pub struct Batcher<'a> {
 impl Batcher<'_> {
     /// Runs one batch.
     pub async fn run(&mut self, shutdown: &CancellationToken) -> BatchEnd {
-        let retrying = match self.retrying().await {
+        let filter = match self.failure_filter().await {
             Ok(r) => r,
             Err(end) => return end,
         };
-        let rows = match self.claim().await {
-            Ok(rows) if rows.is_empty() => return BatchEnd::Empty,
-            Ok(rows) => rows,
+        let (rows, retrying) = match self.claim(filter).await {
+            Ok((rows, _)) if rows.is_empty() => return BatchEnd::Empty,
+            Ok(claimed) => claimed,
             Err(end) => return end,
         };
         self.metrics.batch_size.observe(rows.len() as f64);
@@ -105,23 +109,33 @@ impl Batcher<'_> {
         self.react(&rows, &plan)
     }
 
-    /// Attempts so far of the events retried after a failure.
-    async fn retrying(&mut self) -> Result<HashMap<i64, i32>, BatchEnd> {
+    /// How the claim leaves out held-back aggregates, and (for a small failure table) the
+    /// attempts so far of the events retried after a failure.
+    async fn failure_filter(&mut self) -> Result<(FailureFilter, HashMap<i64, i32>), BatchEnd> {
         if !self.failures_known {
-            return Ok(HashMap::new());
+            return Ok((FailureFilter::Off, HashMap::new()));
         }
-        match self.store.retrying_failures().await {
-            Ok((retrying, parked)) => {
-                self.failures_known = parked || !retrying.is_empty();
-                Ok(retrying)
+        match self.store.failure_view().await {
+            Ok(view) => {
+                self.failures_known = view.any;
+                let filter = match (view.any, view.large) {
+                    (false, _) => FailureFilter::Off,
+                    (true, false) => FailureFilter::Hashed,
+                    (true, true) => FailureFilter::Probed,
+                };
+                Ok((filter, view.retrying))
             }
             Err(e) => Err(self.db_failed(&e)),
         }
     }
 
-    async fn claim(&mut self) -> Result<Vec<ClaimedRow>, BatchEnd> {
+    /// Claims the next rows; with them, the attempts so far of those that failed before.
+    async fn claim(
+        &mut self,
+        (filter, mut retrying): (FailureFilter, HashMap<i64, i32>),
+    ) -> Result<(Vec<ClaimedRow>, HashMap<i64, i32>), BatchEnd> {
         let limits = ClaimLimits {
-            exclude_failed: self.failures_known,
+            failures: filter,
             rows: self.row_limit,
             ..self.limits
         };
@@ -136,7 +150,13 @@ impl Batcher<'_> {
                 };
                 self.db.recovered();
                 self.metrics.set_healthy(!self.kafka.is_failing());
-                Ok(rows)
+                if filter == FailureFilter::Probed {
+                    retrying = rows
+                        .iter()
+                        .filter_map(|r| Some((r.id(), r.attempts?)))
+                        .collect();
+                }
+                Ok((rows, retrying))
             }
             Ok(ClaimedBatch::LeaseLost) => Err(BatchEnd::LeaseLost),
             Err(e) => Err(self.db_failed(&e)),
@@ -201,8 +221,19 @@ impl Batcher<'_> {
         Ok(prepared)
     }
 
-    /// Sends the batch: retried events first, each alone, then the rest pipelined. `None` when
-    /// shutdown's grace period ran out (nothing is marked; the rows are sent again later).
+    /// Sends the batch. `None` when shutdown's grace period ran out (nothing is marked; the
+    /// rows are sent again later): the grace period bounds every send of the batch, the
+    /// pipelined ones and the lone ones alike.
+    ///
+    /// Aggregates with a row that failed before (suspects) send only their first claimed row,
+    /// alone: one message at a time on the relay's second producer, so the broker's verdict on
+    /// its record batch is the verdict on this event (a refused record batch reports its
+    /// error on every event in it, and the culprit may be any of them), and a suspect's
+    /// failure never touches the producer of the healthy events. The suspects' later rows wait
+    /// for the next batch (they follow once the first is published). Lone sends run beside the
+    /// pipelined send of everything else, at most [`LONE_SENDS_PER_BATCH`] per batch, and no
+    /// new one starts once the pipelined send is done (when it sent anything): the healthy
+    /// aggregates never wait for them beyond one lone round trip.
     async fn publish(
         &mut self,
         rows: &[ClaimedRow],
@@ -217,76 +248,89 @@ impl Batcher<'_> {
                 Prepared::Topic(_) => None,
             })
             .collect();
-        // Alone: nothing else is in flight, so the broker's verdict on the record batch is the
-        // verdict on this event. Every row of an aggregate that failed before goes this way,
-        // in `id` order, up to its first failure: a refused record batch reports its error on
-        // several events, and the culprit may be any of them.
-        let suspects: HashSet<(&str, &str)> = rows
-            .iter()
-            .filter(|r| retrying.contains_key(&r.id()))
-            .map(ClaimedRow::aggregate)
-            .collect();
-        let mut stopped: HashSet<(&str, &str)> = HashSet::new();
-        for (i, row) in rows.iter().enumerate() {
-            let aggregate = row.aggregate();
-            if !suspects.contains(&aggregate) {
-                continue;
-            }
-            if stopped.contains(&aggregate) {
-                known[i] = Some(Outcome::BlockedBehindFailure);
-                continue;
-            }
-            let (Prepared::Topic(topic), Ok(message), None) =
-                (&prepared[i], &row.message, &known[i])
-            else {
-                stopped.insert(aggregate);
-                continue;
-            };
-            let outcome = self
-                .publisher
-                .publish(&[Send::Message(message, topic)], true)
-                .await
-                .pop()
-                .unwrap_or(Outcome::BlockedBehindFailure);
-            self.replace_if_fatal(&outcome);
-            if !matches!(outcome, Outcome::Acked(_)) {
-                stopped.insert(aggregate);
-            }
-            known[i] = Some(outcome);
+        let lone = lone_candidates(rows, retrying, &mut known);
+        let mut sent_alone = vec![false; rows.len()];
+        for &i in &lone {
+            sent_alone[i] = true;
         }
         let sends: Vec<Send<'_>> = rows
             .iter()
             .enumerate()
             .map(|(i, row)| match (&known[i], &prepared[i], &row.message) {
                 (Some(o), _, _) => Send::Known(row.aggregate(), o),
+                _ if sent_alone[i] => Send::Known(row.aggregate(), &Outcome::BlockedBehindFailure),
                 (None, Prepared::Topic(t), Ok(m)) => Send::Message(m, t),
                 (None, _, _) => unreachable!("rows without a topic or message have an outcome"),
             })
             .collect();
+        let main = &*self.publisher;
+        let lone_publisher = &mut *self.lone;
+        let pipelined_done = std::sync::atomic::AtomicBool::new(false);
+        // With nothing else to send, the lone sends may use the whole bound.
+        let pipelining = sends.iter().any(|s| matches!(s, Send::Message(..)));
+        let pipelined = async {
+            let outcomes = main.publish(&sends, false).await;
+            pipelined_done.store(pipelining, std::sync::atomic::Ordering::Release);
+            outcomes
+        };
+        let alone = async {
+            let mut outcomes: Vec<(usize, Outcome)> = Vec::new();
+            for &i in &lone {
+                let over = outcomes.len() >= LONE_SENDS_PER_BATCH
+                    || (!outcomes.is_empty()
+                        && pipelined_done.load(std::sync::atomic::Ordering::Acquire));
+                if over {
+                    break;
+                }
+                let (Prepared::Topic(topic), Ok(message)) = (&prepared[i], &rows[i].message) else {
+                    continue;
+                };
+                tracing::debug!(outbox.id = message.id, event.id = %message.event_id, "Sending an event alone (retried after a failure)");
+                let outcome = lone_publisher
+                    .publish(&[Send::Message(message, topic)], true)
+                    .await
+                    .pop()
+                    .unwrap_or(Outcome::BlockedBehindFailure);
+                if lone_publisher.is_fatal() {
+                    // A refused record batch stops the producer (gapless guarantee): only the
+                    // lone one, the healthy events' producer goes on.
+                    if let Err(e) = lone_publisher.replace() {
+                        tracing::error!(error = %e, "Could not recreate the lone Kafka producer");
+                    }
+                }
+                outcomes.push((i, outcome));
+            }
+            outcomes
+        };
         let grace = async {
             shutdown.cancelled().await;
             tokio::time::sleep(self.shutdown_timeout).await;
         };
-        tokio::select! {
-            o = self.publisher.publish(&sends, false) => Some(o),
+        let (mut outcomes, lone_outcomes) = tokio::select! {
+            both = async { tokio::join!(pipelined, alone) } => both,
             _ = grace => {
                 tracing::warn!(events = rows.len(), "Shutdown grace period over; abandoning in-flight events unmarked");
-                None
+                return None;
             }
+        };
+        if !lone.is_empty() {
+            self.metrics.lone_sends.observe(lone_outcomes.len() as f64);
         }
-    }
-
-    fn replace_if_fatal(&mut self, outcome: &Outcome) {
-        let relay_wide = matches!(
-            outcome,
-            Outcome::Failed {
-                scope: Scope::Relay,
-                ..
-            }
-        );
-        if relay_wide || self.publisher.is_fatal() {
+        for (i, outcome) in lone_outcomes {
+            outcomes[i] = match outcome {
+                // The lone producer failed as a whole: not this event's fault, and not the
+                // healthy producer's; sent again next batch.
+                Outcome::Failed {
+                    scope: Scope::Relay,
+                    ..
+                } => Outcome::BlockedBehindFailure,
+                o => o,
+            };
+        }
+        if self.publisher.is_fatal() {
             self.replace_producer();
         }
+        Some(outcomes)
     }
 
     fn replace_producer(&mut self) {
@@ -368,10 +412,12 @@ impl Batcher<'_> {
                 return Err(self.db_failed(&e));
             }
         };
+        // Paired by id: the statement returns its rows in no promised order.
         let by_id: HashMap<i64, &ClaimedRow> = rows.iter().map(|r| (r.id(), r)).collect();
-        for (failure, state) in plan.record.iter().zip(&states) {
-            debug_assert_eq!(failure.id, state.id);
-            let Some(row) = by_id.get(&failure.id) else {
+        let failures: HashMap<i64, &crate::parking::NewFailure> =
+            plan.record.iter().map(|f| (f.id, f)).collect();
+        for state in &states {
+            let (Some(row), Some(failure)) = (by_id.get(&state.id), failures.get(&state.id)) else {
                 continue;
             };
             if state.parked {
@@ -439,6 +485,44 @@ impl Batcher<'_> {
             clean: plan.is_clean(),
         }
     }
+}
+
+/// Most events a batch sends alone (see [`Batcher::publish`]).
+pub const LONE_SENDS_PER_BATCH: usize = 16;
+
+/// The rows to send alone, in `id` order: the first claimed row of each aggregate with a row
+/// that failed before. The later rows of those aggregates get
+/// [`Outcome::BlockedBehindFailure`] in `known` (not sent in this batch). A first row that
+/// already has an outcome (it failed before sending) is not sent.
+fn lone_candidates(
+    rows: &[ClaimedRow],
+    retrying: &HashMap<i64, i32>,
+    known: &mut [Option<Outcome>],
+) -> Vec<usize> {
+    if retrying.is_empty() {
+        return Vec::new();
+    }
+    let suspects: HashSet<(&str, &str)> = rows
+        .iter()
+        .filter(|r| retrying.contains_key(&r.id()))
+        .map(ClaimedRow::aggregate)
+        .collect();
+    let mut first_seen: HashSet<(&str, &str)> = HashSet::new();
+    let mut lone = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let aggregate = row.aggregate();
+        if !suspects.contains(&aggregate) {
+            continue;
+        }
+        if !first_seen.insert(aggregate) {
+            known[i].get_or_insert(Outcome::BlockedBehindFailure);
+            continue;
+        }
+        if known[i].is_none() {
+            lone.push(i);
+        }
+    }
+    lone
 }
 
 /// A claimed row before publishing.

@@ -139,9 +139,10 @@ pub struct KafkaArgs {
     #[arg(long, env = "OUTBOX_TOPIC_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
     pub topic_partitions: i32,
 
-    /// Replication factor of topics created by `--create-missing-topics`.
-    #[arg(long, env = "OUTBOX_TOPIC_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
-    pub topic_replication_factor: i32,
+    /// Replication factor of topics created by `--create-missing-topics` [default: the
+    /// broker's `default.replication.factor`].
+    #[arg(long, env = "OUTBOX_TOPIC_REPLICATION_FACTOR", value_parser = clap::value_parser!(i32).range(1..))]
+    pub topic_replication_factor: Option<i32>,
 }
 
 /// Settings of `outbox-relay run`.
@@ -255,7 +256,7 @@ impl RunArgs {
         crate::store::ClaimLimits {
             rows: self.batch_size,
             bytes: self.batch_max_bytes,
-            exclude_failed: true,
+            failures: crate::store::FailureFilter::Hashed,
         }
     }
 

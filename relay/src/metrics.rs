@@ -31,6 +31,9 @@ pub struct Metrics {
     pub latency: Histogram,
     /// Rows per claimed batch.
     pub batch_size: Histogram,
+    /// Events sent alone (through the relay's second producer) per batch that had any
+    /// suspect: bounded by [`crate::batch::LONE_SENDS_PER_BATCH`].
+    pub lone_sends: Histogram,
     /// 1 while this instance holds the lease.
     pub leader: IntGauge,
     /// Database errors seen by the relay loop.
@@ -102,6 +105,14 @@ impl Metrics {
             HistogramOpts::new("outbox_batch_rows", "Rows per claimed batch").buckets(vec![
                 1.0, 10.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
             ]),
+        )
+        .unwrap();
+        let lone_sends = Histogram::with_opts(
+            HistogramOpts::new(
+                "outbox_batch_lone_sends",
+                "Events of aggregates retried after a failure that a batch sent alone (one at a time, on a producer of their own, beside the batch's other events)",
+            )
+            .buckets(vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
         )
         .unwrap();
         let broker_down = IntGauge::new(
@@ -187,6 +198,7 @@ impl Metrics {
             Box::new(oldest_age.clone()),
             Box::new(latency.clone()),
             Box::new(batch_size.clone()),
+            Box::new(lone_sends.clone()),
             Box::new(leader.clone()),
             Box::new(db_errors.clone()),
             Box::new(lease_epoch.clone()),
@@ -211,6 +223,7 @@ impl Metrics {
             oldest_age,
             latency,
             batch_size,
+            lone_sends,
             leader,
             db_errors,
             lease_epoch,

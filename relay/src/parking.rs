@@ -16,7 +16,18 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use crate::failure::FailureClass;
-use crate::store::{LeaseToken, Store};
+use crate::store::{LeaseToken, Store, SMALL_FAILURE_TABLE};
+
+/// The failure table as the next claim needs it ([`Store::failure_view`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailureView {
+    /// Attempts so far of the events being retried, by outbox id (empty when `large`).
+    pub retrying: HashMap<i64, i32>,
+    /// Any failure row exists (parked or retrying).
+    pub any: bool,
+    /// More than [`SMALL_FAILURE_TABLE`] rows.
+    pub large: bool,
+}
 
 /// A failure to record for one event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,7 +214,7 @@ impl Store {
                      attempts = f.attempts + 1, \
                      last_failed_at = now(), \
                      retry_at = CASE WHEN EXCLUDED.retry_at <= now() THEN now() \
-                                ELSE now() + make_interval(secs => least($14, $10 * power(2, f.attempts))) END, \
+                                ELSE now() + make_interval(secs => least($14, $10 * power(2, least(f.attempts, 40)))) END, \
                      parked_at = CASE WHEN EXCLUDED.parked_at IS NOT NULL OR f.attempts + 1 >= $9 \
                                  THEN coalesce(f.parked_at, now()) END \
                  RETURNING outbox_id, attempts, parked_at IS NOT NULL AS parked \
@@ -244,26 +255,40 @@ impl Store {
         ))
     }
 
-    /// Attempts so far of the events being retried (failed before, not parked), by outbox id,
-    /// and whether any event is parked.
+    /// What the next claim needs to know of the failure table: the attempts so far of the
+    /// events being retried (failed before, not parked) by outbox id, whether any failure row
+    /// exists, and whether the table is past [`SMALL_FAILURE_TABLE`] rows. A large table is
+    /// not read whole (the map is then empty): the claim reads each claimed row's own failure
+    /// ([`FailureFilter::Probed`](crate::store::FailureFilter::Probed)).
     ///
     /// # Errors
     /// Database errors.
-    pub async fn retrying_failures(&self) -> Result<(HashMap<i64, i32>, bool), sqlx::Error> {
+    pub async fn failure_view(&self) -> Result<FailureView, sqlx::Error> {
         let mut s = self.session().await?;
+        // Bounded reads: at most SMALL_FAILURE_TABLE + 1 rows, whatever the table holds.
         let rows: Vec<(i64, i32)> = sqlx::query_as(
-            "SELECT outbox_id, attempts FROM outbox_failure WHERE parked_at IS NULL \
+            "(SELECT outbox_id, attempts FROM outbox_failure WHERE parked_at IS NULL LIMIT $1) \
              UNION ALL \
-             SELECT -1, 1 WHERE EXISTS (SELECT 1 FROM outbox_failure WHERE parked_at IS NOT NULL)",
+             SELECT -1, (SELECT count(*) FROM (SELECT 1 FROM outbox_failure LIMIT $1) c)::int4",
         )
+        .bind(SMALL_FAILURE_TABLE + 1)
         .fetch_all(s.conn())
         .await?;
         s.finish().await?;
-        let parked = rows.iter().any(|(id, _)| *id == -1);
-        Ok((
-            rows.into_iter().filter(|(id, _)| *id != -1).collect(),
-            parked,
-        ))
+        let total = rows
+            .iter()
+            .find(|(id, _)| *id == -1)
+            .map_or(0, |(_, n)| i64::from(*n));
+        let large = total > SMALL_FAILURE_TABLE;
+        Ok(FailureView {
+            retrying: if large {
+                HashMap::new()
+            } else {
+                rows.into_iter().filter(|(id, _)| *id != -1).collect()
+            },
+            any: total > 0,
+            large,
+        })
     }
 
     /// Deletes failure rows whose event is no longer in the outbox (published by an older
@@ -408,8 +433,16 @@ impl Store {
     /// `by`, in one transaction; the aggregate's later events then flow. Only parked events
     /// can be discarded (any other may be in flight).
     ///
+    /// Safe against a concurrent `redrive` and the running relay: the event's outbox row and
+    /// its failure row are both locked before the parked state is read, so a `redrive`
+    /// (which deletes the failure row) either committed before, and the event is no longer
+    /// parked (nothing is discarded, the relay sends it), or waits until this transaction
+    /// committed and then finds nothing to redrive. The copy into the audit table must copy
+    /// exactly the event, or the transaction is rolled back.
+    ///
     /// # Errors
-    /// Database errors.
+    /// Database errors; [`sqlx::Error::Protocol`] when the audit copy did not write exactly
+    /// one row (nothing is changed then).
     pub async fn discard(
         &self,
         event_id: Uuid,
@@ -417,40 +450,59 @@ impl Store {
         by: &str,
     ) -> Result<Discarded, sqlx::Error> {
         let mut tx = self.transaction().await?;
-        let row: Option<(i64, Option<chrono::DateTime<Utc>>)> = sqlx::query_as(
-            "SELECT o.id, f.parked_at FROM outbox o \
-             LEFT JOIN outbox_failure f ON f.outbox_id = o.id \
-             WHERE o.event_id = $1 FOR UPDATE OF o",
+        let id: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM outbox WHERE event_id = $1 FOR UPDATE")
+                .bind(event_id)
+                .fetch_optional(tx.conn())
+                .await?;
+        let Some(id) = id else {
+            return Ok(Discarded::NotFound);
+        };
+        // Locked, then read: a redrive that deleted the row meanwhile is seen as deleted
+        // (READ COMMITTED re-reads a row it waited for), never as still parked.
+        let parked: Option<Option<DateTime<Utc>>> = sqlx::query_scalar(
+            "SELECT parked_at FROM outbox_failure WHERE outbox_id = $1 FOR UPDATE",
         )
-        .bind(event_id)
+        .bind(id)
         .fetch_optional(tx.conn())
         .await?;
-        let id = match row {
-            None => return Ok(Discarded::NotFound),
-            Some((_, None)) => return Ok(Discarded::NotParked),
-            Some((id, Some(_))) => id,
-        };
-        sqlx::query(
+        if !matches!(parked, Some(Some(_))) {
+            return Ok(Discarded::NotParked);
+        }
+        let copied = sqlx::query(
             "INSERT INTO outbox_discarded (event_id, outbox_id, aggregate_type, aggregate_id, \
                  event_type, payload, headers, topic, created_at, error_class, error_message, \
                  attempts, reason, discarded_by) \
              SELECT o.event_id, o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
                     o.headers, o.topic, o.created_at, f.error_class, f.error_message, f.attempts, $2, $3 \
-             FROM outbox o JOIN outbox_failure f ON f.outbox_id = o.id WHERE o.id = $1",
+             FROM outbox o JOIN outbox_failure f ON f.outbox_id = o.id \
+             WHERE o.id = $1 AND f.parked_at IS NOT NULL",
         )
         .bind(id)
         .bind(reason)
         .bind(by)
         .execute(tx.conn())
-        .await?;
-        sqlx::query("DELETE FROM outbox_failure WHERE outbox_id = $1")
-            .bind(id)
-            .execute(tx.conn())
-            .await?;
-        sqlx::query("DELETE FROM outbox WHERE id = $1")
-            .bind(id)
-            .execute(tx.conn())
-            .await?;
+        .await?
+        .rows_affected();
+        if copied != 1 {
+            // Dropping the transaction rolls it back: nothing deleted, nothing recorded.
+            return Err(sqlx::Error::Protocol(format!(
+                "discard of outbox id {id}: the audit copy wrote {copied} rows instead of 1; nothing was changed"
+            )));
+        }
+        let deleted = sqlx::query(
+            "WITH f AS (DELETE FROM outbox_failure WHERE outbox_id = $1) \
+             DELETE FROM outbox WHERE id = $1",
+        )
+        .bind(id)
+        .execute(tx.conn())
+        .await?
+        .rows_affected();
+        if deleted != 1 {
+            return Err(sqlx::Error::Protocol(format!(
+                "discard of outbox id {id}: the event was deleted {deleted} times; nothing was changed"
+            )));
+        }
         tx.finish().await?;
         Ok(Discarded::Done { outbox_id: id })
     }

@@ -86,6 +86,19 @@ pub(crate) fn new_backoff() -> ExponentialBackoff {
     }
 }
 
+/// The lone producer's settings: the user's, with its own `client.id` (`<client.id>-lone`), so
+/// broker logs and quotas tell the two producers apart.
+fn lone_config(extra: &[(String, String)]) -> Vec<(String, String)> {
+    let client_id = extra
+        .iter()
+        .rev()
+        .find(|(k, _)| k.trim() == "client.id")
+        .map_or("outbox-relay", |(_, v)| v.as_str());
+    let mut config = extra.to_vec();
+    config.push(("client.id".into(), format!("{client_id}-lone")));
+    config
+}
+
 /// Sleeps unless `token` fires first; false when it fired.
 pub(crate) async fn sleep_unless(d: Duration, token: &CancellationToken) -> bool {
     tokio::select! {
@@ -117,6 +130,9 @@ impl Relay {
             &s.topic_prefix,
             Some(self.metrics.broker_down.clone()),
         )?;
+        // Events of aggregates retried after a failure go out one at a time on a producer of
+        // their own ([`crate::batch::Batcher::publish`]).
+        let mut lone = Publisher::new(&s.brokers, &lone_config(&s.kafka_config), &s.topic_prefix)?;
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
@@ -156,7 +172,7 @@ impl Relay {
             let end = self
                 .lead(
                     &guard,
-                    &mut publisher,
+                    (&mut publisher, &mut lone),
                     &mut topics,
                     (&mut db, &mut kafka),
                     &shutdown,
@@ -181,10 +197,12 @@ impl Relay {
                     );
                     // Whatever is still queued belongs to a lease we no longer hold.
                     publisher.replace()?;
+                    lone.replace()?;
                 }
             }
         }
         publisher.purge();
+        lone.purge();
         helpers.cancel();
         if let Some(listener) = listener {
             let _ = listener.await;
@@ -236,7 +254,7 @@ impl Relay {
     async fn lead(
         &self,
         guard: &LeaseGuard,
-        publisher: &mut Publisher,
+        (publisher, lone): (&mut Publisher, &mut Publisher),
         topics: &mut TopicCatalog,
         (db, kafka): (&mut Outage, &mut Outage),
         shutdown: &CancellationToken,
@@ -251,6 +269,7 @@ impl Relay {
             metrics: &self.metrics,
             token: guard.token(),
             publisher,
+            lone,
             topics,
             limits: s.limits,
             row_limit: s.limits.rows,
@@ -331,6 +350,7 @@ async fn refresh_backlog(store: Store, prefix: String, metrics: Metrics, stop: C
     let mut round = 0u64;
     let mut topics = crate::backlog::TopicSeries::default();
     loop {
+        let started = Instant::now();
         if let Ok(b) = store.backlog_by_topic(&prefix).await {
             topics.publish(&metrics, b);
         }
@@ -349,7 +369,11 @@ async fn refresh_backlog(store: Store, prefix: String, metrics: Metrics, stop: C
             }
         }
         round += 1;
-        if !sleep_unless(Duration::from_secs(5), &stop).await {
+        // Every 5 s, or ten times as long as the queries took: over a backlog of millions of
+        // rows the per-topic count takes seconds, and the gauges must not keep PostgreSQL
+        // busy for more than a tenth of the time.
+        let every = Duration::from_secs(5).max(started.elapsed() * 10);
+        if !sleep_unless(every, &stop).await {
             return;
         }
     }

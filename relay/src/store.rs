@@ -41,6 +41,9 @@ pub struct ClaimedRow {
     /// The decoded event, or the row's identity and why it cannot become a message (it is
     /// parked).
     pub message: Result<EventEnvelope, Box<Undecodable>>,
+    /// Attempts so far when the row failed before, read with the row
+    /// ([`FailureFilter::Probed`] only; otherwise `None`).
+    pub attempts: Option<i32>,
 }
 
 /// A claimed row that cannot become a message.
@@ -102,10 +105,29 @@ pub struct ClaimLimits {
     pub rows: i64,
     /// Most bytes of payload and headers (the first row is always taken, whatever its size).
     pub bytes: i64,
-    /// Leave out aggregates held back by `outbox_failure`. Only a caller that knows the
-    /// table is empty (the leader, which is the only writer of failures) may turn it off.
-    pub exclude_failed: bool,
+    /// How aggregates held back by `outbox_failure` are left out.
+    pub failures: FailureFilter,
 }
+
+/// How a claim leaves out the aggregates held back by `outbox_failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureFilter {
+    /// Not at all. Only a caller that knows the table is empty (the leader, which is the only
+    /// writer of failures) may choose it.
+    Off,
+    /// Hashed subplans over the failure table, built per claim: the cheapest per row while the
+    /// failure table is small ([`SMALL_FAILURE_TABLE`] rows or fewer).
+    Hashed,
+    /// An index probe of `outbox_failure` per outbox row read, and the row's own failure
+    /// (its attempts) read with it: cost per row that does not grow with the failure table.
+    /// A hashed `NOT IN` over 100 000 failure rows no longer fits `work_mem`, and PostgreSQL
+    /// then scans the failure table once per outbox row (a claim of 2 000 rows took more
+    /// than a minute).
+    Probed,
+}
+
+/// Largest failure table (rows) for which claims use [`FailureFilter::Hashed`].
+pub const SMALL_FAILURE_TABLE: i64 = 5_000;
 
 /// Result of [`Store::mark_published`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +164,10 @@ pub struct LeaseInfo {
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: PgPool,
+    /// The lease's own connection: acquiring, renewing and releasing the lease never wait
+    /// for the pool the batches, the backlog gauges and the retention purge share (a backlog
+    /// query over millions of rows must not cost the lease).
+    lease_pool: PgPool,
     /// Behind PgBouncer's transaction pooling: see [`crate::session`].
     pgbouncer: bool,
 }
@@ -170,16 +196,25 @@ impl Store {
         if pgbouncer {
             options = options.statement_cache_capacity(0).extra_float_digits(None);
         }
+        let lease_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_lazy_with(options.clone());
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(options);
-        Ok(Self { pool, pgbouncer })
+        Ok(Self {
+            pool,
+            lease_pool,
+            pgbouncer,
+        })
     }
 
     /// Wraps an existing pool (directly on PostgreSQL).
     pub fn from_pool(pool: PgPool) -> Self {
         Self {
+            lease_pool: pool.clone(),
             pool,
             pgbouncer: false,
         }
@@ -196,6 +231,14 @@ impl Store {
     /// Database errors.
     pub(crate) async fn session(&self) -> Result<crate::session::Session, sqlx::Error> {
         crate::session::Session::begin(&self.pool, self.pgbouncer).await
+    }
+
+    /// A connection of the lease's own pool for one statement.
+    ///
+    /// # Errors
+    /// Database errors.
+    async fn lease_session(&self) -> Result<crate::session::Session, sqlx::Error> {
+        crate::session::Session::begin(&self.lease_pool, self.pgbouncer).await
     }
 
     /// A transaction, in either mode.
@@ -226,16 +269,17 @@ impl Store {
             ClaimLimits {
                 rows: limit,
                 bytes: 1 << 30,
-                exclude_failed: true,
+                failures: FailureFilter::Hashed,
             },
         )
         .await
     }
 
     /// Reads the head of the outbox in `id` order, if `lease` is still held: at most
-    /// `limits.rows` rows and about `limits.bytes` bytes, leaving out the aggregates that wait
-    /// behind a failed or parked event (`outbox_failure`), so they neither block nor fill the
-    /// batch.
+    /// `limits.rows` rows and about `limits.bytes` bytes, leaving out the events that wait
+    /// behind a failed or parked event of their aggregate (`outbox_failure`), so they neither
+    /// block nor fill the batch; a failed event due for a retry is claimed (alone of its
+    /// aggregate).
     ///
     /// The byte bound is applied here, on the rendered text, as rows stream in: rows past it
     /// are read and dropped (they come first in the next batch), so the relay never holds much
@@ -252,24 +296,45 @@ impl Store {
     ) -> Result<ClaimedBatch, sqlx::Error> {
         use futures::TryStreamExt;
         // One round trip: the lateral join yields one all-NULL row when the lease is held and
-        // the outbox is empty, and nothing from the outbox when the lease is lost. `NOT IN`
-        // over the (small) failure table runs as one hashed subplan, probed per row.
-        let exclusion = if limits.exclude_failed {
-            "AND (aggregate_type, aggregate_id) NOT IN ( \
-                 SELECT f.aggregate_type, f.aggregate_id FROM outbox_failure f \
-                 WHERE f.parked_at IS NOT NULL OR f.retry_at > now())"
-        } else {
-            ""
+        // the outbox is empty, and nothing from the outbox when the lease is lost.
+        // An aggregate with a failure row is left out, but for the failed rows that are due
+        // for a retry: the rows behind a failed event are not claimed until it is published
+        // (they would only fill the batch; they cannot be sent before it).
+        let (join, exclusion, attempts) = match limits.failures {
+            FailureFilter::Off => ("", String::new(), "NULL::int4"),
+            // Two hashed subplans over the (small) failure table, probed per row.
+            FailureFilter::Hashed => (
+                "",
+                "AND ((o.aggregate_type, o.aggregate_id) NOT IN ( \
+                          SELECT x.aggregate_type, x.aggregate_id FROM outbox_failure x) \
+                      OR o.id IN (SELECT x.outbox_id FROM outbox_failure x \
+                          WHERE x.parked_at IS NULL AND x.retry_at <= now()))"
+                    .to_owned(),
+                "NULL::int4",
+            ),
+            // `OFFSET 0` keeps the EXISTS a per-row subplan on the aggregate index: as a join,
+            // PostgreSQL would hash both tables whole, then sort.
+            FailureFilter::Probed => (
+                "LEFT JOIN outbox_failure f ON f.outbox_id = o.id",
+                "AND NOT EXISTS (SELECT 1 FROM outbox_failure x \
+                     WHERE x.aggregate_type = o.aggregate_type AND x.aggregate_id = o.aggregate_id \
+                       AND (x.parked_at IS NOT NULL OR x.retry_at > now() OR x.outbox_id < o.id) \
+                     OFFSET 0)"
+                    .to_owned(),
+                "f.attempts",
+            ),
         };
         let sql = format!(
             "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
-                    o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at \
+                    o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at, \
+                    o.attempts \
              FROM (SELECT {LEASE_HELD} AS held) l \
              LEFT JOIN LATERAL ( \
-                 SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic, created_at \
-                 FROM outbox \
+                 SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
+                        o.headers, o.topic, o.created_at, {attempts} AS attempts \
+                 FROM outbox o {join} \
                  WHERE l.held {exclusion} \
-                 ORDER BY id LIMIT $4 \
+                 ORDER BY o.id LIMIT $4 \
              ) o ON true"
         );
         let mut session = self.session().await?;
@@ -303,6 +368,7 @@ impl Store {
             let aggregate_id: String = r.get(4);
             let message = decode_headers(headers);
             out.push(ClaimedRow {
+                attempts: r.get(10),
                 message: match message {
                     Ok(headers) => Ok(EventEnvelope {
                         id,
@@ -396,7 +462,7 @@ impl Store {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<LeaseToken>, sqlx::Error> {
-        let mut s = self.session().await?;
+        let mut s = self.lease_session().await?;
         let epoch: Option<i64> = sqlx::query_scalar(
             "INSERT INTO outbox_relay_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at) \
              VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3)) \
@@ -429,7 +495,7 @@ impl Store {
         lease: &LeaseToken,
         ttl: Duration,
     ) -> Result<bool, sqlx::Error> {
-        let mut s = self.session().await?;
+        let mut s = self.lease_session().await?;
         let n = sqlx::query(
             "UPDATE outbox_relay_lease \
              SET renewed_at = now(), expires_at = now() + make_interval(secs => $4) \
@@ -451,7 +517,7 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub async fn release_lease(&self, lease: &LeaseToken) -> Result<(), sqlx::Error> {
-        let mut s = self.session().await?;
+        let mut s = self.lease_session().await?;
         sqlx::query(
             "UPDATE outbox_relay_lease SET expires_at = now() \
              WHERE name = $1 AND holder = $2 AND epoch = $3",

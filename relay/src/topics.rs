@@ -21,8 +21,9 @@ use crate::kafka_context::RelayContext;
 pub struct TopicSpec {
     /// Partitions.
     pub partitions: i32,
-    /// Replication factor.
-    pub replication: i32,
+    /// Replication factor; `None`: the broker's default (`default.replication.factor`, asked
+    /// for with -1, KIP-464).
+    pub replication: Option<i32>,
 }
 
 /// Why a topic cannot take messages now.
@@ -149,7 +150,7 @@ impl TopicCatalog {
                 NewTopic::new(
                     t,
                     spec.partitions,
-                    TopicReplication::Fixed(spec.replication),
+                    TopicReplication::Fixed(spec.replication.unwrap_or(-1)),
                 )
             })
             .collect();

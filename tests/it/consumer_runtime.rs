@@ -122,7 +122,7 @@ impl Rig {
             client_config: vec![("session.timeout.ms".into(), "6000".into())],
             create_topics: Some(TopicSpec {
                 partitions: PARTITIONS,
-                replication_factor: 1,
+                replication_factor: Some(1),
             }),
             retry: RetryPolicy {
                 initial: Duration::from_millis(50),

@@ -3,7 +3,7 @@
 //! operator's commands (`blocked`, `redrive`, `discard`) with every aggregate in `id` order.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::proc::{metric_series, metric_value, relay_cli, RelayArgs, RelayProcess};
 use serde_json::Value;
@@ -360,69 +360,56 @@ async fn bulk(pool: &PgPool, n: i64, aggregates: i64, poisoned_aggregates: i64) 
     n
 }
 
+/// The functional half of the poison storm; the drain rate with and without the poisons is a
+/// `relay-bench` phase (`poison`), not a pass/fail threshold here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_thousand_poisoned_aggregates_leave_the_healthy_drain_rate_at_80_percent() {
-    let _heavy = e2e::cpu_heavy().await;
+async fn two_thousand_poisoned_aggregates_hold_back_only_their_own_events() {
     let brokers = e2e::kafka_brokers();
-    // Clean and poisoned runs interleaved, four of each in the order ABBA BAAB, so that load
-    // from the tests running alongside that grows or shrinks over the test falls on both
-    // variants alike (with ABABAB it fell on the poisoned runs: 0.84, 0.72, 0.66 pair by
-    // pair); each variant's rate is over its runs together (events / total seconds), so one
-    // burst of load or one lucky run does not decide the ratio.
-    let mut seconds = [0.0f64, 0.0];
-    let mut events = [0.0f64, 0.0];
-    for poisoned in [0, 2_000, 2_000, 0, 2_000, 0, 0, 2_000] {
-        let db = e2e::db::fresh_database().await;
-        let prefix = e2e::unique_topic_prefix();
-        // The poisons come first, so every batch of the poisoned run meets them.
-        if poisoned > 0 {
-            bulk(&db.pool, 0, 1, poisoned).await;
-        }
-        let healthy = bulk(&db.pool, 250_000, 4_000, 0).await;
-        let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "storm"));
-        let start = Instant::now();
-        e2e::wait_for(
-            "the healthy events to drain",
-            Duration::from_secs(180),
-            || async { (published(&relay).await >= healthy as f64).then_some(()) },
-        )
-        .await;
-        let secs = start.elapsed().as_secs_f64();
-        let left: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'h-%'")
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
-        assert_eq!(left, 0);
-        if poisoned > 0 {
-            let parked: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM outbox_failure WHERE parked_at IS NOT NULL",
-            )
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let poisoned = 2_000;
+    // The poisons come first, so every batch meets them.
+    bulk(&db.pool, 0, 1, poisoned).await;
+    let healthy = bulk(&db.pool, 50_000, 4_000, 0).await;
+    let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "storm"));
+    e2e::wait_for(
+        "the healthy events to drain",
+        Duration::from_secs(180),
+        || async { (published(&relay).await >= healthy as f64).then_some(()) },
+    )
+    .await;
+    let parked: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_failure WHERE parked_at IS NOT NULL")
             .fetch_one(&db.pool)
             .await
             .unwrap();
-            assert_eq!(parked, poisoned, "every poison is parked");
-            let waiting: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'p-%'")
-                    .fetch_one(&db.pool)
-                    .await
-                    .unwrap();
-            assert_eq!(
-                waiting,
-                3 * poisoned,
-                "nothing behind a poison was published"
-            );
-        }
-        eprintln!(
-            "{poisoned} poisoned aggregates: {healthy} healthy events in {secs:.2}s = {:.0}/s",
-            healthy as f64 / secs
+    assert_eq!(parked, poisoned, "every poison is parked");
+    let waiting: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'p-%'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        waiting,
+        3 * poisoned,
+        "every poisoned aggregate's events wait"
+    );
+
+    // What reached the broker: every healthy event, none of a poisoned aggregate.
+    let records = dump(&brokers, &topic).await;
+    let mut healthy_ids = std::collections::HashSet::new();
+    for r in &records {
+        let key = r.key.as_deref().unwrap_or_default();
+        assert!(
+            key.starts_with("h-"),
+            "an event of a poisoned aggregate reached the broker: {key}"
         );
-        let slot = usize::from(poisoned > 0);
-        seconds[slot] += secs;
-        events[slot] += healthy as f64;
+        healthy_ids.insert(r.headers.get("event_id").cloned().unwrap_or_default());
     }
-    let rates = [events[0] / seconds[0], events[1] / seconds[1]];
-    let ratio = rates[1] / rates[0];
-    eprintln!("healthy drain rate with 2 000 poisoned aggregates / without: {ratio:.2}");
-    assert!(ratio >= 0.8, "ratio {ratio:.2} < 0.8 ({rates:?})");
+    assert_eq!(
+        healthy_ids.len() as i64,
+        healthy,
+        "every healthy event is on the broker"
+    );
 }

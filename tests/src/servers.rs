@@ -223,6 +223,11 @@ impl Tansu {
         me
     }
 
+    /// The broker process id (for SIGSTOP / SIGCONT).
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("tansu is running").id() as i32
+    }
+
     /// Bootstrap address.
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)

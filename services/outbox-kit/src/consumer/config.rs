@@ -38,9 +38,10 @@ pub struct ConsumerArgs {
     #[arg(long, env = "CONSUMER_TOPIC_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
     pub topic_partitions: i32,
 
-    /// Replication factor of topics created by `--create-missing-topics`.
-    #[arg(long, env = "CONSUMER_TOPIC_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
-    pub topic_replication_factor: i32,
+    /// Replication factor of topics created by `--create-missing-topics` [default: the
+    /// broker's `default.replication.factor`].
+    #[arg(long, env = "CONSUMER_TOPIC_REPLICATION_FACTOR", value_parser = clap::value_parser!(i32).range(1..))]
+    pub topic_replication_factor: Option<i32>,
 
     /// Longest wait between two attempts at an event whose handling failed with a retryable
     /// error, in milliseconds. The first wait is 100 ms and doubles.
@@ -123,8 +124,8 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 256;
 pub struct TopicSpec {
     /// Partitions.
     pub partitions: i32,
-    /// Replication factor.
-    pub replication_factor: i32,
+    /// Replication factor; `None`: the broker's default (`default.replication.factor`).
+    pub replication_factor: Option<i32>,
 }
 
 /// Everything the consumer runtime needs besides the pool, the handler and the metrics.
@@ -181,6 +182,28 @@ pub const CONSUMER_FORCED: [(&str, &str); 2] = [
     ("enable.auto.offset.store", "false"),
     ("enable.auto.commit", "true"),
 ];
+
+/// Refuses `--kafka-config` settings that would make the consumer skip events: an
+/// `auto.offset.reset` other than `earliest` starts a new group (or one whose offsets expired)
+/// at the end of each partition, so every event already on the topic is never applied.
+///
+/// # Errors
+/// A message naming the refused setting and why.
+pub fn check_overrides(extra: &[(String, String)]) -> Result<(), String> {
+    for (k, v) in extra {
+        let key = k.trim();
+        if key == "auto.offset.reset" && !matches!(v.trim(), "earliest" | "smallest" | "beginning")
+        {
+            return Err(format!(
+                "--kafka-config {key}={v} is refused: a group without committed offsets would start \
+                 at the end of each partition and never apply the events already there; the \
+                 consumer always starts from the earliest offset (events it applied before are \
+                 skipped by the inbox)"
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// `max.poll.interval.ms` unless the user sets it (never below `session.timeout.ms`, which
 /// librdkafka refuses).
@@ -344,9 +367,22 @@ mod tests {
             c.create_topics,
             Some(TopicSpec {
                 partitions: 3,
-                replication_factor: 1
+                replication_factor: None
             })
         );
+    }
+
+    #[test]
+    fn starting_at_the_latest_offset_is_refused() {
+        let kv = |v: &str| vec![("auto.offset.reset".to_owned(), v.to_owned())];
+        for v in ["latest", "largest", "end", "error"] {
+            let err = check_overrides(&kv(v)).unwrap_err();
+            assert!(err.contains("auto.offset.reset"), "{err}");
+        }
+        for v in ["earliest", "smallest", "beginning"] {
+            assert!(check_overrides(&kv(v)).is_ok(), "{v}");
+        }
+        assert!(check_overrides(&[("session.timeout.ms".into(), "6000".into())]).is_ok());
     }
 
     #[test]

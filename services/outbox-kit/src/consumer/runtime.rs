@@ -54,6 +54,9 @@ pub enum ConsumerError {
     /// The Kafka client could not be created or subscribed (invalid settings).
     #[error("Kafka client error")]
     Kafka(#[from] KafkaError),
+    /// A setting the runtime's guarantees depend on was set to something else.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// librdkafka callbacks of the runtime's consumer.
@@ -179,7 +182,9 @@ fn raw_message(m: &BorrowedMessage<'_>) -> RawMessage {
 /// behind finished messages. Returns after the shutdown drain.
 ///
 /// # Errors
-/// [`ConsumerError::Kafka`] when the client cannot be created or subscribed.
+/// [`ConsumerError::Kafka`] when the client cannot be created or subscribed;
+/// [`ConsumerError::Refused`] for a setting the guarantees depend on
+/// ([`super::config::check_overrides`]).
 pub async fn run<H: Handler>(
     config: RuntimeConfig,
     pool: PgPool,
@@ -187,6 +192,7 @@ pub async fn run<H: Handler>(
     metrics: ConsumerMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), ConsumerError> {
+    super::config::check_overrides(&config.client_config).map_err(ConsumerError::Refused)?;
     if let Some(spec) = config.create_topics {
         let mut failures = 0;
         loop {

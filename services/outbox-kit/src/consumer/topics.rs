@@ -60,7 +60,7 @@ pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(
             NewTopic::new(
                 t,
                 spec.partitions,
-                TopicReplication::Fixed(spec.replication_factor),
+                TopicReplication::Fixed(spec.replication_factor.unwrap_or(-1)),
             )
         })
         .collect();

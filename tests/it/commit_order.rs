@@ -1,0 +1,132 @@
+//! Per-aggregate order for writers that do not lock anything themselves: two connections
+//! write events of one aggregate with plain INSERTs, and the one with the larger `id` tries to
+//! commit first. The broker's first occurrences must follow the order in which the
+//! transactions really committed (DESIGN.md, guarantee 3), read back with kafka-python.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use e2e::proc::{RelayArgs, RelayProcess};
+use sqlx::{Connection, PgConnection, PgPool};
+
+use crate::common::published;
+
+const ROUNDS: usize = 12;
+
+async fn insert(conn: &mut PgConnection, aggregate: &str, writer: &str) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('order', $1, 'E', jsonb_build_object('writer', $2::text)) RETURNING id",
+    )
+    .bind(aggregate)
+    .bind(writer)
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// True once a backend of this database waits for a lock in an INSERT into the outbox.
+async fn insert_waits(pool: &PgPool) -> bool {
+    sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND wait_event_type = 'Lock' AND ltrim(query) LIKE 'INSERT INTO outbox%'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+        > 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plain_inserts_committing_against_their_id_order_are_published_in_commit_order() {
+    let db = e2e::db::fresh_database().await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    let mut first = PgConnection::connect(&db.url).await.unwrap();
+
+    // aggregate -> the writers in the order their transactions committed.
+    let mut committed: HashMap<String, Vec<&str>> = HashMap::new();
+    let mut waited = 0;
+    for round in 0..ROUNDS {
+        let aggregate = format!("agg-{round}");
+        sqlx::query("BEGIN").execute(&mut first).await.unwrap();
+        insert(&mut first, &aggregate, "first").await;
+        // The second writer inserts after the first (a larger id, unless the outbox makes
+        // it wait) and wants to commit before it.
+        let url = db.url.clone();
+        let agg = aggregate.clone();
+        let second = tokio::spawn(async move {
+            let mut c = PgConnection::connect(&url).await.unwrap();
+            sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+            insert(&mut c, &agg, "second").await;
+            c
+        });
+        let blocked = e2e::wait_for(
+            "the second insert to finish or wait for a lock",
+            Duration::from_secs(20),
+            || async {
+                if second.is_finished() {
+                    Some(false)
+                } else if insert_waits(&db.pool).await {
+                    Some(true)
+                } else {
+                    None
+                }
+            },
+        )
+        .await;
+        let order = committed.entry(aggregate).or_default();
+        if blocked {
+            // It cannot commit first: it waits for the first writer's transaction.
+            waited += 1;
+            sqlx::query("COMMIT").execute(&mut first).await.unwrap();
+            order.push("first");
+            let mut c = second.await.unwrap();
+            sqlx::query("COMMIT").execute(&mut c).await.unwrap();
+            order.push("second");
+        } else {
+            let mut c = second.await.unwrap();
+            sqlx::query("COMMIT").execute(&mut c).await.unwrap();
+            order.push("second");
+            sqlx::query("COMMIT").execute(&mut first).await.unwrap();
+            order.push("first");
+        }
+    }
+
+    // Both writers of every round committed before the relay starts: it sees them together
+    // and has only the ids to go by.
+    let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "commit-order"));
+    e2e::wait_for("every event published", Duration::from_secs(60), || async {
+        (published(&relay).await >= (2 * ROUNDS) as f64).then_some(())
+    })
+    .await;
+    let topic = format!("{prefix}order");
+    let records = tokio::task::spawn_blocking(move || e2e::verify::dump(&brokers, &[topic]))
+        .await
+        .unwrap();
+    let mut on_broker: HashMap<String, Vec<String>> = HashMap::new();
+    let mut sorted: Vec<_> = records.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    for r in sorted {
+        let key = r.key.clone().unwrap_or_default();
+        let value: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
+        let writer = value["writer"].as_str().unwrap().to_owned();
+        let seen = on_broker.entry(key).or_default();
+        if !seen.contains(&writer) {
+            seen.push(writer);
+        }
+    }
+    for (aggregate, order) in &committed {
+        assert_eq!(
+            on_broker
+                .get(aggregate)
+                .map(|w| w.iter().map(String::as_str).collect::<Vec<_>>()),
+            Some(order.clone()),
+            "{aggregate}: first occurrences on the broker against the commit order"
+        );
+    }
+    assert_eq!(
+        waited, ROUNDS,
+        "every second writer waited for the first writer of its aggregate"
+    );
+}

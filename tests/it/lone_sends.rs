@@ -1,0 +1,245 @@
+//! Events of aggregates being retried after a failure are sent alone, to pin a refused record
+//! batch on its event; they must never hold back the aggregates that are not suspect.
+//!
+//! The suspects are what a refused record batch leaves behind: every event of the batch
+//! recorded as `broker_rejected`, to be retried alone at once (seeded here as the relay
+//! writes them). Some of them are real culprits that a private broker refuses (a JSON schema
+//! on the topic), the others are innocent. A healthy stream on other aggregates must be
+//! published while the suspects are still being worked through, each batch sending at most a
+//! bounded number alone; in the end every innocent event is on the broker in order, and only
+//! the culprits are parked.
+
+use std::time::Duration;
+
+use e2e::proc::{metric_series, metric_value, RelayArgs, RelayProcess};
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::parking::{ops, Ledger};
+
+const SUSPECTS: usize = 600;
+const CULPRITS: usize = 30;
+const HEALTHY: usize = 12_000;
+
+async fn retrying(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_failure WHERE parked_at IS NULL")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let schema = json!({
+        "type": "object",
+        "properties": {"value": {"type": "object", "not": {"required": ["poison"]}}}
+    });
+    let tansu = e2e::servers::Tansu::start_with_schemas(&[(topic.clone(), schema)]);
+    let brokers = tansu.brokers();
+    let db = e2e::db::fresh_database().await;
+    let mut ledger = Ledger::default();
+    let mut warm = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "warm"));
+    ledger.put(&db.pool, "warm", "{}", "{}", None).await;
+    e2e::wait_for("the topic to exist", Duration::from_secs(60), || async {
+        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
+    })
+    .await;
+    warm.terminate(Duration::from_secs(10));
+
+    // The suspects: three events each; the first of each is recorded as part of a refused
+    // record batch. The first CULPRITS of them really are refused by the broker.
+    for i in 0..SUSPECTS {
+        let agg = format!("s-{i}");
+        for n in 0..3 {
+            let payload = if n == 0 && i < CULPRITS {
+                json!({"poison": true})
+            } else {
+                json!({"n": n})
+            };
+            let (id, event_id) = ledger
+                .put(&db.pool, &agg, &payload.to_string(), "{}", None)
+                .await;
+            if n == 0 {
+                sqlx::query(
+                    "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
+                         error_class, error_message, attempts, retry_at) \
+                     VALUES ($1, $2, 'order', $3, 'broker_rejected', \
+                             'delivery failed: Broker: Invalid record', 1, now())",
+                )
+                .bind(id)
+                .bind(event_id)
+                .bind(&agg)
+                .execute(&db.pool)
+                .await
+                .unwrap();
+            }
+        }
+    }
+    for i in 0..HEALTHY {
+        let agg = format!("h-{}", i % 400);
+        ledger
+            .put(&db.pool, &agg, &json!({"n": i}).to_string(), "{}", None)
+            .await;
+    }
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "lone");
+    args.extra = ["--batch-size", "2000"].map(String::from).to_vec();
+    let relay = RelayProcess::start(&args);
+
+    // Every healthy event is published while suspects still wait for their lone send.
+    let still_retrying = e2e::wait_for(
+        "every healthy event to be published",
+        Duration::from_secs(120),
+        || async {
+            let healthy_left: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM outbox WHERE aggregate_id LIKE 'h-%'")
+                    .fetch_one(&db.pool)
+                    .await
+                    .ok()?;
+            (healthy_left == 0).then_some(())?;
+            Some(retrying(&db.pool).await)
+        },
+    )
+    .await;
+    assert!(
+        still_retrying > 0,
+        "the healthy aggregates drained only once no suspect was left: they waited for the lone sends"
+    );
+
+    // Then the suspects: each innocent one published, each culprit parked alone.
+    e2e::wait_for(
+        "every suspect to be sent alone",
+        Duration::from_secs(240),
+        || async { (retrying(&db.pool).await == 0).then_some(()) },
+    )
+    .await;
+    let (_, blocked) = ops(&["blocked"], &db.url);
+    let events = blocked["events"].as_array().unwrap();
+    assert_eq!(
+        events.len(),
+        CULPRITS,
+        "only the culprits are parked: {blocked}"
+    );
+    for e in events {
+        assert_eq!(e["error_class"], "broker_rejected", "{e}");
+        assert_eq!(e["state"], "parked", "{e}");
+        let agg: usize = e["aggregate_id"].as_str().unwrap()[2..].parse().unwrap();
+        assert!(agg < CULPRITS, "an innocent suspect was parked: {e}");
+    }
+    let waiting: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        waiting,
+        3 * CULPRITS as i64,
+        "only the culprits and the events behind them are left"
+    );
+
+    let records = {
+        let (b, t) = (brokers.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || e2e::verify::dump(&b, &[t]))
+            .await
+            .unwrap()
+    };
+    let (violations, missing) = ledger.check(&records);
+    assert!(violations.is_empty(), "order violated: {violations:?}");
+    assert_eq!(
+        missing.len(),
+        3 * CULPRITS,
+        "everything but the culprits and what waits behind them is on the broker"
+    );
+
+    // Lone sends per batch stay within the bound, and there were lone sends.
+    let metrics = relay.metrics().await.expect("relay metrics");
+    let batches = metric_value(&metrics, "outbox_batch_lone_sends_count").unwrap();
+    let within = metric_series(
+        &metrics,
+        &format!(
+            "outbox_batch_lone_sends_bucket{{le=\"{}\"}}",
+            outbox_relay::batch::LONE_SENDS_PER_BATCH
+        ),
+    )
+    .unwrap();
+    let sent_alone = metric_value(&metrics, "outbox_batch_lone_sends_sum").unwrap();
+    assert!(
+        sent_alone >= SUSPECTS as f64,
+        "every suspect was sent alone: {sent_alone}"
+    );
+    assert_eq!(
+        within,
+        batches,
+        "no batch sent more than {} events alone",
+        outbox_relay::batch::LONE_SENDS_PER_BATCH
+    );
+    eprintln!(
+        "lone sends: {sent_alone} in {batches} batches; {still_retrying} suspects still waiting when the healthy stream was done"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_during_a_lone_send_to_a_stalled_broker_stops_the_relay_and_releases_the_lease() {
+    let prefix = e2e::unique_topic_prefix();
+    let tansu = e2e::servers::Tansu::start();
+    let brokers = tansu.brokers();
+    let db = e2e::db::fresh_database().await;
+    let mut ledger = Ledger::default();
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "lone-term");
+    args.extra = ["--shutdown-timeout-ms", "2000", "--lease-ttl-ms", "30000"]
+        .map(String::from)
+        .to_vec();
+    let mut relay = RelayProcess::start(&args);
+    // A first event: the relay knows the topic and its producer is connected.
+    ledger.put(&db.pool, "warm", "{}", "{}", None).await;
+    e2e::wait_for(
+        "the first event published",
+        Duration::from_secs(60),
+        || async { (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(()) },
+    )
+    .await;
+
+    // The broker stalls (SIGSTOP: connections open, nothing answers); then an event due for
+    // a retry, which the relay sends alone, and which never gets an answer.
+    e2e::proc::signal(tansu.pid(), "STOP");
+    let (id, event_id) = ledger.put(&db.pool, "s-1", "{}", "{}", None).await;
+    sqlx::query(
+        "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
+             error_class, error_message, attempts, retry_at) \
+         VALUES ($1, $2, 'order', 's-1', 'delivery', 'delivery failed', 1, now())",
+    )
+    .bind(id)
+    .bind(event_id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    e2e::wait_for(
+        "the lone send to start",
+        Duration::from_secs(30),
+        || async {
+            relay
+                .log_text()
+                .contains("Sending an event alone")
+                .then_some(())
+        },
+    )
+    .await;
+
+    let stopped = relay.terminate(Duration::from_secs(20));
+    e2e::proc::signal(tansu.pid(), "CONT");
+    let (_, status) = stopped.expect("the relay exits on SIGTERM while its lone send waits");
+    assert!(status.success(), "exit status {status}");
+    let released: bool = sqlx::query_scalar(
+        "SELECT expires_at <= now() FROM outbox_relay_lease WHERE name = 'default'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(released, "the lease is released for a standby at once");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 1, "the unacknowledged event stays to be sent again");
+}
