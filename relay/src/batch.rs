@@ -109,21 +109,19 @@ impl Batcher<'_> {
         self.react(&rows, &plan)
     }
 
-    /// How the claim leaves out held-back aggregates, and (for a small failure table) the
-    /// attempts so far of the events retried after a failure.
-    async fn failure_filter(&mut self) -> Result<(FailureFilter, HashMap<i64, i32>), BatchEnd> {
+    /// How the claim leaves out the events held back by a failure.
+    async fn failure_filter(&mut self) -> Result<FailureFilter, BatchEnd> {
         if !self.failures_known {
-            return Ok((FailureFilter::Off, HashMap::new()));
+            return Ok(FailureFilter::Off);
         }
         match self.store.failure_view().await {
             Ok(view) => {
                 self.failures_known = view.any;
-                let filter = match (view.any, view.large) {
+                Ok(match (view.any, view.large) {
                     (false, _) => FailureFilter::Off,
                     (true, false) => FailureFilter::Hashed,
                     (true, true) => FailureFilter::Probed,
-                };
-                Ok((filter, view.retrying))
+                })
             }
             Err(e) => Err(self.db_failed(&e)),
         }
@@ -132,7 +130,7 @@ impl Batcher<'_> {
     /// Claims the next rows; with them, the attempts so far of those that failed before.
     async fn claim(
         &mut self,
-        (filter, mut retrying): (FailureFilter, HashMap<i64, i32>),
+        filter: FailureFilter,
     ) -> Result<(Vec<ClaimedRow>, HashMap<i64, i32>), BatchEnd> {
         let limits = ClaimLimits {
             failures: filter,
@@ -150,12 +148,10 @@ impl Batcher<'_> {
                 };
                 self.db.recovered();
                 self.metrics.set_healthy(!self.kafka.is_failing());
-                if filter == FailureFilter::Probed {
-                    retrying = rows
-                        .iter()
-                        .filter_map(|r| Some((r.id(), r.attempts?)))
-                        .collect();
-                }
+                let retrying = rows
+                    .iter()
+                    .filter_map(|r| Some((r.id(), r.attempts?)))
+                    .collect();
                 Ok((rows, retrying))
             }
             Ok(ClaimedBatch::LeaseLost) => Err(BatchEnd::LeaseLost),

@@ -19,10 +19,8 @@ use crate::failure::FailureClass;
 use crate::store::{LeaseToken, Store, SMALL_FAILURE_TABLE};
 
 /// The failure table as the next claim needs it ([`Store::failure_view`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FailureView {
-    /// Attempts so far of the events being retried, by outbox id (empty when `large`).
-    pub retrying: HashMap<i64, i32>,
     /// Any failure row exists (parked or retrying).
     pub any: bool,
     /// More than [`SMALL_FAILURE_TABLE`] rows.
@@ -255,39 +253,24 @@ impl Store {
         ))
     }
 
-    /// What the next claim needs to know of the failure table: the attempts so far of the
-    /// events being retried (failed before, not parked) by outbox id, whether any failure row
-    /// exists, and whether the table is past [`SMALL_FAILURE_TABLE`] rows. A large table is
-    /// not read whole (the map is then empty): the claim reads each claimed row's own failure
-    /// ([`FailureFilter::Probed`](crate::store::FailureFilter::Probed)).
+    /// What the next claim needs to know of the failure table: whether any failure row
+    /// exists, and whether the table is past [`SMALL_FAILURE_TABLE`] rows (then the claim
+    /// probes it per row instead of hashing it). Reads at most that many rows, whatever the
+    /// table holds; the failed rows' attempts come with the claim itself.
     ///
     /// # Errors
     /// Database errors.
     pub async fn failure_view(&self) -> Result<FailureView, sqlx::Error> {
         let mut s = self.session().await?;
-        // Bounded reads: at most SMALL_FAILURE_TABLE + 1 rows, whatever the table holds.
-        let rows: Vec<(i64, i32)> = sqlx::query_as(
-            "(SELECT outbox_id, attempts FROM outbox_failure WHERE parked_at IS NULL LIMIT $1) \
-             UNION ALL \
-             SELECT -1, (SELECT count(*) FROM (SELECT 1 FROM outbox_failure LIMIT $1) c)::int4",
-        )
-        .bind(SMALL_FAILURE_TABLE + 1)
-        .fetch_all(s.conn())
-        .await?;
+        let total: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM (SELECT 1 FROM outbox_failure LIMIT $1) c")
+                .bind(SMALL_FAILURE_TABLE + 1)
+                .fetch_one(s.conn())
+                .await?;
         s.finish().await?;
-        let total = rows
-            .iter()
-            .find(|(id, _)| *id == -1)
-            .map_or(0, |(_, n)| i64::from(*n));
-        let large = total > SMALL_FAILURE_TABLE;
         Ok(FailureView {
-            retrying: if large {
-                HashMap::new()
-            } else {
-                rows.into_iter().filter(|(id, _)| *id != -1).collect()
-            },
             any: total > 0,
-            large,
+            large: total > SMALL_FAILURE_TABLE,
         })
     }
 

@@ -41,8 +41,9 @@ pub struct ClaimedRow {
     /// The decoded event, or the row's identity and why it cannot become a message (it is
     /// parked).
     pub message: Result<EventEnvelope, Box<Undecodable>>,
-    /// Attempts so far when the row failed before, read with the row
-    /// ([`FailureFilter::Probed`] only; otherwise `None`).
+    /// Attempts so far when the row failed before, read with the row (in the claim's own
+    /// snapshot, so it never disagrees with what was claimed); `None` with
+    /// [`FailureFilter::Off`].
     pub attempts: Option<i32>,
 }
 
@@ -118,8 +119,8 @@ pub enum FailureFilter {
     /// Hashed subplans over the failure table, built per claim: the cheapest per row while the
     /// failure table is small ([`SMALL_FAILURE_TABLE`] rows or fewer).
     Hashed,
-    /// An index probe of `outbox_failure` per outbox row read, and the row's own failure
-    /// (its attempts) read with it: cost per row that does not grow with the failure table.
+    /// An index probe of `outbox_failure` per outbox row read: cost per row that does not grow
+    /// with the failure table.
     /// A hashed `NOT IN` over 100 000 failure rows no longer fits `work_mem`, and PostgreSQL
     /// then scans the failure table once per outbox row (a claim of 2 000 rows took more
     /// than a minute).
@@ -304,13 +305,13 @@ impl Store {
             FailureFilter::Off => ("", String::new(), "NULL::int4"),
             // Two hashed subplans over the (small) failure table, probed per row.
             FailureFilter::Hashed => (
-                "",
+                "LEFT JOIN outbox_failure f ON f.outbox_id = o.id",
                 "AND ((o.aggregate_type, o.aggregate_id) NOT IN ( \
                           SELECT x.aggregate_type, x.aggregate_id FROM outbox_failure x) \
                       OR o.id IN (SELECT x.outbox_id FROM outbox_failure x \
                           WHERE x.parked_at IS NULL AND x.retry_at <= now()))"
                     .to_owned(),
-                "NULL::int4",
+                "f.attempts",
             ),
             // `OFFSET 0` keeps the EXISTS a per-row subplan on the aggregate index: as a join,
             // PostgreSQL would hash both tables whole, then sort.

@@ -51,9 +51,17 @@ async fn chaos_under_load_ends_with_a_clean_audit() {
         });
     let _ = std::fs::remove_file(&json);
     let faults = summary["faults"].as_array().unwrap();
-    assert!(faults.len() >= 8, "at least 8 faults: {}", faults.len());
     let kinds = summary["faults_by_kind"].as_object().unwrap();
     assert_eq!(kinds.len(), 10, "every kind: {kinds:?}");
+    for (kind, n) in kinds {
+        assert!(n.as_u64() >= Some(1), "{kind} was injected: {kinds:?}");
+    }
+    let by_kind: u64 = kinds.values().filter_map(Value::as_u64).sum();
+    assert_eq!(
+        faults.len() as u64,
+        by_kind,
+        "every injected fault is in the list: {kinds:?}"
+    );
     for f in faults {
         assert!(
             f["recovered_after_ms"].is_u64(),

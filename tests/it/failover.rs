@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use e2e::proc::{RelayArgs, RelayProcess};
+use e2e::proc::{metric_value, RelayArgs, RelayProcess};
 use e2e::stream::{write_stream, StreamSpec};
 
 use crate::common::{drain_and_check, lease_holder, published, wait_published, AGGREGATE_TYPE};
@@ -136,6 +136,21 @@ async fn a_zombie_leader_woken_after_a_takeover_marks_nothing_and_order_holds() 
     .await;
     e2e::proc::signal(zombie.pid(), "CONT");
     eprintln!("zombie woke {:?} after SIGSTOP", frozen_at.elapsed());
+    // Its count as soon as it answers again, before it noticed anything: from here on it may
+    // only fail to mark (its lease epoch is gone). It must answer: a zombie that crashed would
+    // read as "marked nothing" otherwise.
+    let zombie_published = || async {
+        zombie
+            .metrics()
+            .await
+            .and_then(|m| metric_value(&m, "outbox_events_published_total"))
+    };
+    let before = e2e::wait_for(
+        "the woken zombie's metrics",
+        Duration::from_secs(10),
+        zombie_published,
+    )
+    .await;
     // It notices the lost lease on its next fenced statement and goes back to standby.
     e2e::wait_for(
         "the zombie to notice it lost the lease",
@@ -147,7 +162,6 @@ async fn a_zombie_leader_woken_after_a_takeover_marks_nothing_and_order_holds() 
         },
     )
     .await;
-    let before = published(&zombie).await;
 
     let written = writers.await.unwrap();
     let report = drain_and_check(
@@ -159,8 +173,8 @@ async fn a_zombie_leader_woken_after_a_takeover_marks_nothing_and_order_holds() 
     )
     .await;
     assert_eq!(
-        published(&zombie).await,
-        before,
+        zombie_published().await,
+        Some(before),
         "the woken zombie marks nothing after it lost the lease"
     );
     assert!(

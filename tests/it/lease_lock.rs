@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_kit::{enqueue, NewEvent};
-use outbox_relay::store::{ClaimedBatch, Marked, Store};
+use outbox_relay::failure::FailureClass;
+use outbox_relay::parking::{NewFailure, ParkPolicy, Recorded};
+use outbox_relay::store::{ClaimedBatch, LeaseToken, Marked, Store};
 use tokio::sync::Barrier;
 
 async fn insert_events(pool: &sqlx::PgPool, n: usize) {
@@ -76,6 +78,43 @@ async fn a_claimed_batch_cannot_be_claimed_by_another_relay() {
         b.mark_published(&forged, &[batch[0].id()]).await.unwrap(),
         Marked::LeaseLost
     );
+    // Nor with the owner's name and an epoch that is not the current one (a token from an
+    // earlier term, or a guessed next one), for claims, marks and failure records alike.
+    for epoch in [owner.epoch - 1, owner.epoch + 1] {
+        let stale = LeaseToken {
+            epoch,
+            ..owner.clone()
+        };
+        assert!(matches!(
+            b.claim_batch(&stale, 100).await.unwrap(),
+            ClaimedBatch::LeaseLost
+        ));
+        assert_eq!(
+            b.mark_published(&stale, &[batch[0].id()]).await.unwrap(),
+            Marked::LeaseLost
+        );
+        let failure = NewFailure {
+            id: batch[0].id(),
+            event_id: batch[0].event_id(),
+            aggregate_type: "order".into(),
+            aggregate_id: batch[0].aggregate().1.to_owned(),
+            class: FailureClass::Delivery,
+            message: "stale".into(),
+            park: true,
+            retry_now: false,
+        };
+        assert_eq!(
+            b.record_failures(&stale, &[failure], ParkPolicy::default())
+                .await
+                .unwrap(),
+            Recorded::LeaseLost
+        );
+    }
+    let failures: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_failure")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(failures, 0, "a fenced failure record writes nothing");
 
     // The owner stops renewing; once the lease expires the other takes it with a new epoch.
     let taken = e2e::wait_for("the lease to expire", Duration::from_secs(10), || async {

@@ -178,30 +178,32 @@ async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
     );
 }
 
+/// Kafka's Produce API key.
+const PRODUCE: i16 = 0;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_during_a_lone_send_to_a_stalled_broker_stops_the_relay_and_releases_the_lease() {
+    // A broker behind a proxy that can drop Produce requests: they never get an answer.
+    let proxy_port = e2e::free_port();
+    let tansu = tokio::task::spawn_blocking(move || e2e::servers::Tansu::start_behind(proxy_port))
+        .await
+        .unwrap();
+    let proxy = e2e::proxy::Proxy::start_kafka(proxy_port, tansu.port).await;
+    let brokers = format!("127.0.0.1:{proxy_port}");
     let prefix = e2e::unique_topic_prefix();
-    let tansu = e2e::servers::Tansu::start();
-    let brokers = tansu.brokers();
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
-    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "lone-term");
-    args.extra = ["--shutdown-timeout-ms", "2000", "--lease-ttl-ms", "30000"]
-        .map(String::from)
-        .to_vec();
-    let mut relay = RelayProcess::start(&args);
-    // A first event: the relay knows the topic and its producer is connected.
+    // The topic exists (a first relay created it and published one event).
+    let mut warm = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "warm"));
     ledger.put(&db.pool, "warm", "{}", "{}", None).await;
-    e2e::wait_for(
-        "the first event published",
-        Duration::from_secs(60),
-        || async { (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(()) },
-    )
+    e2e::wait_for("the topic to exist", Duration::from_secs(60), || async {
+        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
+    })
     .await;
+    warm.terminate(Duration::from_secs(10));
 
-    // The broker stalls (SIGSTOP: connections open, nothing answers); then an event due for
-    // a retry, which the relay sends alone, and which never gets an answer.
-    e2e::proc::signal(tansu.pid(), "STOP");
+    // An event due for a retry after a failure: the next relay sends it alone, and the broker
+    // never answers (its Produce requests are dropped from now on).
     let (id, event_id) = ledger.put(&db.pool, "s-1", "{}", "{}", None).await;
     sqlx::query(
         "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
@@ -213,21 +215,22 @@ async fn sigterm_during_a_lone_send_to_a_stalled_broker_stops_the_relay_and_rele
     .execute(&db.pool)
     .await
     .unwrap();
+    proxy.swallow(PRODUCE, 1_000);
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "lone-term");
+    args.extra = ["--shutdown-timeout-ms", "2000", "--lease-ttl-ms", "30000"]
+        .map(String::from)
+        .to_vec();
+    let mut relay = RelayProcess::start(&args);
     e2e::wait_for(
-        "the lone send to start",
+        "the lone send's Produce request to be dropped",
         Duration::from_secs(30),
-        || async {
-            relay
-                .log_text()
-                .contains("Sending an event alone")
-                .then_some(())
-        },
+        || async { (proxy.swallowed() > 0).then_some(()) },
     )
     .await;
 
-    let stopped = relay.terminate(Duration::from_secs(20));
-    e2e::proc::signal(tansu.pid(), "CONT");
-    let (_, status) = stopped.expect("the relay exits on SIGTERM while its lone send waits");
+    let (_, status) = relay
+        .terminate(Duration::from_secs(20))
+        .expect("the relay exits on SIGTERM while its lone send waits for an answer");
     assert!(status.success(), "exit status {status}");
     let released: bool = sqlx::query_scalar(
         "SELECT expires_at <= now() FROM outbox_relay_lease WHERE name = 'default'",

@@ -4,6 +4,7 @@
 mod access;
 mod audit;
 mod chaos;
+mod claim_filter;
 mod commit_order;
 mod common;
 mod consumer_runtime;

@@ -1,0 +1,130 @@
+//! The claim leaves out what waits behind a failure, the same way whichever plan it uses: the
+//! hashed subplans for a small failure table, the per-row probe for a large one.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use outbox_relay::parking::FailureView;
+use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter, Store, SMALL_FAILURE_TABLE};
+
+async fn event(pool: &sqlx::PgPool, aggregate: &str) -> (i64, uuid::Uuid) {
+    sqlx::query_as(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('order', $1, 'E', '{}') RETURNING id, event_id",
+    )
+    .bind(aggregate)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn failure(
+    pool: &sqlx::PgPool,
+    (id, event_id): (i64, uuid::Uuid),
+    aggregate: &str,
+    state: &str,
+) {
+    sqlx::query(
+        "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
+             error_class, error_message, attempts, retry_at, parked_at) \
+         VALUES ($1, $2, 'order', $3, 'delivery', 'x', 3, \
+                 CASE $4 WHEN 'due' THEN now() ELSE now() + interval '1 hour' END, \
+                 CASE $4 WHEN 'parked' THEN now() END)",
+    )
+    .bind(id)
+    .bind(event_id)
+    .bind(aggregate)
+    .bind(state)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn hashed_and_probed_claims_leave_out_the_same_held_back_events() {
+    let db = e2e::db::fresh_database().await;
+    let store = Store::from_pool(db.pool.clone());
+    let token = store
+        .try_acquire_lease("default", "claim-filter", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // due-1: its first event failed and is due for a retry; two events wait behind it.
+    // later-1: failed, retried in an hour. parked-1: parked. healthy-*: nothing failed.
+    let mut expected = Vec::new();
+    let due = event(&db.pool, "due-1").await;
+    failure(&db.pool, due, "due-1", "due").await;
+    expected.push(due.0);
+    for _ in 0..2 {
+        event(&db.pool, "due-1").await;
+    }
+    for (agg, state) in [("later-1", "later"), ("parked-1", "parked")] {
+        let first = event(&db.pool, agg).await;
+        failure(&db.pool, first, agg, state).await;
+        event(&db.pool, agg).await;
+    }
+    for i in 0..5 {
+        expected.push(event(&db.pool, &format!("healthy-{i}")).await.0);
+    }
+
+    let claim = |filter| {
+        let store = store.clone();
+        let token = token.clone();
+        async move {
+            let limits = ClaimLimits {
+                rows: 1_000,
+                bytes: 1 << 30,
+                failures: filter,
+            };
+            let ClaimedBatch::Rows(rows, _) = store.claim(&token, limits).await.unwrap() else {
+                panic!("lease lost")
+            };
+            rows.iter()
+                .map(|r| (r.id(), r.attempts))
+                .collect::<Vec<_>>()
+        }
+    };
+    let ids = |rows: &[(i64, Option<i32>)]| rows.iter().map(|(id, _)| *id).collect::<Vec<_>>();
+
+    let small = store.failure_view().await.unwrap();
+    assert!(small.any && !small.large, "{small:?}");
+    let hashed = claim(FailureFilter::Hashed).await;
+    assert_eq!(
+        ids(&hashed),
+        expected,
+        "hashed: the due event, not what waits behind it"
+    );
+    assert_eq!(
+        hashed[0],
+        (due.0, Some(3)),
+        "the due event's attempts come with it"
+    );
+
+    // Past the small-table bound (parked failures of other aggregates, as after an outage).
+    sqlx::query(
+        "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
+             error_class, error_message, attempts, retry_at, parked_at) \
+         SELECT -g, gen_random_uuid(), 'order', 'gone-' || g, 'delivery', 'x', 1, now(), now() \
+         FROM generate_series(1, $1) g",
+    )
+    .bind(SMALL_FAILURE_TABLE + 10)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let large: FailureView = store.failure_view().await.unwrap();
+    assert!(large.any && large.large, "{large:?}");
+    let probed = claim(FailureFilter::Probed).await;
+    assert_eq!(ids(&probed), expected, "probed: the same rows as hashed");
+    let attempts: HashMap<i64, Option<i32>> = probed.into_iter().collect();
+    assert_eq!(
+        attempts[&due.0],
+        Some(3),
+        "the due event's attempts come with it"
+    );
+    assert!(
+        expected[1..].iter().all(|id| attempts[id].is_none()),
+        "healthy rows have no attempts"
+    );
+    assert_eq!(ids(&claim(FailureFilter::Hashed).await), expected);
+}
