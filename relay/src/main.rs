@@ -108,11 +108,25 @@ fn exit_with(report: ops::Report) {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     outbox_relay::publisher::check_overrides(&args.kafka.kafka_config)
         .map_err(|e| anyhow::anyhow!(e))?;
+    let kafka_config = args
+        .kafka
+        .security
+        .settings(&args.kafka.kafka_config)
+        .context("Kafka security settings")?;
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;
+    // A refused login or certificate is retried by librdkafka forever, like an outage: stop
+    // here instead, naming the cause, before anything is claimed or published.
+    outbox_kit::kafka::probe::check_at_start(
+        &args.kafka.kafka_brokers,
+        &kafka_config,
+        outbox_kit::kafka::probe::START_CHECK_TIMEOUT,
+    )
+    .await
+    .context("connecting to Kafka")?;
     let settings = RelaySettings {
         brokers: args.kafka.kafka_brokers.clone(),
-        kafka_config: args.kafka.kafka_config.clone(),
+        kafka_config,
         topic_prefix: args.kafka.topic_prefix.clone(),
         create_topics: args.kafka.create_missing_topics.then_some(
             outbox_relay::topics::TopicSpec {

@@ -54,6 +54,10 @@ pub enum ConsumerError {
     /// The Kafka client could not be created or subscribed (invalid settings).
     #[error("Kafka client error")]
     Kafka(#[from] KafkaError),
+    /// The broker refused the connection at start-up (wrong credentials, an untrusted
+    /// certificate): retrying with the same settings cannot succeed.
+    #[error("connecting to Kafka")]
+    Refused(#[from] crate::kafka::ProbeError),
 }
 
 /// librdkafka callbacks of the runtime's consumer.
@@ -179,7 +183,9 @@ fn raw_message(m: &BorrowedMessage<'_>) -> RawMessage {
 /// behind finished messages. Returns after the shutdown drain.
 ///
 /// # Errors
-/// [`ConsumerError::Kafka`] when the client cannot be created or subscribed.
+/// [`ConsumerError::Kafka`] when the client cannot be created or subscribed;
+/// [`ConsumerError::Refused`] when the broker refuses the login or the TLS handshake at
+/// start-up (before anything is consumed).
 pub async fn run<H: Handler>(
     config: RuntimeConfig,
     pool: PgPool,
@@ -187,6 +193,12 @@ pub async fn run<H: Handler>(
     metrics: ConsumerMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), ConsumerError> {
+    crate::kafka::probe::check_at_start(
+        &config.brokers,
+        &config.client_config,
+        crate::kafka::probe::START_CHECK_TIMEOUT,
+    )
+    .await?;
     if let Some(spec) = config.create_topics {
         let mut failures = 0;
         loop {
