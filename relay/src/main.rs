@@ -115,15 +115,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("Kafka security settings")?;
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;
-    // A refused login or certificate is retried by librdkafka forever, like an outage: stop
-    // here instead, naming the cause, before anything is claimed or published.
-    outbox_kit::kafka::probe::check_at_start(
-        &args.kafka.kafka_brokers,
-        &kafka_config,
-        outbox_kit::kafka::probe::START_CHECK_TIMEOUT,
-    )
-    .await
-    .context("connecting to Kafka")?;
     let settings = RelaySettings {
         brokers: args.kafka.kafka_brokers.clone(),
         kafka_config,
@@ -155,6 +146,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     tokio::spawn(wait_for_signal(shutdown.clone()));
+    // A refused login or certificate is retried by librdkafka forever, like an outage: stop
+    // here instead, naming the cause, before anything is claimed or published.
+    if let Err(e) = outbox_kit::kafka::probe::check_at_start(
+        &args.kafka.kafka_brokers,
+        &settings.kafka_config,
+        outbox_kit::kafka::probe::START_CHECK_TIMEOUT,
+    )
+    .await
+    {
+        shutdown.cancel();
+        let _ = server.await;
+        return Err(anyhow::Error::new(e).context("connecting to Kafka"));
+    }
     let relay = Relay::new(store, settings, metrics);
     let result = relay.run(shutdown.clone()).await;
     shutdown.cancel();

@@ -43,10 +43,11 @@ impl ProbeError {
     }
 }
 
-/// Records the first refusal librdkafka reports.
+/// Records the first refusal librdkafka reports, and whether every broker is down.
 #[derive(Default)]
 struct ProbeContext {
     refused: Mutex<Option<(&'static str, String)>>,
+    all_down: std::sync::atomic::AtomicBool,
 }
 
 impl ClientContext for ProbeContext {
@@ -60,6 +61,9 @@ impl ClientContext for ProbeContext {
         if let Some(kind) = kind {
             let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
             refused.get_or_insert((kind, reason.to_owned()));
+        } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.all_down
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -91,7 +95,8 @@ pub fn refusal_kind(code: Option<RDKafkaErrorCode>, reason: &str) -> Option<&'st
 ///
 /// # Errors
 /// [`ProbeError::Refused`] as soon as librdkafka reports a refused login or TLS handshake;
-/// [`ProbeError::Unreachable`] when nothing answered in time.
+/// [`ProbeError::Unreachable`] when every broker is down (connection refused, no such host) or
+/// nothing answered in time.
 pub fn check_connection_blocking(
     brokers: &str,
     settings: &KafkaSettings,
@@ -123,7 +128,13 @@ pub fn check_connection_blocking(
         if answered {
             return Ok(());
         }
-        if Instant::now() >= deadline {
+        // Every broker was tried and none got as far as TLS or SASL (a refusal would have been
+        // reported first): down, not refusing.
+        let all_down = producer
+            .context()
+            .all_down
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if all_down || Instant::now() >= deadline {
             return Err(ProbeError::Unreachable(timeout));
         }
     }
@@ -210,7 +221,7 @@ mod tests {
         let e = check_connection(
             "127.0.0.1:1",
             &KafkaSettings::default(),
-            Duration::from_millis(1500),
+            Duration::from_secs(30),
         )
         .await
         .unwrap_err();
