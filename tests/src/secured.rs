@@ -306,6 +306,21 @@ pub struct TlsTerminator {
 impl TlsTerminator {
     /// Listens on `127.0.0.1:port` (TLS) and forwards to `127.0.0.1:target`.
     pub fn start(pki: &Pki, port: u16, target: u16) -> Self {
+        Self::start_with(pki, port, target, "")
+    }
+
+    /// [`TlsTerminator::start`] that also wants a client certificate signed by `pki`'s CA
+    /// (mutual TLS): a client without one fails the handshake.
+    pub fn start_requiring_client_cert(pki: &Pki, port: u16, target: u16) -> Self {
+        Self::start_with(
+            pki,
+            port,
+            target,
+            &format!("verifyChain = yes\nCAfile = {}\n", pki.path("ca.pem")),
+        )
+    }
+
+    fn start_with(pki: &Pki, port: u16, target: u16, service_options: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("outbox-stunnel-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -314,7 +329,7 @@ impl TlsTerminator {
             &conf,
             format!(
                 "foreground = yes\npid =\noutput = {log}\n\n[tls]\naccept = 127.0.0.1:{port}\n\
-                 connect = 127.0.0.1:{target}\ncert = {cert}\nkey = {key}\n",
+                 connect = 127.0.0.1:{target}\ncert = {cert}\nkey = {key}\n{service_options}",
                 log = dir.join("stunnel.log").display(),
                 cert = pki.path("server.pem"),
                 key = pki.path("server.key"),
