@@ -834,5 +834,109 @@ async fn mutual_tls_connects_with_the_client_certificate_and_is_refused_without(
     let e = check_connection(&brokers, &settings(tls(false)), Duration::from_secs(30))
         .await
         .unwrap_err();
-    assert!(e.is_fatal(), "no client certificate is a refusal: {e}");
+    assert!(
+        matches!(e, ProbeError::Refused { kind: "tls", .. }),
+        "no client certificate is a TLS refusal: {e}"
+    );
+}
+
+/// The relay's `/healthz`: (HTTP status, body).
+async fn relay_health(relay: &RelayProcess) -> Option<(u16, serde_json::Value)> {
+    let r = reqwest::get(format!("http://{}/healthz", relay.metrics_addr))
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.json().await.ok()?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_relay_facing_an_untrusted_certificate_says_why_on_healthz_and_publishes_after() {
+    let pki = Pki::new();
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let mut kafka = SecuredKafka::start(&pki, &[(&topic, 1)]);
+    let brokers = kafka.brokers();
+    let ca = pki.path("ca.pem");
+    let db = e2e::db::fresh_database().await;
+    let password = secret_file(KAFKA_PASSWORD);
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-impostor");
+    args.extra = relay_security_flags(&password.display().to_string(), &ca);
+    let relay = RelayProcess::start(&args);
+    let write = |from: usize, n: usize| {
+        let pool = db.pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            for i in from..from + n {
+                let payload = json!({"n": i});
+                outbox_kit::enqueue(
+                    &mut *tx,
+                    &outbox_kit::NewEvent::new("order", "a1", "Numbered", &payload),
+                )
+                .await
+                .unwrap();
+            }
+            tx.commit().await.unwrap();
+        }
+    };
+    write(0, 5).await;
+    e2e::wait_for(
+        "the first events to be published",
+        Duration::from_secs(60),
+        || async { matches!(e2e::db::backlog(&db.pool).await, Ok(0)).then_some(()) },
+    )
+    .await;
+
+    // An impostor with a certificate of another CA takes the broker's address.
+    kafka.present(&pki, "rogue");
+    write(5, 5).await;
+    let (status, body) = e2e::wait_for(
+        "/healthz to name the refused certificate",
+        Duration::from_secs(60),
+        || async {
+            relay_health(&relay)
+                .await
+                .filter(|(_, b)| b["kafka"].as_str().is_some())
+        },
+    )
+    .await;
+    assert_eq!(status, 503, "{body}");
+    let why = body["kafka"].as_str().unwrap();
+    assert!(why.contains("certificate verify failed"), "{body}");
+    assert_eq!(
+        e2e::db::backlog(&db.pool).await.unwrap(),
+        5,
+        "nothing published to the impostor, nothing marked"
+    );
+
+    // The real broker is back: the waiting events go out, /healthz is clean again.
+    kafka.present(&pki, "server");
+    e2e::wait_for(
+        "the rest to be published",
+        Duration::from_secs(120),
+        || async { matches!(e2e::db::backlog(&db.pool).await, Ok(0)).then_some(()) },
+    )
+    .await;
+    let (_, body) = e2e::wait_for("/healthz to be clean", Duration::from_secs(30), || async {
+        relay_health(&relay).await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    assert!(body.get("kafka").is_none(), "{body}");
+    let env = SecuredKafka::client_env(KAFKA_PASSWORD, &ca);
+    let records =
+        tokio::task::spawn_blocking(move || dump_secured(&brokers, &[topic], &env_refs(&env)))
+            .await
+            .unwrap();
+    let values: Vec<i64> = records
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        values,
+        (0..10).collect::<Vec<i64>>(),
+        "each event once, in order"
+    );
 }

@@ -2,7 +2,7 @@
 //!
 //! - [`Pki`]: a test CA, a server certificate for `localhost` (and only that name, so a client
 //!   that connects to `127.0.0.1` sees a wrong host name), a client certificate, and a second CA
-//!   that signed none of them; made with the openssl command line at test time, in a temporary
+//!   with a `localhost` certificate of its own (what an impostor would present); made with the openssl command line at test time, in a temporary
 //!   directory (no key is ever committed);
 //! - [`SecuredPg`]: a PostgreSQL cluster with `ssl=on`, whose `pg_hba.conf` has `hostssl ...
 //!   scram-sha-256` lines only (one database also wants a client certificate);
@@ -79,7 +79,11 @@ impl Pki {
             "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
         )
         .unwrap();
-        for (name, cn) in [("server", "localhost"), ("client", "app")] {
+        for (name, cn, ca) in [
+            ("server", "localhost", "ca"),
+            ("client", "app", "ca"),
+            ("rogue", "localhost", "other-ca"),
+        ] {
             openssl(
                 &dir,
                 &[
@@ -103,16 +107,20 @@ impl Pki {
                     "-in",
                     &format!("{name}.csr"),
                     "-CA",
-                    "ca.pem",
+                    &format!("{ca}.pem"),
                     "-CAkey",
-                    "ca.key",
+                    &format!("{ca}.key"),
                     "-CAcreateserial",
                     "-days",
                     "2",
                     "-out",
                     &format!("{name}.pem"),
                     "-extfile",
-                    &format!("{name}.ext"),
+                    if name == "client" {
+                        "client.ext"
+                    } else {
+                        "server.ext"
+                    },
                 ],
             );
         }
@@ -125,7 +133,8 @@ impl Pki {
     }
 
     /// A file of the PKI (`ca.pem`, `other-ca.pem`, `server.pem`, `server.key`,
-    /// `client.pem`, `client.key`).
+    /// `client.pem`, `client.key`, and `rogue.pem` / `rogue.key`: a `localhost` certificate
+    /// signed by the other CA).
     pub fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
@@ -271,6 +280,13 @@ impl SecuredKafka {
         }
     }
 
+    /// Replaces the terminator by one presenting certificate `cert` of `pki` on the same port
+    /// (`rogue`: an impostor; `server`: the real one again). Open connections are cut.
+    pub fn present(&mut self, pki: &Pki, cert: &str) {
+        self.terminator.stop();
+        self.terminator = TlsTerminator::start_with_cert(pki, self.port, self.broker.port, cert);
+    }
+
     /// The bootstrap address clients use: the terminator, by the name its certificate holds.
     pub fn brokers(&self) -> String {
         format!("localhost:{}", self.port)
@@ -306,7 +322,13 @@ pub struct TlsTerminator {
 impl TlsTerminator {
     /// Listens on `127.0.0.1:port` (TLS) and forwards to `127.0.0.1:target`.
     pub fn start(pki: &Pki, port: u16, target: u16) -> Self {
-        Self::start_with(pki, port, target, "")
+        Self::start_with(pki, port, target, "server", "")
+    }
+
+    /// [`TlsTerminator::start`] with certificate `cert` of `pki` (`server`, or `rogue`: the
+    /// same name signed by the other CA).
+    pub fn start_with_cert(pki: &Pki, port: u16, target: u16, cert: &str) -> Self {
+        Self::start_with(pki, port, target, cert, "")
     }
 
     /// [`TlsTerminator::start`] that also wants a client certificate signed by `pki`'s CA
@@ -316,11 +338,12 @@ impl TlsTerminator {
             pki,
             port,
             target,
+            "server",
             &format!("verifyChain = yes\nCAfile = {}\n", pki.path("ca.pem")),
         )
     }
 
-    fn start_with(pki: &Pki, port: u16, target: u16, service_options: &str) -> Self {
+    fn start_with(pki: &Pki, port: u16, target: u16, cert: &str, service_options: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("outbox-stunnel-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -331,8 +354,8 @@ impl TlsTerminator {
                 "foreground = yes\npid =\noutput = {log}\n\n[tls]\naccept = 127.0.0.1:{port}\n\
                  connect = 127.0.0.1:{target}\ncert = {cert}\nkey = {key}\n{service_options}",
                 log = dir.join("stunnel.log").display(),
-                cert = pki.path("server.pem"),
-                key = pki.path("server.key"),
+                cert = pki.path(&format!("{cert}.pem")),
+                key = pki.path(&format!("{cert}.key")),
             ),
         )
         .unwrap();
@@ -366,10 +389,17 @@ impl TlsTerminator {
     }
 }
 
-impl Drop for TlsTerminator {
-    fn drop(&mut self) {
+impl TlsTerminator {
+    /// Kills stunnel (its port is free afterwards).
+    pub fn stop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for TlsTerminator {
+    fn drop(&mut self) {
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -283,7 +283,8 @@ impl Tansu {
             .spawn()
             .expect("start tansu");
         self.child = Some(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        // Generous: three sessions compiling on two cores make a start take many seconds.
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(
                 std::time::Instant::now() < deadline,

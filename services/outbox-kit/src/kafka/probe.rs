@@ -74,17 +74,31 @@ impl ProducerContext for ProbeContext {
     fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
 }
 
-/// Whether an error librdkafka reports means "these settings are refused", and which kind.
-/// Some brokers close the connection instead of answering a failed SASL handshake; librdkafka
-/// then reports a transport error whose reason says it happened while authenticating.
+/// Whether an error librdkafka reports means "these settings are refused", and which kind: the
+/// broker's answer to a failed login, or a TLS handshake that failed for another reason than
+/// the connection going away (an untrusted or mismatching certificate, a missing client
+/// certificate, TLS spoken to a plaintext port). A connection lost in the middle of a handshake
+/// (a broker restarting) is an outage, not a refusal.
 pub fn refusal_kind(code: Option<RDKafkaErrorCode>, reason: &str) -> Option<&'static str> {
+    const TRANSIENT: [&str; 4] = [
+        "Disconnected",
+        "onnection reset",
+        "timed out",
+        "Broken pipe",
+    ];
     match code {
         Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
             Some("authentication")
         }
-        Some(RDKafkaErrorCode::SSL) => Some("tls"),
-        _ if reason.contains("SASL") || reason.contains("authenticat") => Some("authentication"),
-        _ if reason.contains("SSL handshake") || reason.contains("certificate") => Some("tls"),
+        Some(RDKafkaErrorCode::SSL) if !TRANSIENT.iter().any(|t| reason.contains(t)) => Some("tls"),
+        // The peer's TLS alert (`certificate required`, `unknown ca`, `handshake failure`,
+        // ...) arrives as a transport failure when it comes after the handshake (TLS 1.3).
+        _ if reason.contains("certificate verify failed")
+            || reason.contains("SSL alert number")
+            || reason.contains("wrong version number") =>
+        {
+            Some("tls")
+        }
         _ => None,
     }
 }
@@ -206,6 +220,15 @@ mod tests {
                 "Connect to ipv4#127.0.0.1:1 failed: Connection refused"
             ),
             None
+        );
+        assert_eq!(
+            refusal_kind(
+                Some(RDKafkaErrorCode::BrokerTransportFailure),
+                "ssl://localhost:1/bootstrap: Receive failed: error:0A00045C:SSL routines::tlsv13 \
+                 alert certificate required: SSL alert number 116"
+            ),
+            Some("tls"),
+            "a broker wanting a client certificate we did not send"
         );
         assert_eq!(
             refusal_kind(
