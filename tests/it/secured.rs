@@ -46,11 +46,12 @@ async fn kafka_tool_run(args: &[&str], envs: &[(String, String)]) -> (bool, Stri
     .unwrap()
 }
 
-/// A file holding `secret` (and a newline, as `echo` writes it) in a fresh directory.
-fn secret_file(secret: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("outbox-secret-{:08x}", rand::random::<u32>()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("password");
+/// A file holding `secret` (and a newline, as `echo` writes it) in `pki`'s directory, which
+/// goes with it.
+fn secret_file(pki: &Pki, secret: &str) -> std::path::PathBuf {
+    let path = pki
+        .dir
+        .join(format!("secret-{:08x}", rand::random::<u32>()));
     std::fs::write(&path, format!("{secret}\n")).unwrap();
     path
 }
@@ -142,7 +143,7 @@ async fn relay_publishes_a_stream_over_sasl_ssl_once_and_in_order() {
     let brokers = kafka.brokers();
     let ca = pki.path("ca.pem");
     let db = e2e::db::fresh_database().await;
-    let password = secret_file(KAFKA_PASSWORD);
+    let password = secret_file(&pki, KAFKA_PASSWORD);
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "secured-relay");
     args.extra = relay_security_flags(&password.display().to_string(), &ca);
     let relay = RelayProcess::start(&args);
@@ -384,8 +385,8 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
     tx.commit().await.unwrap();
 
     let wrong_password = "wrong-Password-123";
-    let wrong_file = secret_file(wrong_password);
-    let good_file = secret_file(KAFKA_PASSWORD);
+    let wrong_file = secret_file(&pki, wrong_password);
+    let good_file = secret_file(&pki, KAFKA_PASSWORD);
     let other_ca = pki.path("other-ca.pem");
     let cases = [
         (
@@ -470,10 +471,10 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
 }
 
 /// Creates role `app` (password `app_password`) and databases `relaydb`, `stockdb`, `mtls`
-/// owned by it, as the superuser over `verify-full`.
-async fn create_app_role(pg: &SecuredPg, ca: &str, app_password: &str) {
-    let admin_url = pg.url("postgres", "localhost", "postgres", ca);
-    let admin_pw = secret_file(PG_ADMIN_PASSWORD);
+/// owned by it, as the superuser over `verify-full` (trusting `pki`'s CA).
+async fn create_app_role(pg: &SecuredPg, pki: &Pki, app_password: &str) {
+    let admin_url = pg.url("postgres", "localhost", "postgres", &pki.path("ca.pem"));
+    let admin_pw = secret_file(pki, PG_ADMIN_PASSWORD);
     let options = outbox_kit::pg::connect_options_with(&admin_url, Some(&admin_pw)).unwrap();
     let mut admin = sqlx::PgConnection::connect_with(&options)
         .await
@@ -529,8 +530,8 @@ async fn relay_and_a_service_connect_to_postgres_with_verify_full_and_a_password
     let pg = SecuredPg::start(&pki);
     let ca = pki.path("ca.pem");
     let app_password = "App-Secret-pw-41";
-    create_app_role(&pg, &ca, app_password).await;
-    let pw_file = secret_file(app_password);
+    create_app_role(&pg, &pki, app_password).await;
+    let pw_file = secret_file(&pki, app_password);
     let pw_file = pw_file.display().to_string();
 
     let relay_url = pg.url("app", "localhost", "relaydb", &ca);
@@ -563,7 +564,7 @@ async fn relay_and_a_service_connect_to_postgres_with_verify_full_and_a_password
         ],
     );
     let admin_url = pg.url("postgres", "localhost", "postgres", &ca);
-    let admin_pw = secret_file(PG_ADMIN_PASSWORD);
+    let admin_pw = secret_file(&pki, PG_ADMIN_PASSWORD);
     let admin = pool(&admin_url, &admin_pw).await;
     let tls_sessions = e2e::wait_for(
         "the stock consumer's sessions on stockdb",
@@ -632,8 +633,8 @@ async fn postgres_refuses_a_wrong_ca_a_wrong_host_name_and_no_tls_with_clear_err
     let pg = SecuredPg::start(&pki);
     let ca = pki.path("ca.pem");
     let app_password = "App-Secret-pw-42";
-    create_app_role(&pg, &ca, app_password).await;
-    let pw_file = secret_file(app_password).display().to_string();
+    create_app_role(&pg, &pki, app_password).await;
+    let pw_file = secret_file(&pki, app_password).display().to_string();
 
     let port = pg.cluster.port;
     let cases = [
@@ -701,7 +702,7 @@ async fn the_whole_system_and_the_audit_run_over_sasl_ssl() {
     let kafka = SecuredKafka::start(&pki, &[]);
     let brokers = kafka.brokers();
     let ca = pki.path("ca.pem");
-    let password = secret_file(KAFKA_PASSWORD).display().to_string();
+    let password = secret_file(&pki, KAFKA_PASSWORD).display().to_string();
     let mut env = SecuredKafka::client_env(KAFKA_PASSWORD, &ca);
     env.retain(|(k, _)| k != "KAFKA_SASL_PASSWORD");
     env.push(("KAFKA_SASL_PASSWORD_FILE".to_owned(), password.clone()));
@@ -749,7 +750,9 @@ async fn the_whole_system_and_the_audit_run_over_sasl_ssl() {
     assert_eq!(clean.code, 0, "{}", clean.report);
     assert!(clean.count("broker.messages") > 0, "{}", clean.report);
 
-    let wrong = secret_file("wrong-Password-123").display().to_string();
+    let wrong = secret_file(&pki, "wrong-Password-123")
+        .display()
+        .to_string();
     let flags = audit_flags(&wrong);
     let refs: Vec<&str> = flags.iter().map(String::as_str).collect();
     let refused = e2e::audit::run(&sys, &brokers, &refs).await;
@@ -858,7 +861,7 @@ async fn a_running_relay_facing_an_untrusted_certificate_says_why_on_healthz_and
     let brokers = kafka.brokers();
     let ca = pki.path("ca.pem");
     let db = e2e::db::fresh_database().await;
-    let password = secret_file(KAFKA_PASSWORD);
+    let password = secret_file(&pki, KAFKA_PASSWORD);
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-impostor");
     args.extra = relay_security_flags(&password.display().to_string(), &ca);
     let relay = RelayProcess::start(&args);
