@@ -17,12 +17,13 @@ ARG DEBIAN_RELEASE=bookworm
 
 # --- builder ------------------------------------------------------------------------------
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS builder
-# rdkafka 0.39 (default features: libz; no ssl, sasl or cmake-build in Cargo.toml) builds
-# librdkafka statically from its vendored source with its own configure script and make, and
-# links zlib: a C/C++ toolchain, make, pkg-config and zlib's headers. The rust image has
-# them; listed so a change of base image keeps working.
+# rdkafka 0.39 (features tokio and ssl; no gssapi, sasl, curl or cmake-build in Cargo.toml)
+# builds librdkafka statically from its vendored source with its own configure script and
+# make, against the system's OpenSSL (TLS, SCRAM) and zlib: a C/C++ toolchain, make,
+# pkg-config, OpenSSL's and zlib's headers. sqlx and reqwest (native-tls) link the same
+# OpenSSL. The rust image has them; listed so a change of base image keeps working.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential pkg-config zlib1g-dev \
+    && apt-get install -y --no-install-recommends build-essential pkg-config libssl-dev zlib1g-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The whole workspace: every member must be present for cargo, and the sqlx::migrate! macros
@@ -38,11 +39,13 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 # --- runtime ------------------------------------------------------------------------------
 FROM debian:${DEBIAN_RELEASE}-slim
-# librdkafka is linked statically; at run time it needs glibc, libstdc++ and zlib (all in the
-# slim base). ca-certificates for TLS-terminating proxies and future ssl builds; curl for the
-# HEALTHCHECK and for compose's health checks of the services.
+# librdkafka is linked statically; at run time it needs glibc, libstdc++, zlib and OpenSSL's
+# libssl3 (dynamically linked, so the distribution's security updates reach it: rebuild the
+# image on top of an updated base). ca-certificates is the trust store Kafka, PostgreSQL and
+# HTTPS connections use when no CA file is configured; curl for the HEALTHCHECK and for
+# compose's health checks of the services.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates curl libstdc++6 zlib1g \
+    && apt-get install -y --no-install-recommends ca-certificates curl libssl3 libstdc++6 zlib1g \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 outbox \
     && useradd --system --uid 10001 --gid outbox --no-create-home --shell /usr/sbin/nologin outbox

@@ -3,6 +3,10 @@
 # deploy/local/install-deps.sh: install what the local dev environment (up.sh)
 # and the integration tests need. Idempotent and quick when everything is there:
 #
+#   - the build's system libraries: OpenSSL's headers (`libssl-dev`, for librdkafka's TLS and
+#     SCRAM, and for the PostgreSQL and HTTPS clients) and `pkg-config`, only when
+#     `pkg-config --exists openssl` fails; `--build-only` installs just these and stops (what
+#     run-tests.sh does before clippy, which compiles);
 #   - PostgreSQL server binaries (Debian package `postgresql`), only when no
 #     /usr/lib/postgresql/*/bin/initdb exists;
 #   - the tansu Kafka-compatible broker, built with cargo into
@@ -17,15 +21,61 @@
 #   - Prometheus and promtool (Debian package `prometheus`), only when promtool is missing;
 #     the package's own service is kept from starting (the tests start their own server);
 #   - PgBouncer (Debian package `pgbouncer`), only when the binary is missing; its service is
-#     kept from starting too (tests/it/pgbouncer.rs starts its own on a free port).
+#     kept from starting too (tests/it/pgbouncer.rs starts its own on a free port);
+#   - stunnel (Debian package `stunnel4`), only when the binary is missing; its service is kept
+#     from starting (tests/it/secured.rs starts its own TLS terminator in front of tansu);
+#   - the openssl command line tool (Debian package `openssl`), which makes the tests'
+#     certificates, only when missing.
 #
-# Usage: deploy/local/install-deps.sh      (CACHE: see lib.sh)
+# Usage: deploy/local/install-deps.sh [--build-only]      (CACHE: see lib.sh)
 set -euo pipefail
 
 # shellcheck source=deploy/local/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 did=()
+
+# Installs Debian package $1 without letting its service start (it would hold a port our tests
+# need, and scrape or pool for nobody); policy-rc.d exit code 101 means "action forbidden" to
+# invoke-rc.d. Refreshes the package lists only when the first attempt fails.
+apt_install_without_service() {
+    local pkg="$1" sudo_cmd=() policy=/usr/sbin/policy-rc.d made_policy=0 ok=1
+    if [[ "$(id -u)" != 0 ]]; then
+        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install $pkg"
+        sudo_cmd=(sudo)
+    fi
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
+        "${sudo_cmd[@]}" chmod +x "$policy"
+        made_policy=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1 \
+        || { "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null; } \
+        || ok=0
+    ((made_policy)) && "${sudo_cmd[@]}" rm -f "$policy"
+    ((ok)) || die "apt-get install $pkg failed"
+    if [[ -d /run/systemd/system ]]; then
+        "${sudo_cmd[@]}" systemctl disable --now "$pkg" >/dev/null 2>&1 || true
+    fi
+}
+
+# --- build libraries: OpenSSL headers and pkg-config ---------------------------------
+# rdkafka's `ssl` feature builds librdkafka against the system OpenSSL (found with
+# pkg-config); sqlx's and reqwest's `native-tls` link the same library.
+if command -v pkg-config >/dev/null && pkg-config --exists openssl; then
+    log "openssl headers: present (libssl $(pkg-config --modversion openssl))"
+else
+    log "openssl headers: missing, installing libssl-dev and pkg-config"
+    apt_install_without_service libssl-dev
+    apt_install_without_service pkg-config
+    pkg-config --exists openssl || die "libssl-dev installed but pkg-config cannot find openssl"
+    did+=("installed libssl-dev $(pkg-config --modversion openssl) and pkg-config")
+fi
+if [[ "${1:-}" == "--build-only" ]]; then
+    for d in "${did[@]}"; do log "did: $d"; done
+    exit 0
+fi
 
 # --- PostgreSQL ---------------------------------------------------------------
 if [[ -n "$PG_BIN_DIR" && -x "$PG_BIN_DIR/initdb" ]]; then
@@ -145,31 +195,6 @@ else
     did+=("schemathesis $SCHEMATHESIS_VERSION in $VENV")
 fi
 
-# Installs Debian package $1 without letting its service start (it would hold a port our tests
-# need, and scrape or pool for nobody); policy-rc.d exit code 101 means "action forbidden" to
-# invoke-rc.d. Refreshes the package lists only when the first attempt fails.
-apt_install_without_service() {
-    local pkg="$1" sudo_cmd=() policy=/usr/sbin/policy-rc.d made_policy=0 ok=1
-    if [[ "$(id -u)" != 0 ]]; then
-        command -v sudo >/dev/null || die "need root (or sudo) to apt-get install $pkg"
-        sudo_cmd=(sudo)
-    fi
-    if [[ ! -e "$policy" ]]; then
-        printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
-        "${sudo_cmd[@]}" chmod +x "$policy"
-        made_policy=1
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1 \
-        || { "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null; } \
-        || ok=0
-    ((made_policy)) && "${sudo_cmd[@]}" rm -f "$policy"
-    ((ok)) || die "apt-get install $pkg failed"
-    if [[ -d /run/systemd/system ]]; then
-        "${sudo_cmd[@]}" systemctl disable --now "$pkg" >/dev/null 2>&1 || true
-    fi
-}
-
 # --- Prometheus and promtool ----------------------------------------------------
 if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
     log "prometheus: present ($(command -v prometheus), $(command -v promtool))"
@@ -189,6 +214,23 @@ else
     [[ -x /usr/sbin/pgbouncer ]] || command -v pgbouncer >/dev/null \
         || die "pgbouncer installed but not found"
     did+=("installed pgbouncer ($(/usr/sbin/pgbouncer --version 2>&1 | head -n 1))")
+fi
+
+# --- stunnel and openssl (the secured-connection tests) ----------------------------
+if command -v stunnel4 >/dev/null || command -v stunnel >/dev/null; then
+    log "stunnel: present ($(command -v stunnel4 || command -v stunnel))"
+else
+    log "stunnel: missing, installing the Debian package"
+    apt_install_without_service stunnel4
+    command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || die "stunnel4 installed but not found"
+    did+=("installed stunnel4")
+fi
+if command -v openssl >/dev/null; then
+    log "openssl: present ($(openssl version))"
+else
+    log "openssl: missing, installing the Debian package"
+    apt_install_without_service openssl
+    did+=("installed openssl")
 fi
 
 if ((${#did[@]} == 0)); then

@@ -7,7 +7,8 @@
 # the servers it started. Tests that restart a server (broker outage, PostgreSQL restart)
 # start private servers of their own from the same binaries.
 #
-# Before any server starts, the gates: `cargo fmt --check` and clippy with warnings as errors.
+# Before any server starts, the gates: `cargo fmt --check` and clippy with warnings as errors
+# (after `install-deps.sh --build-only`: OpenSSL's headers, which the build needs).
 #
 # TEST_THREADS (default 3) bounds how many tests run at once on this 2-core machine.
 set -euo pipefail
@@ -15,8 +16,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 STATE_DIR="${STATE_DIR:-target/test-env}"
 
-# Gates first: formatting and lints fail fast, before servers and the long suite.
+# Gates first: formatting and lints fail fast, before servers and the long suite. Clippy
+# compiles (build scripts included), so the build's system libraries come first.
 cargo fmt --all -- --check
+bash deploy/local/install-deps.sh --build-only
 cargo clippy --workspace --all-targets -- -D warnings
 
 bash deploy/local/install-deps.sh

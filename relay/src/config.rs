@@ -130,6 +130,11 @@ pub struct KafkaArgs {
     #[arg(long = "kafka-config", env = "OUTBOX_KAFKA_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
+    /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), the
+    /// same in every binary.
+    #[command(flatten)]
+    pub security: outbox_kit::kafka::KafkaSecurityArgs,
+
     /// Create a topic the relay is about to publish to when the broker does not have it.
     /// Off by default: in production, topics are usually owned by whoever runs the cluster.
     #[arg(long, env = "OUTBOX_CREATE_MISSING_TOPICS", default_value_t = false)]

@@ -69,6 +69,7 @@ impl RelayContext {
 
     /// Called when a delivery succeeded: the broker is reachable again.
     pub fn mark_broker_up(&self) {
+        outbox_kit::kafka::refusal::clear();
         if self.broker_down.swap(false, Ordering::Relaxed) {
             self.set_gauge(false);
             tracing::info!("Kafka broker reachable again");
@@ -95,6 +96,8 @@ impl ClientContext for RelayContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        // A refused login or certificate: `/healthz` says so until a delivery gets through.
+        outbox_kit::kafka::refusal::note(error.rdkafka_error_code(), reason);
         let transport = matches!(
             error.rdkafka_error_code(),
             Some(

@@ -108,11 +108,16 @@ fn exit_with(report: ops::Report) {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     outbox_relay::publisher::check_overrides(&args.kafka.kafka_config)
         .map_err(|e| anyhow::anyhow!(e))?;
+    let kafka_config = args
+        .kafka
+        .security
+        .settings(&args.kafka.kafka_config)
+        .context("Kafka security settings")?;
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;
     let settings = RelaySettings {
         brokers: args.kafka.kafka_brokers.clone(),
-        kafka_config: args.kafka.kafka_config.clone(),
+        kafka_config,
         topic_prefix: args.kafka.topic_prefix.clone(),
         create_topics: args.kafka.create_missing_topics.then_some(
             outbox_relay::topics::TopicSpec {
@@ -141,6 +146,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
     tokio::spawn(wait_for_signal(shutdown.clone()));
+    // A refused login or certificate is retried by librdkafka forever, like an outage: stop
+    // here instead, naming the cause, before anything is claimed or published.
+    if let Err(e) = outbox_kit::kafka::probe::check_at_start(
+        &args.kafka.kafka_brokers,
+        &settings.kafka_config,
+        outbox_kit::kafka::probe::START_CHECK_TIMEOUT,
+    )
+    .await
+    {
+        shutdown.cancel();
+        let _ = server.await;
+        return Err(anyhow::Error::new(e).context("connecting to Kafka"));
+    }
     let relay = Relay::new(store, settings, metrics);
     let result = relay.run(shutdown.clone()).await;
     shutdown.cancel();

@@ -279,11 +279,17 @@ async fn metrics_handler(State(m): State<Metrics>) -> impl IntoResponse {
 }
 
 async fn health_handler(State(m): State<Metrics>) -> impl IntoResponse {
-    let ok = m.healthy.load(Ordering::Relaxed);
-    let body = Json(serde_json::json!({
+    // A broker refusing the login or the certificate is named, and unhealthy whatever else.
+    let refused = outbox_kit::kafka::refusal::current();
+    let ok = m.healthy.load(Ordering::Relaxed) && refused.is_none();
+    let mut body = serde_json::json!({
         "status": if ok { "ok" } else { "degraded" },
         "leader": m.leader.get() == 1,
-    }));
+    });
+    if let Some(reason) = refused {
+        body["kafka"] = serde_json::json!(format!("refused ({reason})"));
+    }
+    let body = Json(body);
     (
         if ok {
             StatusCode::OK

@@ -29,8 +29,9 @@ use crate::topics::{TopicCatalog, TopicSpec};
 pub struct RelaySettings {
     /// Kafka bootstrap servers.
     pub brokers: String,
-    /// Extra librdkafka settings.
-    pub kafka_config: Vec<(String, String)>,
+    /// Extra librdkafka settings: the security flags' and `--kafka-config` (`Debug` hides
+    /// secrets).
+    pub kafka_config: outbox_kit::kafka::KafkaSettings,
     /// Topic prefix for routing.
     pub topic_prefix: String,
     /// Create missing topics with this spec.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use outbox_kit::EventEnvelope;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
@@ -193,7 +193,7 @@ impl Store {
     /// # Errors
     /// When the URL cannot be parsed.
     pub fn connect_lazy_with(database_url: &str, pgbouncer: bool) -> Result<Self, sqlx::Error> {
-        let mut options: PgConnectOptions = database_url.parse()?;
+        let mut options = outbox_kit::pg::connect_options(database_url)?;
         if pgbouncer {
             options = options.statement_cache_capacity(0).extra_float_digits(None);
         }

@@ -119,7 +119,7 @@ impl Rig {
             brokers: self.brokers.clone(),
             group_id: format!("{}-group", self.topic),
             topics: vec![self.topic.clone()],
-            client_config: vec![("session.timeout.ms".into(), "6000".into())],
+            client_config: vec![("session.timeout.ms".into(), "6000".into())].into(),
             create_topics: Some(TopicSpec {
                 partitions: PARTITIONS,
                 replication_factor: Some(1),

@@ -26,5 +26,6 @@ mod parking;
 mod pgbouncer;
 mod relay_metrics;
 mod retention;
+mod secured;
 mod stream;
 mod trace;

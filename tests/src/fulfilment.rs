@@ -400,7 +400,20 @@ impl System {
             (&stock_db, "relay-stock"),
         ]
         .into_iter()
-        .map(|(db, name)| RelayProcess::start(&RelayArgs::new(&db.url, brokers, &prefix, name)))
+        .map(|(db, name)| {
+            let mut args = RelayArgs::new(&db.url, brokers, &prefix, name);
+            // The services' Kafka security settings reach the relays too.
+            args.env = services_env
+                .iter()
+                .filter(|(k, _)| {
+                    ["KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_"]
+                        .iter()
+                        .any(|p| k.starts_with(p))
+                })
+                .cloned()
+                .collect();
+            RelayProcess::start(&args)
+        })
         .collect();
         let me = Self {
             brokers: brokers.to_owned(),

@@ -130,6 +130,8 @@ pub struct RelayArgs {
     pub extra: Vec<String>,
     /// Name used for the log file and instance id.
     pub name: String,
+    /// Extra environment (e.g. the `KAFKA_SECURITY_*` settings).
+    pub env: Vec<(String, String)>,
 }
 
 impl RelayArgs {
@@ -141,6 +143,7 @@ impl RelayArgs {
             topic_prefix: topic_prefix.to_owned(),
             extra: vec![],
             name: name.to_owned(),
+            env: vec![],
         }
     }
 }
@@ -165,6 +168,7 @@ impl RelayProcess {
             .args(["--create-missing-topics", "--topic-partitions", "3"])
             .args(&args.extra)
             .env("RUST_LOG", "info,outbox_relay=debug")
+            .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)

@@ -66,6 +66,13 @@ pub struct PgCluster {
 impl PgCluster {
     /// initdb + start on a free port.
     pub fn start() -> Self {
+        Self::start_with(&["-A", "trust"], |_| {})
+    }
+
+    /// initdb with `initdb_args` (besides `-U postgres --no-sync -D <dir>`), then `configure`
+    /// with the data directory (write `postgresql.conf` additions, `pg_hba.conf`, key files:
+    /// the cluster's directory is chowned to `postgres` after it), then start on a free port.
+    pub fn start_with(initdb_args: &[&str], configure: impl FnOnce(&Path)) -> Self {
         let bin = pg_bin_dir();
         let dir = std::env::temp_dir().join(format!("outbox-pg-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -80,9 +87,21 @@ impl PgCluster {
             );
         }
         let mut init = as_pg_user(&bin.join("initdb"));
-        init.args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"])
+        init.args(initdb_args)
+            .args(["-U", "postgres", "--no-sync", "-D"])
             .arg(dir.join("data"));
         run_ok(init, "initdb");
+        configure(&dir.join("data"));
+        if is_root() {
+            run_ok(
+                {
+                    let mut c = Command::new("chown");
+                    c.args(["-R", "postgres:postgres"]).arg(&dir);
+                    c
+                },
+                "chown",
+            );
+        }
         let me = Self {
             dir,
             bin,
@@ -168,6 +187,8 @@ pub struct Tansu {
     pub port: u16,
     /// The port it advertises in metadata (its own, or a proxy's in front of it).
     advertised_port: u16,
+    /// The host it advertises (`127.0.0.1`, or the name in a TLS terminator's certificate).
+    advertised_host: String,
 }
 
 impl Tansu {
@@ -182,6 +203,7 @@ impl Tansu {
             extra: Vec::new(),
             port: crate::free_port(),
             advertised_port,
+            advertised_host: "127.0.0.1".to_owned(),
         };
         me.start_again();
         me
@@ -218,6 +240,7 @@ impl Tansu {
             extra: extra.to_vec(),
             port,
             advertised_port: port,
+            advertised_host: "127.0.0.1".to_owned(),
         };
         me.start_again();
         me
@@ -237,7 +260,7 @@ impl Tansu {
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "already running");
         let url = format!("tcp://127.0.0.1:{}", self.port);
-        let advertised = format!("tcp://127.0.0.1:{}", self.advertised_port);
+        let advertised = format!("tcp://{}:{}", self.advertised_host, self.advertised_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -265,7 +288,8 @@ impl Tansu {
             .spawn()
             .expect("start tansu");
         self.child = Some(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        // Generous: three sessions compiling on two cores make a start take many seconds.
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             assert!(
                 std::time::Instant::now() < deadline,
@@ -275,6 +299,29 @@ impl Tansu {
             std::thread::sleep(Duration::from_millis(50));
         }
         add_missing_index(&self.dir.join("tansu.db"));
+    }
+
+    /// From the next [`Tansu::start_again`] on: also `args` (e.g. `--authentication`), and
+    /// `host` as the advertised host (the name a TLS terminator's certificate holds).
+    pub fn restart_with(&mut self, args: &[&str], host: &str) {
+        self.stop();
+        self.extra.extend(args.iter().map(|a| (*a).to_owned()));
+        host.clone_into(&mut self.advertised_host);
+        self.start_again();
+    }
+
+    /// Runs tansu's own command line against this broker (`tansu <args> --broker tcp://..`),
+    /// e.g. `user create NAME PASSWORD` or `topic create NAME`; it cannot authenticate, so only
+    /// while the broker runs without `--authentication`.
+    ///
+    /// # Panics
+    /// When the command fails.
+    pub fn cli(&self, args: &[&str]) {
+        let mut c = Command::new(tansu_binary());
+        c.current_dir(&self.dir)
+            .args(args)
+            .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)]);
+        run_ok(c, &format!("tansu {}", args.join(" ")));
     }
 
     /// Kills the broker process.

@@ -55,9 +55,26 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    run_python_with_env(script, args, &[])
+}
+
+/// [`run_python`] with extra environment variables (e.g. kafka_tool.py's `KAFKA_SECURITY_*`).
+///
+/// # Panics
+/// See [`run_python`].
+pub fn run_python_with_env<I, S>(
+    script: &std::path::Path,
+    args: I,
+    envs: &[(&str, &str)],
+) -> std::process::Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     let out = Command::new(python())
         .arg(script)
         .args(args)
+        .envs(envs.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
     assert!(
@@ -88,13 +105,28 @@ pub fn dump_first(brokers: &str, topics: &[String], n: usize) -> Vec<Record> {
     )
 }
 
+/// [`dump`] through a secured connection: `envs` are kafka_tool.py's security variables (the
+/// binaries' names: `KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`).
+pub fn dump_secured(brokers: &str, topics: &[String], envs: &[(&str, &str)]) -> Vec<Record> {
+    dump_with_env(brokers, topics, &["--timeout", "300"], envs)
+}
+
 fn dump_with(brokers: &str, topics: &[String], args: &[&str]) -> Vec<Record> {
+    dump_with_env(brokers, topics, args, &[])
+}
+
+fn dump_with_env(
+    brokers: &str,
+    topics: &[String],
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> Vec<Record> {
     let mut argv = vec!["dump", "--brokers", brokers];
     argv.extend_from_slice(args);
     for t in topics {
         argv.extend(["--topic", t.as_str()]);
     }
-    let out = run_python(&kafka_tool(), argv);
+    let out = run_python_with_env(&kafka_tool(), argv, envs);
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()

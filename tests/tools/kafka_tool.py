@@ -51,6 +51,11 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+# Security: the same environment variables as the project's binaries
+# (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME,
+# KAFKA_SASL_PASSWORD / KAFKA_SASL_PASSWORD_FILE, KAFKA_SSL_CA_LOCATION,
+# KAFKA_SSL_CERTIFICATE_LOCATION / KAFKA_SSL_KEY_LOCATION); host names are checked.
+
 # Written for kafka-python 3.0.x (pinned in deploy/local/lib.sh); 3.x renamed
 # some settings (e.g. bootstrap_timeout_ms) and reworked the admin client.
 #
@@ -74,6 +79,35 @@ def compat_settings(timeout):
     pinned = os.environ.get("KAFKA_TOOL_API_VERSION")
     if pinned:
         settings["api_version"] = tuple(int(x) for x in pinned.split("."))
+    settings.update(security_settings(os.environ))
+    return settings
+
+
+def security_settings(env):
+    """kafka-python's TLS and SASL settings from the environment variables every binary of the
+    project reads (KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*, KAFKA_SSL_*), so a test gives the
+    independent client exactly what it gives the relay and the consumers."""
+    protocol = (env.get("KAFKA_SECURITY_PROTOCOL") or "").upper()
+    if not protocol or protocol == "PLAINTEXT":
+        return {}
+    settings = {"security_protocol": protocol}
+    if protocol.startswith("SASL_"):
+        password = env.get("KAFKA_SASL_PASSWORD")
+        if env.get("KAFKA_SASL_PASSWORD_FILE"):
+            with open(env["KAFKA_SASL_PASSWORD_FILE"], encoding="utf-8") as f:
+                password = f.read().rstrip("\r\n")
+        settings.update(
+            sasl_mechanism=env.get("KAFKA_SASL_MECHANISM", "PLAIN").upper(),
+            sasl_plain_username=env.get("KAFKA_SASL_USERNAME"),
+            sasl_plain_password=password,
+        )
+    if protocol.endswith("SSL"):
+        settings["ssl_check_hostname"] = True
+        if env.get("KAFKA_SSL_CA_LOCATION"):
+            settings["ssl_cafile"] = env["KAFKA_SSL_CA_LOCATION"]
+        if env.get("KAFKA_SSL_CERTIFICATE_LOCATION"):
+            settings["ssl_certfile"] = env["KAFKA_SSL_CERTIFICATE_LOCATION"]
+            settings["ssl_keyfile"] = env.get("KAFKA_SSL_KEY_LOCATION")
     return settings
 
 

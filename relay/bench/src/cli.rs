@@ -20,6 +20,12 @@ pub struct Args {
     #[arg(long, env = "KAFKA_BROKERS")]
     pub kafka_brokers: String,
 
+    /// TLS and SASL settings of the bench's own clients (`KAFKA_SECURITY_PROTOCOL`,
+    /// `KAFKA_SASL_*`, `KAFKA_SSL_*`). The relay it starts reads the same environment
+    /// variables; flags given here reach it only through `--relay-arg`.
+    #[command(flatten)]
+    pub kafka_security: outbox_kit::kafka::KafkaSecurityArgs,
+
     /// What the broker stores messages in, reported with the figures (e.g. `memory://tansu/`).
     #[arg(long, env = "BENCH_BROKER_STORAGE", default_value = "unknown")]
     pub broker_storage: String,

@@ -18,6 +18,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 pub struct Infra {
     admin_url: String,
     brokers: String,
+    kafka: outbox_kit::kafka::KafkaSettings,
     partitions: i32,
     run_id: String,
     seq: AtomicU32,
@@ -33,6 +34,14 @@ impl std::fmt::Debug for Infra {
             .field("run_id", &self.run_id)
             .finish()
     }
+}
+
+/// Connects to `url` as the relay does (TLS from the URL, `DATABASE_PASSWORD_FILE`).
+///
+/// # Errors
+/// An invalid URL or setting, an unreachable database.
+pub async fn connect(url: &str) -> Result<PgConnection, sqlx::Error> {
+    PgConnection::connect_with(&outbox_kit::pg::connect_options(url)?).await
 }
 
 /// A database created for one phase.
@@ -64,15 +73,21 @@ impl Infra {
     ///
     /// # Errors
     /// Invalid broker settings.
-    pub fn new(admin_url: &str, brokers: &str, partitions: i32) -> anyhow::Result<Self> {
-        let admin = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .set("enable.metrics.push", "false")
-            .create()
-            .context("creating the Kafka admin client")?;
+    pub fn new(
+        admin_url: &str,
+        brokers: &str,
+        kafka: &outbox_kit::kafka::KafkaSettings,
+        partitions: i32,
+    ) -> anyhow::Result<Self> {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", brokers)
+            .set("enable.metrics.push", "false");
+        kafka.apply(&mut cfg);
+        let admin = cfg.create().context("creating the Kafka admin client")?;
         Ok(Self {
             admin_url: admin_url.to_owned(),
             brokers: brokers.to_owned(),
+            kafka: kafka.clone(),
             partitions,
             run_id: format!("{:08x}", rand::random::<u32>()),
             seq: AtomicU32::new(1),
@@ -84,6 +99,14 @@ impl Infra {
     /// Kafka bootstrap servers.
     pub fn brokers(&self) -> &str {
         &self.brokers
+    }
+
+    /// A client configuration for the brokers with the bench's security settings.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", &self.brokers);
+        self.kafka.apply(&mut cfg);
+        cfg
     }
 
     /// Partitions of the topics this run creates.
@@ -105,7 +128,7 @@ impl Infra {
     pub async fn fresh_database(&self, phase: &str) -> anyhow::Result<BenchDb> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let name = format!("bench_{}_{phase}{seq}", self.run_id);
-        let mut admin = PgConnection::connect(&self.admin_url)
+        let mut admin = crate::infra::connect(&self.admin_url)
             .await
             .context("connecting to DATABASE_URL")?;
         sqlx::query(&format!("CREATE DATABASE {name}"))
@@ -116,7 +139,7 @@ impl Infra {
         let url = with_database(&self.admin_url, &name);
         let pool = PgPoolOptions::new()
             .max_connections(8)
-            .connect(&url)
+            .connect_with(outbox_kit::pg::connect_options(&url)?)
             .await
             .with_context(|| format!("connecting to {name}"))?;
         outbox_kit::schema::migrate(&pool)
@@ -131,7 +154,7 @@ impl Infra {
     /// Database errors.
     pub async fn drop_database(&self, db: BenchDb) -> anyhow::Result<()> {
         db.pool.close().await;
-        let mut admin = PgConnection::connect(&self.admin_url).await?;
+        let mut admin = crate::infra::connect(&self.admin_url).await?;
         sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", db.name))
             .execute(&mut admin)
             .await
@@ -142,14 +165,14 @@ impl Infra {
     /// Flushes dirty buffers so the write-ahead log and checkpoints of preparing a backlog do
     /// not land in the timed part. Needs superuser; skipped quietly otherwise.
     pub async fn checkpoint(&self) {
-        if let Ok(mut c) = PgConnection::connect(&self.admin_url).await {
+        if let Ok(mut c) = crate::infra::connect(&self.admin_url).await {
             let _ = sqlx::query("CHECKPOINT").execute(&mut c).await;
         }
     }
 
     /// The pid of a backend of the server (its parent is the postmaster), when reachable.
     pub async fn backend_pid(&self) -> Option<u32> {
-        let mut c = PgConnection::connect(&self.admin_url).await.ok()?;
+        let mut c = crate::infra::connect(&self.admin_url).await.ok()?;
         let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut c)
             .await
@@ -162,7 +185,7 @@ impl Infra {
     /// # Errors
     /// Database errors.
     pub async fn server_settings(&self) -> anyhow::Result<ServerSettings> {
-        let mut c = PgConnection::connect(&self.admin_url)
+        let mut c = crate::infra::connect(&self.admin_url)
             .await
             .context("connecting to DATABASE_URL")?;
         let mut show = Vec::new();

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use outbox_kit::{enqueue, NewEvent};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -297,8 +296,8 @@ fn spawn_consumer(
     count: watch::Sender<usize>,
     mut stop: oneshot::Receiver<()>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
-    let consumer: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", infra.brokers())
+    let consumer: StreamConsumer = infra
+        .client_config()
         .set(
             "group.id",
             format!("relay-bench-{:08x}", rand::random::<u32>()),

@@ -22,6 +22,7 @@ pub mod report;
 pub mod stats;
 pub mod workload;
 
+use anyhow::Context as _;
 use std::future::Future;
 use std::time::Duration;
 
@@ -84,7 +85,16 @@ fn keep_best<T>(
 /// When the servers cannot be reached at all.
 pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let sizes = args.sizes();
-    let mut infra = Infra::new(&args.database_url, &args.kafka_brokers, args.partitions)?;
+    let kafka = args
+        .kafka_security
+        .settings(&[])
+        .context("Kafka security settings")?;
+    let mut infra = Infra::new(
+        &args.database_url,
+        &args.kafka_brokers,
+        &kafka,
+        args.partitions,
+    )?;
     infra.cpu = crate::cpu::CpuProbe::new(infra.backend_pid().await);
     let postgres = infra.server_settings().await?;
     let w = Workload {

@@ -6,10 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use outbox_kit::EventEnvelope;
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
-use sqlx::{Connection, PgConnection, Row};
+use sqlx::{Connection, Row};
 
 use crate::infra::Infra;
 use crate::workload::{owned_headers, Workload, AGGREGATE_TYPE};
@@ -44,14 +43,14 @@ pub async fn run(
     w.insert_backlog(&db.pool, n).await?;
     infra.checkpoint().await;
 
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", infra.brokers())
+    let producer: FutureProducer = infra
+        .client_config()
         .set("enable.idempotence", "true")
         .set("linger.ms", linger_ms.to_string())
         .set("enable.metrics.push", "false")
         .create()
         .context("creating the naive producer")?;
-    let mut conn = PgConnection::connect(&db.url).await?;
+    let mut conn = crate::infra::connect(&db.url).await?;
 
     let start = Instant::now();
     let mut relayed = 0u64;

@@ -98,14 +98,23 @@ impl Config {
 
     /// The fulfilment consumer's configuration (default group `order-service`), when
     /// `--kafka-brokers` is set.
-    pub fn runtime_config(&self) -> Option<RuntimeConfig> {
-        let brokers = self.kafka_brokers.as_deref()?;
-        Some(self.consumer.runtime_config(
-            crate::fulfilment::CONSUMER_NAME,
-            brokers,
-            "order-service",
-            &crate::fulfilment::CONSUMED_AGGREGATES,
-        ))
+    ///
+    /// # Errors
+    /// Incomplete or contradicting Kafka security settings.
+    pub fn runtime_config(
+        &self,
+    ) -> Result<Option<RuntimeConfig>, outbox_kit::kafka::KafkaSecurityError> {
+        let Some(brokers) = self.kafka_brokers.as_deref() else {
+            return Ok(None);
+        };
+        self.consumer
+            .runtime_config(
+                crate::fulfilment::CONSUMER_NAME,
+                brokers,
+                "order-service",
+                &crate::fulfilment::CONSUMED_AGGREGATES,
+            )
+            .map(Some)
     }
 }
 

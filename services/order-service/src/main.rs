@@ -18,6 +18,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(command) = &config.command {
         let runtime = config
             .runtime_config()
+            .context("Kafka security settings")?
             .context("the dlq commands need --kafka-brokers / KAFKA_BROKERS")?;
         return outbox_kit::consumer::dlq_cli::run(
             command,
@@ -70,7 +71,7 @@ async fn main() -> anyhow::Result<()> {
         || true,
         shutdown.clone(),
     ));
-    let consumer = match config.runtime_config() {
+    let consumer = match config.runtime_config().context("Kafka security settings")? {
         Some(runtime) => {
             let consumed = outbox_kit::consumer::run(
                 runtime,

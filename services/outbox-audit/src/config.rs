@@ -65,6 +65,11 @@ pub struct Config {
     #[arg(long = "kafka-config", env = "AUDIT_KAFKA_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
+    /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), the
+    /// same as every other binary's.
+    #[command(flatten)]
+    pub security: outbox_kit::kafka::KafkaSecurityArgs,
+
     /// Longest wait for the broker (metadata, offsets, reading a topic to its end), seconds.
     #[arg(long, env = "AUDIT_BROKER_TIMEOUT_S", default_value_t = 120)]
     pub broker_timeout_s: u64,

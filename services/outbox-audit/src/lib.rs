@@ -116,9 +116,21 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
         .extend(store::refund_arithmetic(&order).await?);
 
     // Topics: every consumed one, its dead-letter topic, and whatever the ledgers name.
+    let kafka_config = config
+        .security
+        .settings(&config.kafka_config)
+        .context("Kafka security settings")?;
+    // A refused login or certificate would otherwise only show as a broker timeout.
+    outbox_kit::kafka::check_connection(
+        &config.kafka_brokers,
+        &kafka_config,
+        config.broker_timeout(),
+    )
+    .await
+    .context("connecting to Kafka")?;
     let broker = broker::Broker::new(
         &config.kafka_brokers,
-        &config.kafka_config,
+        &kafka_config,
         config.broker_timeout(),
     );
     let mut ledgers = Vec::new();

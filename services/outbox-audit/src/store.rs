@@ -4,10 +4,9 @@
 //! statements, so they see one snapshot.
 
 use std::collections::HashSet;
-use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 use crate::report::Violation;
@@ -17,7 +16,9 @@ use crate::report::Violation;
 /// # Errors
 /// When the URL does not parse or the database is unreachable.
 pub async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
-    let opts = PgConnectOptions::from_str(url)?
+    // Three databases, so no one DATABASE_PASSWORD_FILE: passwords come with each URL (or
+    // PGPASSWORD / ~/.pgpass, which sqlx reads).
+    let opts = outbox_kit::pg::connect_options_with(url, None)?
         .options([("default_transaction_read_only", "on")])
         .application_name("outbox-audit");
     PgPoolOptions::new()

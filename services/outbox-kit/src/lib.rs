@@ -3,12 +3,16 @@
 //!
 //! - [`outbox`]: write an event inside the caller's database transaction ([`outbox::enqueue`]).
 //! - [`db`]: which database errors are transient (the one retryable-SQLSTATE list).
+//! - [`pg`]: the PostgreSQL connection options every binary builds (TLS from the URL, the
+//!   password from `DATABASE_PASSWORD_FILE`); [`secret_file`]: secrets read from files.
 //! - [`envelope`]: how an outbox row maps onto a Kafka message (topic, key, headers); the relay
 //!   and the consumers both use it, so the contract lives in one place.
 //! - [`schema`]: the outbox and inbox migrations, embedded.
 //! - [`inbox`]: the consumers' dedupe table, written in the business transaction.
 //! - `consumer` (feature `consumer`): the Kafka consumer runtime (inbox, manual offsets,
 //!   retries, dead letters).
+//! - `kafka` (feature `kafka`, part of `consumer`): the Kafka security flags (TLS, SASL) every
+//!   binary takes, the librdkafka settings made from them, and the start-up connection check.
 //! - `retention` (feature `retention`): the bounded-batch purge of rows past a retention
 //!   window, shared by every service.
 //! - `service` (feature `service`): logging, SIGTERM, HTTP serving, `/healthz` / `/metrics`
@@ -30,10 +34,14 @@ pub mod consumer;
 pub mod db;
 pub mod envelope;
 pub mod inbox;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod outbox;
+pub mod pg;
 #[cfg(feature = "retention")]
 pub mod retention;
 pub mod schema;
+pub mod secret_file;
 #[cfg(feature = "service")]
 pub mod service;
 #[cfg(feature = "signature")]

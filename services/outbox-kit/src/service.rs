@@ -134,10 +134,10 @@ pub async fn serve(
 /// # Errors
 /// When the URL is invalid.
 pub fn connect_lazy(database_url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
-    PgPoolOptions::new()
+    Ok(PgPoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_lazy(database_url)
+        .connect_lazy_with(crate::pg::connect_options(database_url)?))
 }
 
 /// What [`track_requests`] records each request into: a request counter, or a service's own

@@ -38,7 +38,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.service.service.listen, "127.0.0.1:8082");
-        let r = crate::service().runtime_config(&c.service);
+        let r = crate::service().runtime_config(&c.service).unwrap();
         assert_eq!(r.consumer_name, "stock");
         assert_eq!(r.group_id, "stock-consumer");
         assert_eq!(r.topics, ["p.order", "p.outbound"]);

@@ -38,7 +38,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.service.service.listen, "127.0.0.1:8081");
-        let r = crate::service().runtime_config(&c.service);
+        let r = crate::service().runtime_config(&c.service).unwrap();
         assert_eq!(r.consumer_name, "wms");
         assert_eq!(r.group_id, "wms-consumer");
         assert_eq!(r.topics, ["p.order", "p.stock"]);

@@ -5,6 +5,7 @@
 mod auth;
 mod callbacks;
 mod channel;
+mod compensation;
 mod lifecycle;
 mod ops;
 mod orders;

@@ -28,6 +28,11 @@ pub struct ConsumerArgs {
     #[arg(long = "kafka-config", env = "KAFKA_CONSUMER_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
     pub kafka_config: Vec<(String, String)>,
 
+    /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), for the
+    /// consumer, its dead-letter producer and its admin client alike.
+    #[command(flatten)]
+    pub security: crate::kafka::KafkaSecurityArgs,
+
     /// Create the consumed topics and their dead-letter topics at start-up when the broker does
     /// not have them (needed on brokers without auto-creation). Off by default: in production,
     /// topics are usually owned by whoever runs the cluster.
@@ -76,14 +81,18 @@ impl ConsumerArgs {
     /// The runtime configuration for consumer `consumer_name` reading the topics of
     /// `aggregate_types` (`<prefix><aggregate_type>` each) from `brokers`; the group id
     /// defaults to `default_group_id`.
+    ///
+    /// # Errors
+    /// When the Kafka security settings are incomplete or contradict each other, or a file
+    /// they name cannot be read ([`crate::kafka::KafkaSecurityError`]).
     pub fn runtime_config(
         &self,
         consumer_name: &str,
         brokers: &str,
         default_group_id: &str,
         aggregate_types: &[&str],
-    ) -> RuntimeConfig {
-        RuntimeConfig {
+    ) -> Result<RuntimeConfig, crate::kafka::KafkaSecurityError> {
+        Ok(RuntimeConfig {
             consumer_name: consumer_name.to_owned(),
             brokers: brokers.to_owned(),
             group_id: self
@@ -94,7 +103,7 @@ impl ConsumerArgs {
                 .iter()
                 .map(|a| format!("{}{a}", self.topic_prefix))
                 .collect(),
-            client_config: self.kafka_config.clone(),
+            client_config: self.security.settings(&self.kafka_config)?,
             create_topics: self.create_missing_topics.then_some(TopicSpec {
                 partitions: self.topic_partitions,
                 replication_factor: self.topic_replication_factor,
@@ -110,7 +119,7 @@ impl ConsumerArgs {
                 u64::from(self.inbox_retention_days) * 86_400,
             )),
             purge: self.purge.settings(),
-        }
+        })
     }
 }
 
@@ -139,8 +148,9 @@ pub struct RuntimeConfig {
     pub group_id: String,
     /// Topics to subscribe to.
     pub topics: Vec<String>,
-    /// Extra librdkafka settings.
-    pub client_config: Vec<(String, String)>,
+    /// Extra librdkafka settings: the security flags' and `--kafka-config` (`Debug` hides
+    /// secrets).
+    pub client_config: crate::kafka::KafkaSettings,
     /// Create missing topics (and their dead-letter topics) at start-up.
     pub create_topics: Option<TopicSpec>,
     /// Backoff between attempts at a message.
@@ -269,16 +279,7 @@ pub fn dead_letter_producer_config(config: &RuntimeConfig) -> ClientConfig {
 /// The user settings that concern the connection (security, sockets, client id) rather than
 /// consuming, for the runtime's admin client and producer.
 pub fn connection_settings(extra: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
-    extra
-        .iter()
-        .filter(|(k, _)| {
-            k.starts_with("security.")
-                || k.starts_with("sasl.")
-                || k.starts_with("ssl.")
-                || k.starts_with("socket.")
-                || k == "client.id"
-        })
-        .map(|(k, v)| (k.as_str(), v.as_str()))
+    crate::kafka::connection_settings(extra)
 }
 
 /// Parses `KEY=VALUE`.
@@ -306,12 +307,11 @@ mod tests {
     fn config(args: &[&str]) -> RuntimeConfig {
         let mut argv = vec!["svc"];
         argv.extend_from_slice(args);
-        Cli::try_parse_from(argv).unwrap().consumer.runtime_config(
-            "wms",
-            "b:9092",
-            "wms-consumer",
-            &["order", "stock"],
-        )
+        Cli::try_parse_from(argv)
+            .unwrap()
+            .consumer
+            .runtime_config("wms", "b:9092", "wms-consumer", &["order", "stock"])
+            .unwrap()
     }
 
     #[test]

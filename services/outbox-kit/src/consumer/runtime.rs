@@ -54,9 +54,13 @@ pub enum ConsumerError {
     /// The Kafka client could not be created or subscribed (invalid settings).
     #[error("Kafka client error")]
     Kafka(#[from] KafkaError),
+    /// The broker refused the connection at start-up (wrong credentials, an untrusted
+    /// certificate): retrying with the same settings cannot succeed.
+    #[error("connecting to Kafka")]
+    Refused(#[from] crate::kafka::ProbeError),
     /// A setting the runtime's guarantees depend on was set to something else.
     #[error("{0}")]
-    Refused(String),
+    Setting(String),
 }
 
 /// librdkafka callbacks of the runtime's consumer.
@@ -183,8 +187,9 @@ fn raw_message(m: &BorrowedMessage<'_>) -> RawMessage {
 ///
 /// # Errors
 /// [`ConsumerError::Kafka`] when the client cannot be created or subscribed;
-/// [`ConsumerError::Refused`] for a setting the guarantees depend on
-/// ([`super::config::check_overrides`]).
+/// [`ConsumerError::Setting`] for a setting the guarantees depend on
+/// ([`super::config::check_overrides`]); [`ConsumerError::Refused`] when the broker refuses the
+/// login or the TLS handshake at start-up (before anything is consumed).
 pub async fn run<H: Handler>(
     config: RuntimeConfig,
     pool: PgPool,
@@ -192,7 +197,13 @@ pub async fn run<H: Handler>(
     metrics: ConsumerMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), ConsumerError> {
-    super::config::check_overrides(&config.client_config).map_err(ConsumerError::Refused)?;
+    super::config::check_overrides(&config.client_config).map_err(ConsumerError::Setting)?;
+    crate::kafka::probe::check_at_start(
+        &config.brokers,
+        &config.client_config,
+        crate::kafka::probe::START_CHECK_TIMEOUT,
+    )
+    .await?;
     if let Some(spec) = config.create_topics {
         let mut failures = 0;
         loop {

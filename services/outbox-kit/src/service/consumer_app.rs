@@ -55,6 +55,9 @@ pub enum ServiceError {
         #[source]
         source: MigrateError,
     },
+    /// The Kafka security settings are incomplete or contradict each other.
+    #[error("Kafka security settings")]
+    KafkaSecurity(#[from] crate::kafka::KafkaSecurityError),
     /// The bearer-token settings cannot verify tokens (no key, no issuer, ...).
     #[error("bearer-token configuration")]
     Auth(#[from] crate::auth::AuthConfigError),
@@ -147,7 +150,13 @@ impl<H: Handler> ConsumerService<H> {
     }
 
     /// The consumer runtime's configuration (default group: the service's name).
-    pub fn runtime_config(&self, args: &ConsumerServiceArgs) -> RuntimeConfig {
+    ///
+    /// # Errors
+    /// Incomplete or contradicting Kafka security settings.
+    pub fn runtime_config(
+        &self,
+        args: &ConsumerServiceArgs,
+    ) -> Result<RuntimeConfig, crate::kafka::KafkaSecurityError> {
         args.consumer.runtime_config(
             self.consumer_name,
             &args.kafka_brokers,
@@ -164,7 +173,7 @@ impl<H: Handler> ConsumerService<H> {
     /// See [`ServiceError`]: invalid URL, failed migration, unbindable address, failed `dlq`
     /// command, fatal consumer or HTTP error.
     pub async fn run(self, args: ConsumerServiceArgs) -> Result<(), ServiceError> {
-        let runtime = self.runtime_config(&args);
+        let runtime = self.runtime_config(&args)?;
         if let Some(command) = &args.command {
             return Ok(crate::consumer::dlq_cli::run(
                 command,

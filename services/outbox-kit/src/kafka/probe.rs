@@ -1,0 +1,254 @@
+//! The start-up connection check. librdkafka retries a refused login or an untrusted
+//! certificate forever, like a broker that is down, so a process with a wrong password would
+//! sit there publishing nothing. [`check_connection`] asks the brokers for metadata once, with
+//! the process's own settings, and sorts what happened: answered, refused (a setting is wrong:
+//! stop and say which), or unreachable (the broker may come later: carry on).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
+
+use super::KafkaSettings;
+
+/// Why the brokers gave no metadata.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The broker refused the connection: wrong credentials, a certificate that does not
+    /// verify against the configured CA or host name, TLS spoken to a plaintext port.
+    /// Retrying with the same settings cannot succeed.
+    #[error("Kafka refused the connection ({kind}): {reason}")]
+    Refused {
+        /// `authentication` or `tls`.
+        kind: &'static str,
+        /// librdkafka's message (it names the mechanism or the certificate problem; never a
+        /// secret).
+        reason: String,
+    },
+    /// No broker answered within the deadline (down, not yet up, wrong address).
+    #[error("no Kafka broker answered within {0:?}")]
+    Unreachable(Duration),
+    /// The client could not be created (invalid settings).
+    #[error("invalid Kafka client settings")]
+    Client(#[from] KafkaError),
+}
+
+impl ProbeError {
+    /// Whether the process should stop: the settings are wrong, not the broker's state.
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, Self::Unreachable(_))
+    }
+}
+
+/// Records the first refusal librdkafka reports, and whether every broker is down.
+#[derive(Default)]
+struct ProbeContext {
+    refused: Mutex<Option<(&'static str, String)>>,
+    all_down: std::sync::atomic::AtomicBool,
+}
+
+impl ClientContext for ProbeContext {
+    fn log(&self, _level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        tracing::debug!(librdkafka.facility = fac, "{log_message}");
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let kind = refusal_kind(error.rdkafka_error_code(), reason);
+        tracing::debug!(error = %error, reason, "Kafka connection check");
+        if let Some(kind) = kind {
+            let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+            refused.get_or_insert((kind, reason.to_owned()));
+        } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            self.all_down
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl ProducerContext for ProbeContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
+
+/// Whether an error librdkafka reports means "these settings are refused", and which kind: the
+/// broker's answer to a failed login, or a TLS handshake that failed for another reason than
+/// the connection going away (an untrusted or mismatching certificate, a missing client
+/// certificate, TLS spoken to a plaintext port). A connection lost in the middle of a handshake
+/// (a broker restarting) is an outage, not a refusal.
+pub fn refusal_kind(code: Option<RDKafkaErrorCode>, reason: &str) -> Option<&'static str> {
+    const TRANSIENT: [&str; 4] = [
+        "Disconnected",
+        "onnection reset",
+        "timed out",
+        "Broken pipe",
+    ];
+    match code {
+        Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed) => {
+            Some("authentication")
+        }
+        Some(RDKafkaErrorCode::SSL) if !TRANSIENT.iter().any(|t| reason.contains(t)) => Some("tls"),
+        // The peer's TLS alert (`certificate required`, `unknown ca`, `handshake failure`,
+        // ...) arrives as a transport failure when it comes after the handshake (TLS 1.3).
+        _ if reason.contains("certificate verify failed")
+            || reason.contains("SSL alert number")
+            || reason.contains("wrong version number") =>
+        {
+            Some("tls")
+        }
+        _ => None,
+    }
+}
+
+/// Fetches the cluster's metadata from `brokers` with the connection settings among
+/// `settings`, for at most `timeout`. Blocking: call it from `spawn_blocking` in async code
+/// (or use [`check_connection`]).
+///
+/// # Errors
+/// [`ProbeError::Refused`] as soon as librdkafka reports a refused login or TLS handshake;
+/// [`ProbeError::Unreachable`] when every broker is down (connection refused, no such host) or
+/// nothing answered in time.
+pub fn check_connection_blocking(
+    brokers: &str,
+    settings: &KafkaSettings,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", brokers);
+    cfg.set("enable.metrics.push", "false");
+    for (k, v) in super::connection_settings(settings) {
+        cfg.set(k, v);
+    }
+    let producer: BaseProducer<ProbeContext> = cfg.create_with_context(ProbeContext::default())?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let step =
+            Duration::from_millis(500).min(deadline.saturating_duration_since(Instant::now()));
+        let answered = producer.client().fetch_metadata(None, step).is_ok();
+        // Error events are served by poll.
+        producer.poll(Duration::ZERO);
+        if let Some((kind, reason)) = producer
+            .context()
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(ProbeError::Refused { kind, reason });
+        }
+        if answered {
+            return Ok(());
+        }
+        // Every broker was tried and none got as far as TLS or SASL (a refusal would have been
+        // reported first): down, not refusing.
+        let all_down = producer
+            .context()
+            .all_down
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if all_down || Instant::now() >= deadline {
+            return Err(ProbeError::Unreachable(timeout));
+        }
+    }
+}
+
+/// [`check_connection_blocking`] on a blocking thread.
+///
+/// # Errors
+/// See [`check_connection_blocking`].
+pub async fn check_connection(
+    brokers: &str,
+    settings: &KafkaSettings,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let brokers = brokers.to_owned();
+    let settings = settings.clone();
+    tokio::task::spawn_blocking(move || check_connection_blocking(&brokers, &settings, timeout))
+        .await
+        .map_err(|_| ProbeError::Client(KafkaError::Canceled))?
+}
+
+/// Runs [`check_connection`] and decides for a long-running process: a refusal is returned (the
+/// process should stop and say why), an unreachable broker is logged and let through (the
+/// clients keep retrying, as during any outage).
+///
+/// # Errors
+/// [`ProbeError`] when [`ProbeError::is_fatal`].
+pub async fn check_at_start(
+    brokers: &str,
+    settings: &KafkaSettings,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    match check_connection(brokers, settings, timeout).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_fatal() => Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "Kafka not reachable at start-up; carrying on, the clients keep retrying");
+            Ok(())
+        }
+    }
+}
+
+/// How long [`check_at_start`] waits for an answer by default.
+pub const START_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_are_told_from_outages() {
+        assert_eq!(
+            refusal_kind(
+                Some(RDKafkaErrorCode::Authentication),
+                "SASL authentication error"
+            ),
+            Some("authentication")
+        );
+        assert_eq!(
+            refusal_kind(
+                Some(RDKafkaErrorCode::SSL),
+                "SSL handshake failed: certificate verify failed"
+            ),
+            Some("tls")
+        );
+        assert_eq!(
+            refusal_kind(
+                Some(RDKafkaErrorCode::BrokerTransportFailure),
+                "Connect to ipv4#127.0.0.1:1 failed: Connection refused"
+            ),
+            None
+        );
+        assert_eq!(
+            refusal_kind(
+                Some(RDKafkaErrorCode::BrokerTransportFailure),
+                "ssl://localhost:1/bootstrap: Receive failed: error:0A00045C:SSL routines::tlsv13 \
+                 alert certificate required: SSL alert number 116"
+            ),
+            Some("tls"),
+            "a broker wanting a client certificate we did not send"
+        );
+        assert_eq!(
+            refusal_kind(
+                Some(RDKafkaErrorCode::AllBrokersDown),
+                "1/1 brokers are down"
+            ),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_unreachable_not_refused() {
+        let e = check_connection(
+            "127.0.0.1:1",
+            &KafkaSettings::default(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ProbeError::Unreachable(_)), "{e:?}");
+        assert!(!e.is_fatal());
+    }
+}
