@@ -84,6 +84,25 @@ pub struct Config {
 }
 
 impl Config {
+    /// Refuses weak or published secrets (`DATABASE_URL`'s password, `JWT_HS256_SECRET`,
+    /// `PAYMENT_CALLBACK_SECRET`, `MARKETPLACE_SECRET`) unless `--allow-weak-secrets`.
+    ///
+    /// # Errors
+    /// [`outbox_kit::secrets::WeakSecrets`] naming each weak setting.
+    pub fn check_secrets(&self) -> Result<(), outbox_kit::secrets::WeakSecrets> {
+        use outbox_kit::secrets::Secret;
+        let mut secrets = self.auth.secrets().to_vec();
+        secrets.push(Secret::signing_key(
+            "PAYMENT_CALLBACK_SECRET (--payment-callback-secret)",
+            Some(&self.payment_callback_secret),
+        ));
+        secrets.push(Secret::signing_key(
+            "MARKETPLACE_SECRET (--marketplace-secret)",
+            self.marketplace_secret.as_deref(),
+        ));
+        self.service.check_secrets(&secrets)
+    }
+
     /// The retention rule of the idempotency keys.
     pub fn idempotency_retention(&self) -> outbox_kit::retention::RetentionRule {
         outbox_kit::retention::RetentionRule {

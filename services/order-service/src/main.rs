@@ -27,6 +27,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("dlq command failed");
     }
+    config.check_secrets()?;
     let auth = config
         .auth
         .authenticator()
@@ -103,11 +104,16 @@ async fn main() -> anyhow::Result<()> {
         marketplace,
         auth,
     };
-    let served = order_service::serve(
+    let limits = config
+        .service
+        .http
+        .limits(order_service::http::UNAUTHENTICATED_ROUTES);
+    let served = order_service::serve_with_limits(
         listener,
         state,
         shutdown.clone(),
         config.service.shutdown_timeout(),
+        &limits,
     )
     .await
     .context("serving HTTP");

@@ -55,6 +55,9 @@ pub enum ServiceError {
         #[source]
         source: MigrateError,
     },
+    /// A secret is weak or published (a placeholder) and `--allow-weak-secrets` is not set.
+    #[error(transparent)]
+    WeakSecrets(#[from] crate::secrets::WeakSecrets),
     /// The bearer-token settings cannot verify tokens (no key, no issuer, ...).
     #[error("bearer-token configuration")]
     Auth(#[from] crate::auth::AuthConfigError),
@@ -173,8 +176,9 @@ impl<H: Handler> ConsumerService<H> {
             )
             .await?);
         }
-        let auth = args.auth.authenticator()?;
         let settings = &args.service;
+        settings.check_secrets(&args.auth.secrets())?;
+        let auth = args.auth.authenticator()?;
         let pool = super::connect_lazy(&settings.database_url, settings.database_max_connections)
             .map_err(ServiceError::DatabaseUrl)?;
         self.migrate(&pool)
@@ -196,12 +200,12 @@ impl<H: Handler> ConsumerService<H> {
             None => Router::new(),
         }
         .layer(axum::Extension(auth));
-        let http = tokio::spawn(super::serve(
-            listener,
-            router,
-            shutdown.clone(),
-            settings.shutdown_timeout(),
-        ));
+        let limits = settings.http.limits(&[]);
+        let drain = settings.shutdown_timeout();
+        let stop_http = shutdown.clone();
+        let http = tokio::spawn(async move {
+            super::serve_with_limits(listener, router, stop_http, drain, &limits).await
+        });
         let consumed = crate::consumer::run(
             runtime,
             pool.clone(),
