@@ -13,7 +13,7 @@ pub mod operations;
 pub mod server;
 
 pub use api_error::ApiError;
-pub use args::ServiceArgs;
+pub use args::{Migrations, ServiceArgs};
 #[cfg(all(feature = "consumer", feature = "auth"))]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 pub use openapi::{

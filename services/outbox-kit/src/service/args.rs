@@ -6,6 +6,18 @@
 
 use std::time::Duration;
 
+/// When a service applies its migrations ([`ServiceArgs::migrations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Migrations {
+    /// Apply them at start-up, then serve.
+    #[default]
+    Apply,
+    /// Serve without applying them (they were applied by the migrator role).
+    Skip,
+    /// Apply them and exit.
+    Only,
+}
+
 /// Listen address, database and HTTP drain deadline.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServiceArgs {
@@ -25,6 +37,13 @@ pub struct ServiceArgs {
     /// How long SIGTERM waits for HTTP requests in flight, in milliseconds.
     #[arg(long, env = "SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
+
+    /// When the service applies its migrations (the outbox's, the inbox's and its own):
+    /// `apply` at start-up, then serve (the database role must own the schema); `skip`: serve
+    /// without touching the schema (a least-privilege role, README "Least-privilege database
+    /// roles"); `only`: apply them and exit (run as the migrator role, e.g. an init container).
+    #[arg(long, env = "DATABASE_MIGRATIONS", value_enum, default_value_t = Migrations::Apply)]
+    pub migrations: Migrations,
 
     /// Timeouts, body limits and concurrency bounds of the HTTP server.
     #[command(flatten)]

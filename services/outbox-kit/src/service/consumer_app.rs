@@ -177,16 +177,32 @@ impl<H: Handler> ConsumerService<H> {
             .await?);
         }
         let settings = &args.service;
-        settings.check_secrets(&args.auth.secrets())?;
-        let auth = args.auth.authenticator()?;
+        let only = settings.migrations == super::Migrations::Only;
+        let auth_secrets = args.auth.secrets();
+        settings.check_secrets(if only { &[] } else { &auth_secrets })?;
+        let auth = if only {
+            None
+        } else {
+            Some(args.auth.authenticator()?)
+        };
         let pool = super::connect_lazy(&settings.database_url, settings.database_max_connections)
             .map_err(ServiceError::DatabaseUrl)?;
-        self.migrate(&pool)
-            .await
-            .map_err(|source| ServiceError::Migrate {
-                service: self.name,
-                source,
-            })?;
+        if settings.migrations != super::Migrations::Skip {
+            self.migrate(&pool)
+                .await
+                .map_err(|source| ServiceError::Migrate {
+                    service: self.name,
+                    source,
+                })?;
+        }
+        let Some(auth) = auth else {
+            tracing::info!(
+                service = self.name,
+                "Migrations applied (DATABASE_MIGRATIONS=only)"
+            );
+            pool.close().await;
+            return Ok(());
+        };
         let listener = tokio::net::TcpListener::bind(&settings.listen)
             .await
             .map_err(|source| ServiceError::Bind {
