@@ -23,6 +23,7 @@ mod parking;
 mod pgbouncer;
 mod relay_metrics;
 mod retention;
+mod roles;
 mod secrets;
 mod stream;
 mod trace;
