@@ -238,10 +238,38 @@ async fn oversized_upload(addr: &str, content_length: Option<usize>) -> u16 {
 async fn slow_uploads_to_the_callback_leave_an_authenticated_request_served_and_rss_bounded() {
     let svc = Service::start(
         "order-service-slow",
-        &[("HTTP_BODY_READ_TIMEOUT_MS", "4000")],
+        &[
+            ("HTTP_BODY_READ_TIMEOUT_MS", "4000"),
+            ("HTTP_HEADER_READ_TIMEOUT_MS", "2000"),
+        ],
     )
     .await;
     assert!(svc.put_sku().await.is_success());
+    // A request head that never ends: the connection is closed at the header read timeout.
+    let mut slow_head = TcpStream::connect(&svc.addr).await.unwrap();
+    slow_head
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), slow_head.read_to_end(&mut rest))
+        .await
+        .expect("the server closes a connection whose head never ends")
+        .ok();
+    // So is one that sends nothing at all, and one left idle after a request (keep-alive).
+    let mut silent = TcpStream::connect(&svc.addr).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), silent.read_to_end(&mut rest))
+        .await
+        .expect("the server closes a connection that sends nothing")
+        .ok();
+    let mut idle = TcpStream::connect(&svc.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), idle.read_to_end(&mut rest))
+        .await
+        .expect("the server closes a kept-alive connection left idle")
+        .ok();
     // Over the callback limit (64 KiB): refused before reading it, and while reading it.
     assert_eq!(oversized_upload(&svc.addr, Some(1 << 20)).await, 413);
     assert_eq!(oversized_upload(&svc.addr, None).await, 413);

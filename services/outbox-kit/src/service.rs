@@ -307,3 +307,20 @@ impl ConsumerServiceMetrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::method_label;
+
+    #[test]
+    fn the_method_label_takes_a_fixed_set_of_values() {
+        assert_eq!(method_label(&Method::GET), "GET");
+        assert_eq!(method_label(&Method::PATCH), "PATCH");
+        for made_up in ["M000001", "get", "PROPFIND", "X"] {
+            let m = Method::from_bytes(made_up.as_bytes()).unwrap();
+            assert_eq!(method_label(&m), "other", "{made_up}");
+        }
+    }
+}
