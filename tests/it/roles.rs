@@ -131,3 +131,54 @@ async fn the_relay_role_cannot_read_or_change_a_business_table() {
     let relay = pool(&urls.relay).await;
     assert_denied(&relay, "relay", "SELECT * FROM outbox_ledger").await;
 }
+
+#[tokio::test]
+async fn the_wms_and_stock_databases_migrated_by_the_migrator_give_each_role_its_own_tables() {
+    for (bin, role, table) in [
+        ("wms-consumer", "wms_service", "outbounds"),
+        ("stock-consumer", "stock_service", "stock"),
+    ] {
+        let db = e2e::db::fresh_database().await;
+        // The way the Kubernetes init container does it: DATABASE_MIGRATIONS=only as the migrator.
+        let urls = e2e::roles::migrate_as_migrator(bin, &db.url, role);
+        let owner: String = sqlx::query_scalar(
+            "SELECT tableowner::text FROM pg_tables WHERE schemaname = 'public' AND tablename = $1",
+        )
+        .bind(table)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            owner,
+            e2e::roles::MIGRATOR,
+            "{bin}: {table} owned by the migrator"
+        );
+        let service = pool(&urls.service).await;
+        for sql in [
+            format!("SELECT count(*) FROM {table}"),
+            "SELECT count(*) FROM inbox".to_owned(),
+        ] {
+            sqlx::query(&sql)
+                .execute(&service)
+                .await
+                .unwrap_or_else(|e| panic!("{role}: {sql}: {e}"));
+        }
+        let relay = pool(&urls.relay).await;
+        assert_denied(&relay, "relay", &format!("SELECT * FROM {table}")).await;
+        assert_denied(
+            &relay,
+            "relay",
+            &format!("UPDATE {table} SET updated_at = now()"),
+        )
+        .await;
+        assert_denied(&relay, "relay", "SELECT * FROM inbox").await;
+        if bin == "wms-consumer" {
+            // Outbound numbers come from a standalone sequence: the service's, not the relay's.
+            sqlx::query("SELECT nextval('outbound_no_seq')")
+                .execute(&service)
+                .await
+                .unwrap();
+            assert_denied(&relay, "relay", "SELECT nextval('outbound_no_seq')").await;
+        }
+    }
+}
