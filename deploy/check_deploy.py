@@ -16,6 +16,13 @@ What is checked, against the real binaries' `--help` (clap lists every flag and 
 - deploy/k8s/*.yaml: the same for every container of our image (command, args, env, envFrom
   ConfigMap keys); referenced ConfigMaps, Secrets and their keys exist; probe ports are named
   ports of the container.
+- no shipped secrets (issue 18): compose gives every secret (`*SECRET*`, `*PASSWORD*`, the
+  database URLs) as a required `${NAME:?...}` without a default; no manifest holds a Secret's
+  values (the operator creates them with the `kubectl create secret` commands documented in
+  deploy/k8s/00-config.yaml, and every `secretKeyRef` names a key those commands create);
+  nothing sets the development flag ALLOW_WEAK_SECRETS; Prometheus runs without
+  `--web.enable-lifecycle`; published ports are bound to 127.0.0.1 and the broker's port is
+  published only by the deploy/compose/broker-port.yaml override.
 - deploy/grafana/outbox-relay.json: every panel uses the provisioned datasource and every query
   parses (promtool check rules on the queries as recording rules).
 
@@ -157,6 +164,8 @@ def check_dockerfile(b):
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
     env_block = re.search(r"^ENV ((?:.*\\\n)*.*)$", text, re.M).group(1)
     env_names = re.findall(r"([A-Z][A-Z0-9_]*)=", env_block)
+    if DEV_FLAG in env_names:
+        problem(f"Dockerfile: ENV sets the development flag {DEV_FLAG}")
     # ENV applies to every binary of the image: each variable must be read by some binary.
     readers = {bn: b.help(bn, "run" if bn == RELAY else None) for bn in b.bins - {"relay-bench"}}
     for e in env_names:
@@ -176,6 +185,32 @@ def check_dockerfile(b):
     return len(copied)
 
 
+SECRET_NAME = re.compile(r"SECRET|PASSWORD|DATABASE_URL")
+DEV_FLAG = "ALLOW_WEAK_SECRETS"
+
+
+def check_compose_secrets(name, env):
+    """Secrets are required interpolations without defaults, and the dev flag is never set."""
+    for k, v in env.items():
+        if k == DEV_FLAG:
+            problem(f"compose {name}: sets the development flag {DEV_FLAG}")
+        if not SECRET_NAME.search(k):
+            continue
+        v = str(v)
+        refs = re.findall(r"\$\{([A-Z0-9_]+)(:?[-?+])?([^}]*)\}", v)
+        if not refs:
+            problem(f"compose {name}: {k} is a literal; require it with ${{{k}:?...}}")
+        for var, op, _ in refs:
+            if op not in (":?", "?"):
+                problem(f"compose {name}: {k} takes ${{{var}}} with a default or optional; require it with ${{{var}:?...}}")
+
+
+def check_published_ports(where, svc):
+    for p in svc.get("ports", []):
+        if not str(p).startswith("127.0.0.1:"):
+            problem(f"{where}: publishes {p} on every interface; bind it to 127.0.0.1")
+
+
 def listen_port(env):
     for key in ("METRICS_ADDR", "LISTEN_ADDR"):
         if key in env:
@@ -189,6 +224,15 @@ def check_compose(b):
     ours = 0
     ports = {}
     for name, svc in doc["services"].items():
+        env_any = svc.get("environment") or {}
+        if isinstance(env_any, list):
+            env_any = dict(e.split("=", 1) for e in env_any)
+        check_compose_secrets(name, env_any)
+        check_published_ports(f"compose {name}", svc)
+        if "kafka" in str(svc.get("image", "")) and svc.get("ports"):
+            problem(f"compose {name}: publishes the unauthenticated broker; leave it to broker-port.yaml")
+        if any("--web.enable-lifecycle" in str(c) for c in (svc.get("command") or [])):
+            problem(f"compose {name}: Prometheus with --web.enable-lifecycle (unauthenticated reload and quit)")
         for vol in svc.get("volumes", []):
             src = vol.split(":", 1)[0]
             if src.startswith("."):
@@ -223,6 +267,9 @@ def check_compose(b):
                 url = next((t for t in h if "/healthz" in t), None)
                 if url and f":{port}/" not in url:
                     problem(f"compose {name}: health check {url} is not on port {port} ({key})")
+    override = yaml.safe_load((path.parent / "broker-port.yaml").read_text())
+    for name, svc in override["services"].items():
+        check_published_ports(f"compose broker-port.yaml {name}", svc)
     prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
     scraped = {}
     for job in prom["scrape_configs"]:
@@ -245,32 +292,65 @@ def check_k8s(b):
     for f in sorted((ROOT / "deploy/k8s").glob("*.yaml")):
         docs += [(f.name, d) for d in yaml.safe_load_all(f.read_text()) if d]
     configmaps = {d["metadata"]["name"]: d.get("data", {}) for _, d in docs if d["kind"] == "ConfigMap"}
-    secrets = {
-        d["metadata"]["name"]: {**d.get("data", {}), **d.get("stringData", {})}
-        for _, d in docs if d["kind"] == "Secret"
-    }
+    for fname, d in docs:
+        if d["kind"] == "Secret" and (d.get("data") or d.get("stringData")):
+            problem(f"k8s {fname}: Secret {d['metadata']['name']} holds values; the operator creates it")
+    # The Secrets the operator creates: `kubectl create secret generic NAME --from-literal=KEY=...`
+    # in the comments of 00-config.yaml.
+    secrets = {}
+    current = None
+    for line in (ROOT / "deploy/k8s/00-config.yaml").read_text().splitlines():
+        m = re.search(r"kubectl create secret generic ([a-z0-9-]+)", line)
+        if m:
+            current = secrets.setdefault(m.group(1), set())
+        for key in re.findall(r"--from-literal=([a-z0-9-]+)=", line):
+            if current is None:
+                problem("k8s 00-config.yaml: --from-literal outside a `kubectl create secret` command")
+            else:
+                current.add(key)
+    if not secrets:
+        problem("k8s 00-config.yaml: no documented `kubectl create secret generic` command")
     containers = 0
     for fname, d in docs:
         if d["kind"] != "Deployment":
             continue
-        for c in d["spec"]["template"]["spec"]["containers"]:
+        pod = d["spec"]["template"]["spec"]
+        for c in pod.get("initContainers", []):
+            where = f"k8s {fname} {d['metadata']['name']}/init {c['name']}"
+            if not c["image"].startswith(IMAGE_PREFIX):
+                continue
+            env = [e["name"] for e in c.get("env", [])]
+            if DEV_FLAG in env:
+                problem(f"{where}: sets the development flag {DEV_FLAG}")
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                if ref and ref["key"] not in secrets.get(ref["name"], set()):
+                    problem(f"{where}: secret {ref['name']} has no documented key {ref['key']}")
+            for ef in c.get("envFrom", []):
+                env += list(configmaps.get(ef.get("configMapRef", {}).get("name"), {}))
+            b.check_invocation(where, c["command"][0], c["command"][1:] + (c.get("args") or []), env)
+        for c in pod["containers"]:
             where = f"k8s {fname} {d['metadata']['name']}/{c['name']}"
             if not c["image"].startswith(IMAGE_PREFIX):
                 continue
             containers += 1
+            if DEV_FLAG in [e["name"] for e in c.get("env", [])]:
+                problem(f"{where}: sets the development flag {DEV_FLAG}")
             entry = c.get("command") or [RELAY]
             args = c.get("args") or (["run"] if entry[0] == RELAY else [])
             env = [e["name"] for e in c.get("env", [])]
             for e in c.get("env", []):
                 ref = e.get("valueFrom", {}).get("secretKeyRef")
-                if ref and ref["key"] not in secrets.get(ref["name"], {}):
-                    problem(f"{where}: secret {ref['name']} has no key {ref['key']}")
+                if ref and ref["key"] not in secrets.get(ref["name"], set()):
+                    problem(f"{where}: secret {ref['name']} has no documented key {ref['key']}")
             for ef in c.get("envFrom", []):
                 cm = ef.get("configMapRef", {}).get("name")
                 if cm:
                     if cm not in configmaps:
                         problem(f"{where}: no ConfigMap {cm}")
                     env += list(configmaps.get(cm, {}))
+                    if DEV_FLAG in configmaps.get(cm, {}):
+                        problem(f"{where}: ConfigMap {cm} sets the development flag {DEV_FLAG}")
             b.check_invocation(where, entry[0], entry[1:] + args, env)
             port_names = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
             for probe in ("readinessProbe", "livenessProbe"):

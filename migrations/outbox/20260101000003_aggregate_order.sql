@@ -23,7 +23,13 @@
 --   those aggregates meanwhile (or the writer already serializes them, e.g. by locking the
 --   aggregate's own row first), turn the lock off for that transaction with
 --   `SET LOCAL outbox.aggregate_lock = 'off'`.
-CREATE OR REPLACE FUNCTION outbox_order_by_aggregate() RETURNS trigger LANGUAGE plpgsql AS $$
+--
+-- The function runs as its owner (SECURITY DEFINER): `nextval` needs USAGE on the identity
+-- sequence, which a writer role with only INSERT on `outbox` does not have (an identity default
+-- needs none). It does nothing but take the lock and the next value, and its search_path is
+-- pinned to the outbox's schema.
+CREATE OR REPLACE FUNCTION outbox_order_by_aggregate() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER AS $$
 BEGIN
     IF coalesce(current_setting('outbox.aggregate_lock', true), '') <> 'off' THEN
         -- Length-prefixed, so ('a/b', 'c') and ('a', 'b/c') are different keys.
@@ -33,6 +39,13 @@ BEGIN
         NEW.id := nextval('outbox_id_seq');
     END IF;
     RETURN NEW;
+END
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION outbox_order_by_aggregate() SET search_path = %I, pg_temp',
+                   current_schema());
 END
 $$;
 

@@ -157,6 +157,10 @@ pub struct RunArgs {
     #[command(flatten)]
     pub db: DbArgs,
 
+    /// The development switch of the weak-secret check (`DATABASE_URL`'s password).
+    #[command(flatten)]
+    pub secrets: outbox_kit::secrets::SecretArgs,
+
     /// Kafka settings.
     #[command(flatten)]
     pub kafka: KafkaArgs,

@@ -106,6 +106,11 @@ fn exit_with(report: ops::Report) {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    args.secrets
+        .check(&[outbox_kit::secrets::Secret::database_url(
+            "DATABASE_URL (--database-url)",
+            &args.db.database_url,
+        )])?;
     outbox_relay::publisher::check_overrides(&args.kafka.kafka_config)
         .map_err(|e| anyhow::anyhow!(e))?;
     let kafka_config = args

@@ -41,6 +41,7 @@ fn compose_file_matches_the_compose_spec() {
             "--builtin-schema",
             "vendor.compose-spec",
             "deploy/compose/compose.yaml",
+            "deploy/compose/broker-port.yaml",
         ]),
     );
     assert!(out.contains("ok"), "{out}");

@@ -1,6 +1,9 @@
 //! The order service with the relay and the broker: an order created and paid over HTTP (with
 //! duplicate requests and callbacks) arrives on `outbox.event.order` as exactly one
-//! `OrderCreated` then one `OrderPaid`, with the contract headers, read by kafka-python.
+//! `OrderCreated` then one `OrderPaid`, with the contract headers, read by kafka-python. The
+//! service and the relay run as their least-privilege roles (`deploy/postgres/roles.sql`): the
+//! migrations applied by the migrator, the service as `order_service` without touching the
+//! schema, the relay as `outbox_relay`.
 
 use std::time::Duration;
 
@@ -13,16 +16,25 @@ const SECRET: &str = "e2e-callback-secret";
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn created_then_paid_order_arrives_on_the_broker_in_order_once() {
     let db = e2e::db::fresh_database().await;
+    let roles = e2e::roles::migrate_as_migrator("order-service", &db.url, "order_service");
     let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
     let addr = format!("127.0.0.1:{}", e2e::free_port());
     let _service = ServiceProcess::start(
         "order-service",
         "order-service",
-        &["--listen", &addr, "--database-url", &db.url],
-        &[("PAYMENT_CALLBACK_SECRET", SECRET)],
+        &["--listen", &addr, "--database-url", &roles.service],
+        &[
+            ("PAYMENT_CALLBACK_SECRET", SECRET),
+            ("DATABASE_MIGRATIONS", "skip"),
+        ],
     );
-    let _relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "order-relay"));
+    let _relay = RelayProcess::start(&RelayArgs::new(
+        &roles.relay,
+        &brokers,
+        &prefix,
+        "order-relay",
+    ));
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
     e2e::wait_for(

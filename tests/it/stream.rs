@@ -1,5 +1,7 @@
 //! The main guarantee: every committed event reaches the broker, none rolled back does, and
-//! each aggregate's events arrive in order; also across SIGKILLs of the relay.
+//! each aggregate's events arrive in order; also across SIGKILLs of the relay. The first test
+//! runs the relay as the least-privilege relay role and the writers as a service role
+//! (`deploy/postgres/roles.sql`).
 
 use std::time::Duration;
 
@@ -11,15 +13,21 @@ use crate::common::{drain_and_check, wait_published, AGGREGATE_TYPE};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn committed_events_reach_the_broker_in_order_and_rolled_back_ones_never() {
     let db = e2e::db::fresh_database().await;
+    let roles = e2e::roles::apply(&db.url, "stream_writer");
     let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
-    let relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "stream"));
+    let relay = RelayProcess::start(&RelayArgs::new(&roles.relay, &brokers, &prefix, "stream"));
 
     let spec = StreamSpec {
         events: 12_000,
         ..StreamSpec::default()
     };
-    let written = write_stream(&db.pool, AGGREGATE_TYPE, &spec).await;
+    let writer = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(20)
+        .connect(&roles.service)
+        .await
+        .unwrap();
+    let written = write_stream(&writer, AGGREGATE_TYPE, &spec).await;
     assert!(
         written.committed.len() >= 10_000,
         "only {} committed",

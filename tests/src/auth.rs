@@ -11,11 +11,14 @@ pub const JWT_ISSUER: &str = "e2e-identity";
 /// `aud` the services require (one audience for the whole shop).
 pub const JWT_AUDIENCE: &str = "outbox-shop";
 
-/// The JWT environment of every service process.
-pub const ENV: [(&str, &str); 3] = [
+/// The JWT environment of every service process, with the development switch that lets the
+/// tests' published secrets (these constants, the callback secrets) through the start-up check
+/// (`outbox_kit::secrets`); `tests/it/secrets.rs` starts the services without it.
+pub const ENV: [(&str, &str); 4] = [
     ("JWT_HS256_SECRET", JWT_SECRET),
     ("JWT_ISSUER", JWT_ISSUER),
     ("JWT_AUDIENCE", JWT_AUDIENCE),
+    ("ALLOW_WEAK_SECRETS", "true"),
 ];
 
 /// Mints tokens the test services accept.

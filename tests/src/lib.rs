@@ -16,6 +16,7 @@ pub mod otlp;
 pub mod pgbouncer;
 pub mod proc;
 pub mod proxy;
+pub mod roles;
 pub mod secured;
 pub mod servers;
 pub mod stream;

@@ -14,7 +14,9 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn pg_bin_dir() -> PathBuf {
+/// The directory of the PostgreSQL binaries (`PG_BIN_DIR`, else the newest under
+/// `/usr/lib/postgresql`).
+pub fn pg_bin_dir() -> PathBuf {
     if let Ok(d) = std::env::var("PG_BIN_DIR") {
         return d.into();
     }

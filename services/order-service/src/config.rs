@@ -31,15 +31,16 @@ pub struct Config {
     pub auth: AuthArgs,
 
     /// Shared secret of the payment provider: callbacks carry `X-Signature-Timestamp` and, as
-    /// `X-Signature`, the hex HMAC-SHA256 of `"<timestamp>.<body>"` under it. Prefer the
-    /// environment variable: flags show up in process listings.
+    /// `X-Signature`, the hex HMAC-SHA256 of `"<timestamp>.<body>"` under it. Required to
+    /// serve (not with `--migrations only`). Prefer the environment variable: flags show up in
+    /// process listings.
     #[arg(
         long,
         env = "PAYMENT_CALLBACK_SECRET",
         hide_env_values = true,
         value_parser = NonEmptyStringValueParser::new()
     )]
-    pub payment_callback_secret: String,
+    pub payment_callback_secret: Option<String>,
 
     /// How far a callback's `X-Signature-Timestamp` may be from this server's clock, in
     /// seconds; older (replayed) or future callbacks answer 401.
@@ -84,6 +85,25 @@ pub struct Config {
 }
 
 impl Config {
+    /// Refuses weak or published secrets (`DATABASE_URL`'s password, `JWT_HS256_SECRET`,
+    /// `PAYMENT_CALLBACK_SECRET`, `MARKETPLACE_SECRET`) unless `--allow-weak-secrets`.
+    ///
+    /// # Errors
+    /// [`outbox_kit::secrets::WeakSecrets`] naming each weak setting.
+    pub fn check_secrets(&self) -> Result<(), outbox_kit::secrets::WeakSecrets> {
+        use outbox_kit::secrets::Secret;
+        let mut secrets = self.auth.secrets().to_vec();
+        secrets.push(Secret::signing_key(
+            "PAYMENT_CALLBACK_SECRET (--payment-callback-secret)",
+            self.payment_callback_secret.as_deref(),
+        ));
+        secrets.push(Secret::signing_key(
+            "MARKETPLACE_SECRET (--marketplace-secret)",
+            self.marketplace_secret.as_deref(),
+        ));
+        self.service.check_secrets(&secrets)
+    }
+
     /// The retention rule of the idempotency keys.
     pub fn idempotency_retention(&self) -> outbox_kit::retention::RetentionRule {
         outbox_kit::retention::RetentionRule {
@@ -135,7 +155,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.service.database_url, "postgres://x/db");
-        assert_eq!(c.payment_callback_secret, "s3cret");
+        assert_eq!(c.payment_callback_secret.as_deref(), Some("s3cret"));
         assert_eq!(c.callback_replay_window_secs, 300);
         assert_eq!(c.service.database_max_connections, 20);
         assert_eq!(c.service.shutdown_timeout(), Duration::from_secs(10));

@@ -13,6 +13,13 @@ pub enum Error {
     /// The `Idempotency-Key` header is missing or not 1–128 printable characters (400).
     #[error("invalid Idempotency-Key header: {0}")]
     InvalidIdempotencyKey(String),
+    /// A client-chosen identifier starts with the marketplace channel's prefix
+    /// (`marketplace:`), which only the channel may use (400).
+    #[error("{field} must not start with `marketplace:`: that prefix is reserved for the marketplace channel")]
+    ReservedNamespace {
+        /// The request field.
+        field: &'static str,
+    },
     /// The idempotency key was used before with a different request (422).
     #[error("this Idempotency-Key was already used with a different request")]
     IdempotencyKeyReused,

@@ -30,5 +30,5 @@ pub use error::Error;
 pub use fulfilment::FulfilmentHandler;
 pub use http::{router, AppState};
 pub use metrics::Metrics;
-pub use server::{migrate, serve};
+pub use server::{migrate, serve, serve_with_limits};
 pub use signature::CallbackSecret;

@@ -28,12 +28,28 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("dlq command failed");
     }
+    if config.service.migrations == outbox_kit::service::Migrations::Only {
+        config.service.check_secrets(&[])?;
+        let pool = outbox_kit::service::connect_lazy(&config.service.database_url, 1)
+            .context("invalid DATABASE_URL")?;
+        order_service::migrate(&pool)
+            .await
+            .context("applying the outbox, inbox and order migrations")?;
+        tracing::info!("Migrations applied (DATABASE_MIGRATIONS=only)");
+        return Ok(());
+    }
+    config.check_secrets()?;
     let auth = config
         .auth
         .authenticator()
         .context("bearer-token configuration")?;
-    let secret = CallbackSecret::new(&config.payment_callback_secret)
-        .context("invalid PAYMENT_CALLBACK_SECRET")?;
+    let secret = CallbackSecret::new(
+        config
+            .payment_callback_secret
+            .as_deref()
+            .context("PAYMENT_CALLBACK_SECRET (--payment-callback-secret) must be set to serve")?,
+    )
+    .context("invalid PAYMENT_CALLBACK_SECRET")?;
     let marketplace_secret = config
         .marketplace_secret
         .as_deref()
@@ -45,9 +61,11 @@ async fn main() -> anyhow::Result<()> {
         config.service.database_max_connections,
     )
     .context("invalid DATABASE_URL")?;
-    order_service::migrate(&pool)
-        .await
-        .context("applying the outbox, inbox and order migrations")?;
+    if config.service.migrations == outbox_kit::service::Migrations::Apply {
+        order_service::migrate(&pool)
+            .await
+            .context("applying the outbox, inbox and order migrations")?;
+    }
     let listener = tokio::net::TcpListener::bind(&config.service.listen)
         .await
         .with_context(|| format!("binding {}", config.service.listen))?;
@@ -104,11 +122,16 @@ async fn main() -> anyhow::Result<()> {
         marketplace,
         auth,
     };
-    let served = order_service::serve(
+    let limits = config
+        .service
+        .http
+        .limits(order_service::http::UNAUTHENTICATED_ROUTES);
+    let served = order_service::serve_with_limits(
         listener,
         state,
         shutdown.clone(),
         config.service.shutdown_timeout(),
+        &limits,
     )
     .await
     .context("serving HTTP");

@@ -7,7 +7,9 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{router, AppState};
+use outbox_kit::service::HttpLimits;
+
+use crate::http::{router, AppState, UNAUTHENTICATED_ROUTES};
 
 /// The order service's own migrations (`migrations/order`). Their versions differ from the
 /// outbox's, and both sets share sqlx's bookkeeping table, so each migrator ignores the
@@ -28,8 +30,8 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     migrator().run(pool).await
 }
 
-/// Serves the API on `listener` until `shutdown` is cancelled, then lets requests in flight
-/// finish for at most `drain_timeout`.
+/// Serves the API on `listener` with the default limits until `shutdown` is cancelled, then
+/// lets requests in flight finish for at most `drain_timeout`.
 ///
 /// # Errors
 /// When accepting connections fails.
@@ -39,5 +41,25 @@ pub async fn serve(
     shutdown: CancellationToken,
     drain_timeout: Duration,
 ) -> std::io::Result<()> {
-    outbox_kit::service::serve(listener, router(state), shutdown, drain_timeout).await
+    let limits = HttpLimits {
+        unauthenticated_routes: UNAUTHENTICATED_ROUTES,
+        ..HttpLimits::default()
+    };
+    serve_with_limits(listener, state, shutdown, drain_timeout, &limits).await
+}
+
+/// [`serve`] within `limits` (their `unauthenticated_routes` should be
+/// [`UNAUTHENTICATED_ROUTES`]).
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve_with_limits(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+    drain_timeout: Duration,
+    limits: &HttpLimits,
+) -> std::io::Result<()> {
+    outbox_kit::service::serve_with_limits(listener, router(state), shutdown, drain_timeout, limits)
+        .await
 }

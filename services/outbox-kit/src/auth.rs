@@ -105,6 +105,14 @@ pub enum AuthConfigError {
 pub const MIN_SECRET_LEN: usize = 32;
 
 impl AuthArgs {
+    /// The secret among these settings, for the weak-secret check ([`crate::secrets`]).
+    pub fn secrets(&self) -> [crate::secrets::Secret<'_>; 1] {
+        [crate::secrets::Secret::signing_key(
+            "JWT_HS256_SECRET (--jwt-hs256-secret)",
+            self.jwt_hs256_secret.as_deref().filter(|s| !s.is_empty()),
+        )]
+    }
+
     /// The verifier these flags describe.
     ///
     /// # Errors

@@ -20,6 +20,8 @@
 //!   consuming service.
 //! - `auth` (feature `auth`): bearer-token (JWT) verification, the `Customer` / `Operator`
 //!   extractors and their 401/403 answers, token minting for tests and tools.
+//! - `secrets` (feature `secrets`, part of `service`): the start-up refusal of weak or
+//!   published secrets and its development switch `--allow-weak-secrets`.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
 //! - [`trace`]: W3C trace context carried from requests through the outbox and Kafka into the
 //!   consumers and the events they emit; with feature `otlp` (part of `service`) optional span
@@ -42,6 +44,8 @@ pub mod pg;
 pub mod retention;
 pub mod schema;
 pub mod secret_file;
+#[cfg(feature = "secrets")]
+pub mod secrets;
 #[cfg(feature = "service")]
 pub mod service;
 #[cfg(feature = "signature")]

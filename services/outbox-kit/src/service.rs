@@ -10,28 +10,28 @@ mod consumer_app;
 pub mod extract;
 mod openapi;
 pub mod operations;
+pub mod server;
 
 pub use api_error::ApiError;
-pub use args::ServiceArgs;
+pub use args::{Migrations, ServiceArgs};
 #[cfg(all(feature = "consumer", feature = "auth"))]
 pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 pub use openapi::{
     error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health, BEARER_SCHEME,
 };
 pub use operations::Operations;
+pub use server::{serve, serve_with_limits, HttpLimitArgs, HttpLimits};
 
-use std::future::IntoFuture;
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
+use axum::Json;
 use prometheus::{Encoder, IntCounterVec, Registry, TextEncoder};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Logs to stderr through `tracing`: `RUST_LOG` filters (default `info`, quieter for sqlx and
@@ -94,40 +94,6 @@ pub fn shutdown_on_signal() -> CancellationToken {
     token
 }
 
-/// Serves `router` on `listener` until `shutdown` is cancelled, then lets requests in flight
-/// finish for at most `drain_timeout`.
-///
-/// # Errors
-/// When accepting connections fails.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: CancellationToken,
-    drain_timeout: Duration,
-) -> std::io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(addr = %addr, "Serving HTTP");
-    }
-    let graceful = shutdown.clone();
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(async move { graceful.cancelled().await })
-        .into_future();
-    let deadline = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(drain_timeout).await;
-    };
-    tokio::select! {
-        result = server => result,
-        () = deadline => {
-            tracing::warn!(
-                drain_timeout_ms = u64::try_from(drain_timeout.as_millis()).unwrap_or(u64::MAX),
-                "Requests still in flight at the drain deadline; stopping anyway"
-            );
-            Ok(())
-        }
-    }
-}
-
 /// A lazily connecting pool: the process starts while the database is still coming up;
 /// requests and events wait or fail (and are retried) until it is reachable.
 ///
@@ -174,7 +140,8 @@ pub async fn track_requests<M: ObserveHttp>(
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = req.method().clone();
+    // Never the raw method: every made-up one would be a new time series, kept forever.
+    let method = method_label(req.method());
     // Probes and scrapes arrive every few seconds; keep them out of the info log and traces.
     let probe = matches!(route.as_str(), "/healthz" | "/metrics");
     let started = std::time::Instant::now();
@@ -186,7 +153,7 @@ pub async fn track_requests<M: ObserveHttp>(
             remote_trace(req.headers()),
             || {
                 let attributes = vec![
-                    crate::trace::Attribute::Str("http.request.method", method.to_string()),
+                    crate::trace::Attribute::Str("http.request.method", method.to_owned()),
                     crate::trace::Attribute::Str("http.route", route.clone()),
                 ];
                 (format!("{method} {route}"), attributes)
@@ -197,7 +164,7 @@ pub async fn track_requests<M: ObserveHttp>(
     };
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
-    metrics.observe_http(method.as_str(), &route, status, elapsed);
+    metrics.observe_http(method, &route, status, elapsed);
     let duration_ms = elapsed.as_secs_f64() * 1000.0;
     match hop {
         None => {
@@ -215,6 +182,24 @@ pub async fn track_requests<M: ObserveHttp>(
         }
     }
     response
+}
+
+/// The `method` label of a request: one of the methods of RFC 9110 and `PATCH`, else `other`,
+/// so that clients cannot add label values (each a time series kept for the process's life).
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "other",
+    }
 }
 
 /// The trace context of a request's `traceparent` / `tracestate` headers: `None` (start a new
@@ -319,6 +304,23 @@ impl ConsumerServiceMetrics {
             registry,
             http_requests,
             consumer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::method_label;
+
+    #[test]
+    fn the_method_label_takes_a_fixed_set_of_values() {
+        assert_eq!(method_label(&Method::GET), "GET");
+        assert_eq!(method_label(&Method::PATCH), "PATCH");
+        for made_up in ["M000001", "get", "PROPFIND", "X"] {
+            let m = Method::from_bytes(made_up.as_bytes()).unwrap();
+            assert_eq!(method_label(&m), "other", "{made_up}");
         }
     }
 }

@@ -43,10 +43,19 @@ struct Args {
     /// `aud` of the token.
     #[arg(long, env = "JWT_AUDIENCE")]
     jwt_audience: String,
+
+    /// The development switch of the weak-secret check (`JWT_HS256_SECRET`).
+    #[command(flatten)]
+    secrets: outbox_kit::secrets::SecretArgs,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    args.secrets
+        .check(&[outbox_kit::secrets::Secret::signing_key(
+            "JWT_HS256_SECRET (--jwt-hs256-secret)",
+            args.jwt_hs256_secret.as_deref(),
+        )])?;
     let (iss, aud) = (args.jwt_issuer.as_str(), args.jwt_audience.as_str());
     let minter = match (&args.jwt_hs256_secret, &args.jwt_private_key_file) {
         (Some(secret), None) => {

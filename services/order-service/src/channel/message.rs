@@ -255,6 +255,19 @@ fn platform_id_schema() -> utoipa::openapi::schema::Object {
     PLATFORM_ID.schema()
 }
 
+/// The user id of a platform buyer: `marketplace:<buyer_id>`, in the channel's own namespace
+/// ([`super::NAMESPACE`]), so it never equals a local customer's.
+fn buyer_user_id(buyer_id: String) -> Result<crate::domain::UserId, ValidationError> {
+    let max = crate::domain::UserId::RULE.max_chars - super::NAMESPACE.len();
+    if buyer_id.chars().count() > max {
+        return Err(ValidationError::new(
+            "buyer_id",
+            format!("must be at most {max} characters"),
+        ));
+    }
+    crate::domain::UserId::parse("buyer_id", format!("{}{buyer_id}", super::NAMESPACE))
+}
+
 impl TryFrom<PushBody> for ChannelMessage {
     type Error = MessageError;
 
@@ -268,7 +281,7 @@ impl TryFrom<PushBody> for ChannelMessage {
                     .ok_or_else(|| ValidationError::new("trade", "is required for TradeSync"))?;
                 let status = TradeStatus::parse(&t.status)
                     .ok_or_else(|| ValidationError::new("trade.status", "unknown trade status"))?;
-                let order = crate::domain::UserId::parse("buyer_id", t.buyer_id)
+                let order = buyer_user_id(t.buyer_id)
                     .and_then(|user_id| {
                         NewOrder::parse(
                             user_id,

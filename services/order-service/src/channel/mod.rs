@@ -32,3 +32,14 @@ pub use message::{ChannelMessage, PushBody, RefundChange, TradeChange};
 
 /// The channel's name in the channel tables.
 pub const MARKETPLACE: &str = "marketplace";
+
+/// The channel's namespace: its buyers' user ids (`marketplace:<buyer_id>`), its payments'
+/// transaction ids and its refunds' numbers start with it. Customer tokens whose `sub`
+/// starts with it are refused, and so are customer refund numbers, so no local customer owns
+/// a buyer's orders or takes a platform refund's number.
+pub const NAMESPACE: &str = "marketplace:";
+
+/// Whether `id` (a user id, refund number, ...) is in the channel's namespace.
+pub fn in_namespace(id: &str) -> bool {
+    id.starts_with(NAMESPACE)
+}

@@ -15,6 +15,7 @@ impl Error {
         match self {
             Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
             Self::InvalidIdempotencyKey(_) => (StatusCode::BAD_REQUEST, "invalid_idempotency_key"),
+            Self::ReservedNamespace { .. } => (StatusCode::BAD_REQUEST, "reserved_namespace"),
             Self::IdempotencyKeyReused => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
             }
@@ -108,6 +109,7 @@ impl Error {
         let mut error = ApiError::new(status, code, message);
         match &self {
             Self::Validation(v) => error = error.with("field", v.field.clone()),
+            Self::ReservedNamespace { field } => error = error.with("field", *field),
             Self::IllegalTransition { current, .. } => {
                 error = error.with("current_status", current.as_str());
             }

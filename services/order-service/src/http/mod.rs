@@ -30,6 +30,15 @@ pub const SIGNATURE: &str = "x-signature";
 /// Header with a callback's signing time (Unix seconds), covered by its signature.
 pub use outbox_kit::signature::TIMESTAMP_HEADER as SIGNATURE_TIMESTAMP;
 
+/// The routes without a bearer token (signed by the payment provider or the marketplace):
+/// they get the server's small body limit and their own concurrency bound
+/// ([`outbox_kit::service::HttpLimits`]).
+pub const UNAUTHENTICATED_ROUTES: &[&str] = &[
+    "/payments/callback",
+    "/refunds/callback",
+    "/channels/marketplace/push",
+];
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {

@@ -33,8 +33,15 @@ fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
         .map_err(|e| Error::InvalidIdempotencyKey(e.message))
 }
 
-/// The caller's user id, validated like any user id.
+/// The caller's user id, validated like any user id. A `sub` in the marketplace's namespace
+/// (`marketplace:...`, the user ids of platform buyers) is refused: no token makes its bearer
+/// a platform buyer.
 fn user_of(caller: &Customer) -> Result<UserId, Error> {
+    if crate::channel::in_namespace(&caller.user_id) {
+        return Err(Error::Auth(AuthError::InvalidToken(
+            "the token's `sub` is in the marketplace's reserved namespace",
+        )));
+    }
     UserId::parse("sub", caller.user_id.clone()).map_err(|_| {
         Error::Auth(AuthError::InvalidToken(
             "the token's `sub` is not a valid user id",
@@ -51,7 +58,8 @@ async fn visible_order(
 ) -> Result<OrderId, Error> {
     let order_id = parse_order_id(order_id)?;
     if !caller.is_operator {
-        orders::check_owner(&state.pool, order_id, &caller.user_id).await?;
+        let user = user_of(caller)?;
+        orders::check_owner(&state.pool, order_id, user.as_str()).await?;
     }
     Ok(order_id)
 }
@@ -231,7 +239,7 @@ pub(super) async fn complete_order(
     responses(
         (status = 201, description = "Requested, or replayed", body = RefundView,
             headers(("Idempotent-Replayed" = String, description = "`true` on a replayed answer"))),
-        (status = 400, description = "`malformed_json`, `unreadable_body` or `invalid_path`", body = ErrorBody),
+        (status = 400, description = "`malformed_json`, `unreadable_body`, `invalid_path` or `reserved_namespace` (a `refund_no` starting with `marketplace:`, the channel's)", body = ErrorBody),
         (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
         (status = 409, description = "`illegal_transition` or `conflict`", body = ErrorBody),
         (status = 413, description = "`body_too_large`", body = ErrorBody),
@@ -246,6 +254,9 @@ pub(super) async fn request_refund(
 ) -> Result<Response, ApiError> {
     let order_id = visible_order(&state, &caller, &order_id).await?;
     let body: RefundBody = body.json()?;
+    if crate::channel::in_namespace(&body.refund_no) {
+        return Err(Error::ReservedNamespace { field: "refund_no" }.into());
+    }
     let request = RefundRequest::try_from(body)?;
     let created = refunds::request(&state.pool, order_id, &request).await?;
     let response = (StatusCode::CREATED, Json(created.refund)).into_response();

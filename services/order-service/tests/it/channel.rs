@@ -173,7 +173,7 @@ async fn duplicates_are_absorbed_by_msg_id_then_by_the_change_itself() {
 
     let detail = app.get_order(&id).await;
     assert_eq!(detail["status"], "PAID");
-    assert_eq!(detail["user_id"], "buyer-1");
+    assert_eq!(detail["user_id"], "marketplace:buyer-1");
     assert_eq!(detail["payments"][0]["transaction_id"], "marketplace:T1");
     assert_eq!(app.event_types(&id).await, ["OrderCreated", "OrderPaid"]);
     assert_eq!(dedupe_counts(&app).await, (3, 2, 0));
@@ -308,4 +308,72 @@ async fn a_change_recovered_by_compensation_has_no_second_effect_when_its_push_a
             .await
             .unwrap();
     assert_eq!(source, "query");
+}
+
+#[tokio::test]
+async fn a_customer_whose_sub_equals_a_buyer_id_gets_404_on_the_buyers_order() {
+    let app = TestApp::spawn().await;
+    app.sku("MUG", 1_000).await;
+    assert_eq!(
+        pushed(&app, &trade("ns-1", "T-NS", "WAIT_SELLER_SEND_GOODS", 1)).await,
+        "applied"
+    );
+    let id = our_order(&app, "T-NS").await;
+    assert_eq!(app.owner_of(&id).await, "marketplace:buyer-1");
+    let before = app.snapshot().await;
+    for sub in ["buyer-1", "marketplace:buyer-1"] {
+        let token = app.customer_token(sub);
+        let get = app
+            .client
+            .get(app.url(&format!("/orders/{id}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        let refund = app
+            .client
+            .post(app.url(&format!("/orders/{id}/refunds")))
+            .bearer_auth(&token)
+            .json(&json!({"refund_no": "rf-ns", "amount_cents": 100, "reason": "mine"}))
+            .send()
+            .await
+            .unwrap();
+        let cancel = app
+            .client
+            .post(app.url(&format!("/orders/{id}/cancel")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        if sub == "buyer-1" {
+            // The buyer's id as a local customer owns nothing of the buyer's.
+            expect_error(get, StatusCode::NOT_FOUND, "order_not_found").await;
+            expect_error(refund, StatusCode::NOT_FOUND, "order_not_found").await;
+            expect_error(cancel, StatusCode::NOT_FOUND, "order_not_found").await;
+        } else {
+            // No token puts its bearer into the channel's namespace.
+            expect_error(get, StatusCode::UNAUTHORIZED, "invalid_token").await;
+            expect_error(refund, StatusCode::UNAUTHORIZED, "invalid_token").await;
+            expect_error(cancel, StatusCode::UNAUTHORIZED, "invalid_token").await;
+        }
+    }
+    assert_eq!(app.snapshot().await, before, "nothing written");
+    // The operator still sees it, owned by the namespaced buyer.
+    let detail = app.get_order(&id).await;
+    assert_eq!(detail["user_id"], "marketplace:buyer-1");
+}
+
+#[tokio::test]
+async fn a_customer_refund_number_with_the_channel_prefix_is_400_and_writes_nothing() {
+    let app = TestApp::spawn().await;
+    app.sku("MUG", 1_000).await;
+    let (id, amount) = app.paid_order("u-prefix", "MUG", 2).await;
+    let before = app.snapshot().await;
+    let r = app.refund(&id, "marketplace:R1", amount).await;
+    let err = expect_error(r, StatusCode::BAD_REQUEST, "reserved_namespace").await;
+    assert_eq!(err["field"], "refund_no", "{err}");
+    assert_eq!(app.snapshot().await, before, "nothing written");
+    // Any other number is the customer's to choose.
+    let r = app.refund(&id, "R1", amount).await;
+    assert_eq!(r.status(), StatusCode::CREATED);
 }

@@ -1,8 +1,22 @@
 //! The flags every service with an HTTP API and its own database takes. Flatten
 //! [`ServiceArgs`] into the service's `clap::Parser` and give `listen` its default there:
 //! `#[command(mut_arg("listen", |a| a.default_value("127.0.0.1:8081").required(false)))]`.
+//! It also carries the HTTP server's limits ([`super::HttpLimitArgs`]) and the weak-secret
+//! check's development switch ([`crate::secrets::SecretArgs`]).
 
 use std::time::Duration;
+
+/// When a service applies its migrations ([`ServiceArgs::migrations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Migrations {
+    /// Apply them at start-up, then serve.
+    #[default]
+    Apply,
+    /// Serve without applying them (they were applied by the migrator role).
+    Skip,
+    /// Apply them and exit.
+    Only,
+}
 
 /// Listen address, database and HTTP drain deadline.
 #[derive(Debug, Clone, clap::Args)]
@@ -23,9 +37,42 @@ pub struct ServiceArgs {
     /// How long SIGTERM waits for HTTP requests in flight, in milliseconds.
     #[arg(long, env = "SHUTDOWN_TIMEOUT_MS", default_value_t = 10_000)]
     pub shutdown_timeout_ms: u64,
+
+    /// When the service applies its migrations (the outbox's, the inbox's and its own):
+    /// `apply` at start-up, then serve (the database role must own the schema); `skip`: serve
+    /// without touching the schema (a least-privilege role, README "Least-privilege database
+    /// roles"); `only`: apply them and exit (run as the migrator role, e.g. an init container).
+    #[arg(long, env = "DATABASE_MIGRATIONS", value_enum, default_value_t = Migrations::Apply)]
+    pub migrations: Migrations,
+
+    /// Timeouts, body limits and concurrency bounds of the HTTP server.
+    #[command(flatten)]
+    pub http: super::HttpLimitArgs,
+
+    /// The development switch of the weak-secret check.
+    #[command(flatten)]
+    pub secrets: crate::secrets::SecretArgs,
 }
 
 impl ServiceArgs {
+    /// Refuses to start with a weak or published secret: the password in `DATABASE_URL` and
+    /// `others` (the service's signing keys), unless `--allow-weak-secrets`
+    /// ([`crate::secrets`]).
+    ///
+    /// # Errors
+    /// [`crate::secrets::WeakSecrets`] naming each weak setting.
+    pub fn check_secrets(
+        &self,
+        others: &[crate::secrets::Secret<'_>],
+    ) -> Result<(), crate::secrets::WeakSecrets> {
+        let mut all = vec![crate::secrets::Secret::database_url(
+            "DATABASE_URL (--database-url)",
+            &self.database_url,
+        )];
+        all.extend(others.iter().cloned());
+        self.secrets.check(&all)
+    }
+
     /// The HTTP drain deadline on SIGTERM.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.shutdown_timeout_ms)

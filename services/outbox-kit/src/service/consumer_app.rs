@@ -58,6 +58,9 @@ pub enum ServiceError {
     /// The Kafka security settings are incomplete or contradict each other.
     #[error("Kafka security settings")]
     KafkaSecurity(#[from] crate::kafka::KafkaSecurityError),
+    /// A secret is weak or published (a placeholder) and `--allow-weak-secrets` is not set.
+    #[error(transparent)]
+    WeakSecrets(#[from] crate::secrets::WeakSecrets),
     /// The bearer-token settings cannot verify tokens (no key, no issuer, ...).
     #[error("bearer-token configuration")]
     Auth(#[from] crate::auth::AuthConfigError),
@@ -182,16 +185,33 @@ impl<H: Handler> ConsumerService<H> {
             )
             .await?);
         }
-        let auth = args.auth.authenticator()?;
         let settings = &args.service;
+        let only = settings.migrations == super::Migrations::Only;
+        let auth_secrets = args.auth.secrets();
+        settings.check_secrets(if only { &[] } else { &auth_secrets })?;
+        let auth = if only {
+            None
+        } else {
+            Some(args.auth.authenticator()?)
+        };
         let pool = super::connect_lazy(&settings.database_url, settings.database_max_connections)
             .map_err(ServiceError::DatabaseUrl)?;
-        self.migrate(&pool)
-            .await
-            .map_err(|source| ServiceError::Migrate {
-                service: self.name,
-                source,
-            })?;
+        if settings.migrations != super::Migrations::Skip {
+            self.migrate(&pool)
+                .await
+                .map_err(|source| ServiceError::Migrate {
+                    service: self.name,
+                    source,
+                })?;
+        }
+        let Some(auth) = auth else {
+            tracing::info!(
+                service = self.name,
+                "Migrations applied (DATABASE_MIGRATIONS=only)"
+            );
+            pool.close().await;
+            return Ok(());
+        };
         let listener = tokio::net::TcpListener::bind(&settings.listen)
             .await
             .map_err(|source| ServiceError::Bind {
@@ -205,12 +225,12 @@ impl<H: Handler> ConsumerService<H> {
             None => Router::new(),
         }
         .layer(axum::Extension(auth));
-        let http = tokio::spawn(super::serve(
-            listener,
-            router,
-            shutdown.clone(),
-            settings.shutdown_timeout(),
-        ));
+        let limits = settings.http.limits(&[]);
+        let drain = settings.shutdown_timeout();
+        let stop_http = shutdown.clone();
+        let http = tokio::spawn(async move {
+            super::serve_with_limits(listener, router, stop_http, drain, &limits).await
+        });
         let consumed = crate::consumer::run(
             runtime,
             pool.clone(),

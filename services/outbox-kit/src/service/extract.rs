@@ -124,12 +124,61 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 impl<S: Send + Sync> FromRequest<S> for Body {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        Bytes::from_request(req, state)
-            .await
-            .map(Self)
-            .map_err(ApiError::from)
+    /// Reads the body within the request's [`BodyLimits`](super::server::BodyLimits) (set by
+    /// the server; defaults without): a declared `Content-Length` over the limit is refused
+    /// before reading, any other body as soon as it passes the limit, and a body that takes
+    /// longer than the read timeout is 408 `body_timeout`.
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let limits = req
+            .extensions()
+            .get::<super::server::BodyLimits>()
+            .copied()
+            .unwrap_or_default();
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+            return Err(too_large(limits.max_bytes));
+        }
+        let read = axum::body::to_bytes(req.into_body(), limits.max_bytes);
+        match tokio::time::timeout(limits.read_timeout, read).await {
+            Err(_) => Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!(
+                    "the request body was not received within {} ms",
+                    limits.read_timeout.as_millis()
+                ),
+            )),
+            Ok(Ok(bytes)) => Ok(Self(bytes)),
+            Ok(Err(e)) => {
+                let over = std::error::Error::source(&e)
+                    .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+                    || e.to_string().contains("length limit exceeded");
+                if over {
+                    Err(too_large(limits.max_bytes))
+                } else {
+                    Err(ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "unreadable_body",
+                        format!("failed to read the request body: {e}"),
+                    ))
+                }
+            }
+        }
     }
+}
+
+/// 413 `body_too_large` naming the limit.
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the request body is larger than {limit} bytes"),
+    )
+    .with("limit_bytes", limit)
 }
 
 /// 404 `not_found` for a path no route matches.

@@ -1,0 +1,84 @@
+//! Least-privilege roles on a test database: `deploy/postgres/roles.sql` run by `psql` exactly
+//! as the README says, and the URLs of the migrator, relay and service roles on it. The
+//! server's `trust` authentication lets each role log in without a password; what a role may
+//! do is the grants, which is what the tests exercise.
+
+use std::process::{Command, Stdio};
+
+/// The migrator role (owns the schema).
+pub const MIGRATOR: &str = "outbox_migrator";
+/// The relay role.
+pub const RELAY: &str = "outbox_relay";
+
+/// URLs of one database as each role.
+#[derive(Debug, Clone)]
+pub struct RoleUrls {
+    /// As the migrator.
+    pub migrator: String,
+    /// As the relay.
+    pub relay: String,
+    /// As the service.
+    pub service: String,
+}
+
+/// `url` with user `user` (and no password).
+pub fn as_user(url: &str, user: &str) -> String {
+    let mut u = url::Url::parse(url).expect("a PostgreSQL URL");
+    u.set_username(user).unwrap();
+    u.set_password(None).unwrap();
+    u.to_string()
+}
+
+/// Runs `deploy/postgres/roles.sql` on the database of `admin_url` (a superuser's URL) for
+/// service role `service_role`; the URLs of the three roles.
+///
+/// # Panics
+/// When psql fails (the script stops at its first error).
+pub fn apply(admin_url: &str, service_role: &str) -> RoleUrls {
+    let script = crate::workspace_root().join("deploy/postgres/roles.sql");
+    let out = Command::new(crate::servers::pg_bin_dir().join("psql"))
+        .arg(admin_url)
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-v"])
+        .arg(format!("service_role={service_role}"))
+        .arg("-f")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql -f deploy/postgres/roles.sql failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    RoleUrls {
+        migrator: as_user(admin_url, MIGRATOR),
+        relay: as_user(admin_url, RELAY),
+        service: as_user(admin_url, service_role),
+    }
+}
+
+/// Applies `bin`'s migrations (outbox, inbox, its own) as the migrator of `urls`, the way the
+/// Kubernetes init container does (`DATABASE_MIGRATIONS=only`), then runs the roles script
+/// again so the service's new tables are granted.
+///
+/// # Panics
+/// When the migration run fails.
+pub fn migrate_as_migrator(bin: &str, admin_url: &str, service_role: &str) -> RoleUrls {
+    let urls = apply(admin_url, service_role);
+    let out = Command::new(crate::proc::workspace_binary(bin))
+        .env("DATABASE_URL", &urls.migrator)
+        .env("DATABASE_MIGRATIONS", "only")
+        .env("KAFKA_BROKERS", "127.0.0.1:1")
+        .env("ALLOW_WEAK_SECRETS", "true")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the migrations");
+    assert!(
+        out.status.success(),
+        "{bin} DATABASE_MIGRATIONS=only as {MIGRATOR} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    apply(admin_url, service_role)
+}
