@@ -22,7 +22,8 @@
 //!   `<topic>.dlq` at once with the error in its `dlq.error` header, and consumption continues;
 //! - partitions are applied concurrently, each by its own worker in offset order, so the
 //!   events of one key (one aggregate) are applied in order; a partition whose worker retries
-//!   is paused, so it holds back only itself;
+//!   is paused, so it holds back only itself; a worker that dies of a panic outside the
+//!   handler is restarted from the first message it did not finish (`supervisor`);
 //! - `dlq list` / `dlq redrive` ([`dlq_cli`], [`redrive`]) show a consumer's dead letters and
 //!   send them back to their source topic; the inbox makes a redrive of an event that was
 //!   applied meanwhile a duplicate.
@@ -30,7 +31,7 @@
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
 //! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `registry` (the
-//! workers of a runtime), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
+//! workers of a runtime), `supervisor` (starting workers, restarting dead ones), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
 
 pub mod apply;
 pub mod config;
@@ -44,6 +45,7 @@ pub mod metrics;
 pub mod redrive;
 mod registry;
 mod runtime;
+mod supervisor;
 pub mod topics;
 mod worker;
 
