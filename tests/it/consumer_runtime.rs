@@ -164,7 +164,8 @@ impl Rig {
         }
     }
 
-    /// Starts a runtime and waits until it has every partition.
+    /// Starts a runtime and waits until it has every partition (of the topic and of its redrive
+    /// topic).
     async fn start(&self, queue_capacity: usize) -> Running {
         let registry = prometheus::Registry::new();
         let metrics = ConsumerMetrics::register(&registry, "probe").unwrap();
@@ -179,7 +180,9 @@ impl Rig {
         e2e::wait_for(
             "the runtime to be assigned every partition",
             Duration::from_secs(60),
-            || async { (metrics.assigned_partitions.get() == i64::from(PARTITIONS)).then_some(()) },
+            || async {
+                (metrics.assigned_partitions.get() == 2 * i64::from(PARTITIONS)).then_some(())
+            },
         )
         .await;
         Running {

@@ -25,8 +25,9 @@
 //!   is paused, so it holds back only itself; a worker that dies of a panic outside the
 //!   handler is restarted from the first message it did not finish (`supervisor`);
 //! - `dlq list` / `dlq redrive` ([`dlq_cli`], [`redrive`]) show a consumer's dead letters and
-//!   send them back to their source topic; the inbox makes a redrive of an event that was
-//!   applied meanwhile a duplicate.
+//!   send them back to that consumer alone, through its redrive topic
+//!   (`<topic>.<consumer>.redrive`, which it subscribes to besides `<topic>`); the inbox makes
+//!   a redrive of an event that was applied meanwhile a duplicate.
 //!
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
@@ -50,7 +51,7 @@ pub mod topics;
 mod worker;
 
 pub use apply::{apply, Applied, RetryPolicy};
-pub use config::{dead_letter_topic, ConsumerArgs, RuntimeConfig, TopicSpec};
+pub use config::{dead_letter_topic, redrive_topic, ConsumerArgs, RuntimeConfig, TopicSpec};
 pub use event::{Envelope, Event, RawMessage, Rejection, EVENT_VERSION_HEADER};
 pub use handler::{Disposition, Effect, Handler, HandlerError};
 pub use metrics::ConsumerMetrics;

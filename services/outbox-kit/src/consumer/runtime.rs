@@ -227,7 +227,8 @@ pub async fn run<H: Handler>(
     };
     let consumer: Arc<StreamConsumer<RuntimeContext>> =
         Arc::new(consumer_client_config(&config).create_with_context(context)?);
-    let topic_names: Vec<&str> = config.topics.iter().map(String::as_str).collect();
+    let subscribed = config.subscribed_topics();
+    let topic_names: Vec<&str> = subscribed.iter().map(String::as_str).collect();
     consumer.subscribe(&topic_names)?;
     let deps = Arc::new(Deps {
         pool,
@@ -248,7 +249,7 @@ pub async fn run<H: Handler>(
     tracing::info!(
         consumer = %config.consumer_name,
         kafka.group = %config.group_id,
-        kafka.topics = ?config.topics,
+        kafka.topics = ?subscribed,
         "Consuming"
     );
 
