@@ -3,8 +3,10 @@
 //! attempt are dead-lettered after bounded attempts while everything else flows; a partition
 //! stuck on retries is paused and holds back only itself (and its lag, `consumer_lag_messages`,
 //! shows it); SIGTERM commits the offset of the
-//! message it just finished.
+//! message it just finished; a worker that panics outside the handler is restarted and its
+//! partition applied without a gap.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,8 +28,29 @@ use uuid::Uuid;
 const PARTITIONS: i32 = 3;
 const MAX_ATTEMPTS: u32 = 3;
 
+/// Armed until a [`TrapError`] is formatted once.
+static TRAP_ARMED: AtomicBool = AtomicBool::new(true);
+
+/// An error whose message panics the first time it is formatted. The runtime formats a
+/// handler's error in the worker task itself (the retry's log line, the dead letter's
+/// `dlq.error`), outside the `catch_unwind` that contains the handler: so this panics the
+/// worker, as a bug in the runtime's own code would.
+#[derive(Debug)]
+struct TrapError;
+
+impl std::fmt::Display for TrapError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if TRAP_ARMED.swap(false, Ordering::SeqCst) {
+            panic!("formatting the trap error panicked");
+        }
+        f.write_str("trap error")
+    }
+}
+
+impl std::error::Error for TrapError {}
+
 /// Applies `Probe` events: records `(key, n)` in `applied`; the payload's `mode` says how to
-/// fail instead.
+/// fail instead (`trap`: fail with a [`TrapError`] until one was formatted, then apply).
 struct Probe;
 
 impl Handler for Probe {
@@ -60,6 +83,11 @@ impl Handler for Probe {
                         "waiting for the unstuck flag".into(),
                     ));
                 }
+            }
+            "trap" if TRAP_ARMED.load(Ordering::SeqCst) => {
+                return Err(HandlerError::Database(sqlx::Error::Decode(Box::new(
+                    TrapError,
+                ))));
             }
             "slow" => {
                 sqlx::query("SELECT pg_sleep(1.5)")
@@ -136,9 +164,11 @@ impl Rig {
         }
     }
 
-    /// Starts a runtime and waits until it has every partition.
+    /// Starts a runtime and waits until it has every partition (of the topic and of its redrive
+    /// topic).
     async fn start(&self, queue_capacity: usize) -> Running {
-        let metrics = ConsumerMetrics::register(&prometheus::Registry::new(), "probe").unwrap();
+        let registry = prometheus::Registry::new();
+        let metrics = ConsumerMetrics::register(&registry, "probe").unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(outbox_kit::consumer::run(
             self.config(queue_capacity),
@@ -150,10 +180,13 @@ impl Rig {
         e2e::wait_for(
             "the runtime to be assigned every partition",
             Duration::from_secs(60),
-            || async { (metrics.assigned_partitions.get() == i64::from(PARTITIONS)).then_some(()) },
+            || async {
+                (metrics.assigned_partitions.get() == 2 * i64::from(PARTITIONS)).then_some(())
+            },
         )
         .await;
         Running {
+            registry,
             metrics,
             shutdown,
             task,
@@ -206,6 +239,7 @@ impl Rig {
 
 /// A runtime running in this process.
 struct Running {
+    registry: prometheus::Registry,
     metrics: ConsumerMetrics,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), outbox_kit::consumer::ConsumerError>>,
@@ -217,6 +251,16 @@ impl Running {
             .messages
             .with_label_values(&["dead_lettered"])
             .get()
+    }
+
+    /// The metrics as `/metrics` shows them.
+    fn metrics_text(&self) -> String {
+        use prometheus::Encoder;
+        let mut buf = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .unwrap();
+        String::from_utf8(buf).unwrap()
     }
 
     /// SIGTERM, as the binaries do it: cancel, wait for the drain and the final commit.
@@ -456,4 +500,53 @@ async fn sigterm_during_an_apply_commits_the_offset_of_the_message_it_finished()
         0
     );
     second.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_that_panics_outside_the_handler_is_restarted_and_applies_its_partition_once() {
+    let rig = Rig::new().await;
+    let config = rig.config(16);
+    outbox_kit::consumer::topics::create_missing(&config, config.create_topics.unwrap())
+        .await
+        .unwrap();
+    // On the broker before the consumer starts, so the messages behind the trap are already
+    // fetched (queued for the worker or buffered) when it dies.
+    let mut ids = vec![];
+    for n in 1..=10 {
+        let mode = if n == 2 { "trap" } else { "ok" };
+        ids.push(rig.send(0, "trap", n, mode).await);
+    }
+    let rt = rig.start(4).await;
+    e2e::wait_for(
+        "every message of the partition applied after the worker died",
+        Duration::from_secs(60),
+        || async { (rig.applied_ns("trap").await.len() >= 10).then_some(()) },
+    )
+    .await;
+    assert!(
+        !TRAP_ARMED.load(Ordering::SeqCst),
+        "the worker panicked outside the handler"
+    );
+    assert_eq!(
+        rig.applied_ns("trap").await,
+        (1..=10).collect::<Vec<i64>>(),
+        "every message applied once, in order, none skipped"
+    );
+    let in_inbox: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbox WHERE consumer_name = 'probe' AND event_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_one(&rig.pool)
+    .await
+    .unwrap();
+    assert_eq!(in_inbox, 10, "one inbox row per event");
+    assert_eq!(rt.metrics.worker_restarts.get(), 1);
+    assert_eq!(rt.metrics.handler_panics.get(), 0, "not a handler panic");
+    assert_eq!(rt.dead_lettered(), 0, "nothing dead-lettered");
+    let text = rt.metrics_text();
+    assert!(
+        text.contains("consumer_worker_restarts_total{consumer=\"probe\"} 1"),
+        "{text}"
+    );
+    rt.stop().await;
 }

@@ -1,12 +1,25 @@
 //! `stock-consumer dlq list` and `dlq redrive` as processes against a running stock consumer:
 //! an event the database refused is dead-lettered, listed, fixed, redriven and applied once; a
-//! second redrive is an inbox duplicate; an unknown event id fails with a message.
+//! second redrive is an inbox duplicate; an unknown event id fails with a message. And two
+//! consumer groups on one topic (runtimes in this process, the same `dlq` commands): a redrive
+//! reaches only the consumer that dead-lettered the event.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use e2e::fulfilment::{count, inbox_duplicates, produce};
 use e2e::proc::{workspace_binary, ServiceProcess};
+use outbox_kit::consumer::dlq_cli::{self, ConsumerCommand, DlqCommand, RedriveArgs};
+use outbox_kit::consumer::{
+    ConsumerMetrics, Effect, Event, Handler, HandlerError, RetryPolicy, RuntimeConfig, TopicSpec,
+};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use rdkafka::ClientConfig;
 use serde_json::{json, Value};
+use sqlx::{PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Runs `stock-consumer dlq <args>` with `envs`; returns (exit success, stdout, stderr).
@@ -143,7 +156,11 @@ async fn a_fixed_dead_letter_redriven_is_applied_exactly_once() {
     let redriven = doc["redriven"].as_array().cloned().unwrap_or_default();
     assert_eq!(redriven.len(), 1, "{doc}");
     assert_eq!(redriven[0]["event_id"], id.as_str());
-    assert_eq!(redriven[0]["topic"], topic.as_str());
+    assert_eq!(
+        redriven[0]["topic"],
+        format!("{topic}.stock.redrive"),
+        "to the stock consumer's own redrive topic"
+    );
     e2e::wait_for(
         "the redriven event applied",
         Duration::from_secs(60),
@@ -189,4 +206,290 @@ async fn a_fixed_dead_letter_redriven_is_applied_exactly_once() {
         "{stderr}"
     );
     drop(consumer);
+}
+
+/// Records each `Note` event in `effects` under its consumer's name; refuses it (dead-letters
+/// it at once) while `flags` holds `block:<consumer>`.
+struct Noter {
+    name: &'static str,
+}
+
+impl Handler for Noter {
+    fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
+        (event_type == "Note").then_some(&[1])
+    }
+
+    async fn handle(&self, conn: &mut PgConnection, event: &Event) -> Result<Effect, HandlerError> {
+        let blocked: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM flags WHERE name = $1)")
+                .bind(format!("block:{}", self.name))
+                .fetch_one(&mut *conn)
+                .await?;
+        if blocked {
+            return Err(HandlerError::Unapplicable(format!(
+                "{} is blocked",
+                self.name
+            )));
+        }
+        sqlx::query("INSERT INTO effects (consumer, event_id) VALUES ($1, $2)")
+            .bind(self.name)
+            .bind(event.event_id())
+            .execute(&mut *conn)
+            .await?;
+        Ok(Effect::Changed)
+    }
+}
+
+/// One consumer group running in this process.
+struct Group {
+    config: RuntimeConfig,
+    metrics: ConsumerMetrics,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), outbox_kit::consumer::ConsumerError>>,
+}
+
+impl Group {
+    /// Starts consumer `name` (group `<topic>-<name>`) on `topic` and waits until it has every
+    /// partition of the topic and of its redrive topic.
+    async fn start(name: &'static str, topic: &str, pool: &PgPool) -> Self {
+        let config = RuntimeConfig {
+            consumer_name: name.into(),
+            brokers: e2e::kafka_brokers(),
+            group_id: format!("{topic}-{name}"),
+            topics: vec![topic.to_owned()],
+            client_config: vec![("session.timeout.ms".into(), "6000".into())].into(),
+            create_topics: Some(TopicSpec {
+                partitions: 2,
+                replication_factor: Some(1),
+            }),
+            retry: RetryPolicy {
+                initial: Duration::from_millis(50),
+                max: Duration::from_millis(200),
+            },
+            max_attempts_deterministic: 3,
+            shutdown_timeout: Duration::from_secs(10),
+            queue_capacity: 16,
+            inbox_retention: None,
+            purge: Default::default(),
+        };
+        let metrics = ConsumerMetrics::register(&prometheus::Registry::new(), name).unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(outbox_kit::consumer::run(
+            config.clone(),
+            pool.clone(),
+            Arc::new(Noter { name }),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        e2e::wait_for(
+            "the consumer to be assigned the topic's and its redrive topic's partitions",
+            Duration::from_secs(60),
+            || async { (metrics.assigned_partitions.get() == 4).then_some(()) },
+        )
+        .await;
+        Self {
+            config,
+            metrics,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Runs a `dlq` command as the binaries do; returns its JSON output.
+    async fn dlq(&self, command: DlqCommand) -> Value {
+        let mut out = Vec::new();
+        dlq_cli::run(&ConsumerCommand::Dlq(command), &self.config, &mut out)
+            .await
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
+    fn finished(&self) -> u64 {
+        [
+            "applied",
+            "unchanged",
+            "duplicate",
+            "ignored",
+            "dead_lettered",
+        ]
+        .iter()
+        .map(|o| self.metrics.messages.with_label_values(&[o]).get())
+        .sum()
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the runtime stops within 30 s")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Produces a `Note` event with key `key` to `topic`; returns its id.
+async fn note(producer: &FutureProducer, topic: &str, key: &str) -> Uuid {
+    let id = Uuid::new_v4();
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "event_type",
+            value: Some("Note"),
+        })
+        .insert(Header {
+            key: "event_id",
+            value: Some(&id.to_string()),
+        });
+    let record = FutureRecord::to(topic)
+        .key(key)
+        .payload("{}")
+        .headers(headers);
+    producer
+        .send(record, Timeout::After(Duration::from_secs(30)))
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_redriven_dead_letter_reaches_only_the_consumer_group_that_dead_lettered_it() {
+    let db = e2e::db::fresh_database().await;
+    outbox_kit::schema::migrate_inbox(&db.pool).await.unwrap();
+    for ddl in [
+        "CREATE TABLE effects (consumer text NOT NULL, event_id uuid NOT NULL)",
+        "CREATE TABLE flags (name text PRIMARY KEY)",
+        "INSERT INTO flags (name) VALUES ('block:alpha')",
+    ] {
+        sqlx::query(ddl).execute(&db.pool).await.unwrap();
+    }
+    let topic = format!("{}note", e2e::unique_topic_prefix());
+    let alpha = Group::start("alpha", &topic, &db.pool).await;
+    let beta = Group::start("beta", &topic, &db.pool).await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", e2e::kafka_brokers())
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "0")
+        .set("enable.metrics.push", "false")
+        .create()
+        .unwrap();
+    let effects = |consumer: &'static str, id: Uuid| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM effects WHERE consumer = $1 AND event_id = $2",
+            )
+            .bind(consumer)
+            .bind(id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let inbox = |consumer: &'static str, id: Uuid| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i32>(
+                "SELECT duplicates FROM inbox WHERE consumer_name = $1 AND event_id = $2",
+            )
+            .bind(consumer)
+            .bind(id)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+        }
+    };
+
+    let event = note(&producer, &topic, "k").await;
+    e2e::wait_for(
+        "beta to apply the event and alpha to dead-letter it",
+        Duration::from_secs(60),
+        || async {
+            (effects("beta", event).await == 1
+                && alpha
+                    .metrics
+                    .messages
+                    .with_label_values(&["dead_lettered"])
+                    .get()
+                    == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(effects("alpha", event).await, 0);
+    let listed = alpha.dlq(DlqCommand::List { json: true }).await;
+    let letters = listed["dead_letters"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(letters.len(), 1, "{listed}");
+    assert_eq!(letters[0]["event_id"], event.to_string());
+    assert_eq!(letters[0]["source_topic"], topic.as_str());
+    let alpha_redrive = format!("{topic}.alpha.redrive");
+    assert_eq!(letters[0]["redrive_topic"], alpha_redrive.as_str());
+    let beta_listed = beta.dlq(DlqCommand::List { json: true }).await;
+    assert_eq!(
+        beta_listed["dead_letters"],
+        json!([]),
+        "beta's letters only"
+    );
+
+    // Fixed, redriven: alpha applies it.
+    sqlx::query("DELETE FROM flags")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let beta_finished = beta.finished();
+    let redriven = alpha
+        .dlq(DlqCommand::Redrive(RedriveArgs {
+            event_id: Some(event),
+            all: false,
+            json: true,
+        }))
+        .await;
+    assert_eq!(
+        redriven["redriven"][0]["topic"],
+        alpha_redrive.as_str(),
+        "{redriven}"
+    );
+    e2e::wait_for(
+        "alpha to apply the redriven event",
+        Duration::from_secs(60),
+        || async { (effects("alpha", event).await == 1).then_some(()) },
+    )
+    .await;
+    // A later event of the same key, on the same partition: once beta applied it, beta has read
+    // everything sent to the topic before it, a redrive to the shared topic included.
+    let later = note(&producer, &topic, "k").await;
+    e2e::wait_for(
+        "both groups to apply the later event",
+        Duration::from_secs(60),
+        || async {
+            (effects("alpha", later).await == 1 && effects("beta", later).await == 1).then_some(())
+        },
+    )
+    .await;
+
+    assert_eq!(effects("alpha", event).await, 1, "alpha applied it once");
+    assert_eq!(inbox("alpha", event).await, Some(0), "alpha: one inbox row");
+    assert_eq!(
+        effects("beta", event).await,
+        1,
+        "beta applied it once, before"
+    );
+    assert_eq!(
+        inbox("beta", event).await,
+        Some(0),
+        "beta never received the redriven event (not even as an inbox duplicate)"
+    );
+    assert_eq!(
+        beta.finished() - beta_finished,
+        1,
+        "beta finished only the later event after the redrive"
+    );
+    assert_eq!(beta.metrics.inbox_duplicates.get(), 0);
+    assert_eq!(alpha.metrics.inbox_duplicates.get(), 0);
+    alpha.stop().await;
+    beta.stop().await;
 }

@@ -33,7 +33,8 @@ pub struct ConsumerArgs {
     #[command(flatten)]
     pub security: crate::kafka::KafkaSecurityArgs,
 
-    /// Create the consumed topics and their dead-letter topics at start-up when the broker does
+    /// Create the consumed topics, their dead-letter topics and this consumer's redrive topics
+    /// (`<topic>.<consumer>.redrive`) at start-up when the broker does
     /// not have them (needed on brokers without auto-creation). Off by default: in production,
     /// topics are usually owned by whoever runs the cluster.
     #[arg(long, env = "CONSUMER_CREATE_MISSING_TOPICS", default_value_t = false)]
@@ -151,7 +152,7 @@ pub struct RuntimeConfig {
     /// Extra librdkafka settings: the security flags' and `--kafka-config` (`Debug` hides
     /// secrets).
     pub client_config: crate::kafka::KafkaSettings,
-    /// Create missing topics (and their dead-letter topics) at start-up.
+    /// Create missing topics (and their dead-letter and redrive topics) at start-up.
     pub create_topics: Option<TopicSpec>,
     /// Backoff between attempts at a message.
     pub retry: RetryPolicy,
@@ -171,6 +172,39 @@ pub struct RuntimeConfig {
 /// The dead-letter topic of `topic`.
 pub fn dead_letter_topic(topic: &str) -> String {
     format!("{topic}.dlq")
+}
+
+/// The redrive topic of consumer `consumer_name` for `topic`: `dlq redrive` sends that
+/// consumer's dead letters of `topic` there, and only that consumer subscribes to it, so no
+/// other consumer of `topic` sees a redriven event again.
+pub fn redrive_topic(topic: &str, consumer_name: &str) -> String {
+    format!("{topic}.{consumer_name}.redrive")
+}
+
+/// The consumed topic whose events `topic` carries: `topic` itself, or for one of
+/// `consumer_name`'s redrive topics of `consumed` the topic it belongs to.
+pub fn consumed_topic<'a>(topic: &'a str, consumed: &'a [String], consumer_name: &str) -> &'a str {
+    consumed
+        .iter()
+        .find(|t| redrive_topic(t, consumer_name) == topic)
+        .map_or(topic, String::as_str)
+}
+
+impl RuntimeConfig {
+    /// The consumer's redrive topics, one per consumed topic ([`redrive_topic`]).
+    pub fn redrive_topics(&self) -> Vec<String> {
+        self.topics
+            .iter()
+            .map(|t| redrive_topic(t, &self.consumer_name))
+            .collect()
+    }
+
+    /// Every topic the consumer subscribes to: the consumed ones and its redrive topics.
+    pub fn subscribed_topics(&self) -> Vec<String> {
+        let mut all = self.topics.clone();
+        all.extend(self.redrive_topics());
+        all
+    }
 }
 
 /// librdkafka consumer defaults; the user's settings override them.
@@ -355,6 +389,25 @@ mod tests {
         let c3 = config(&["--max-attempts-deterministic", "3"]);
         assert_eq!(c3.max_attempts_deterministic, 3);
         assert_eq!(dead_letter_topic(&c.topics[0]), "t1.order.dlq");
+        assert_eq!(
+            c.subscribed_topics(),
+            [
+                "t1.order",
+                "t1.stock",
+                "t1.order.wms.redrive",
+                "t1.stock.wms.redrive"
+            ]
+        );
+        assert_eq!(
+            consumed_topic("t1.stock.wms.redrive", &c.topics, "wms"),
+            "t1.stock"
+        );
+        assert_eq!(consumed_topic("t1.stock", &c.topics, "wms"), "t1.stock");
+        assert_eq!(
+            consumed_topic("t1.stock.other.redrive", &c.topics, "wms"),
+            "t1.stock.other.redrive",
+            "another consumer's redrive topic is not ours"
+        );
         if std::env::var_os("KAFKA_GROUP_ID").is_none()
             && std::env::var_os("OUTBOX_TOPIC_PREFIX").is_none()
         {

@@ -1,6 +1,8 @@
 //! The dead-letter topic: where a message goes that can never be applied, so that the
 //! messages behind it are. `<topic>.dlq` gets the message unchanged (key, value, headers) plus
 //! headers saying why and where it came from; operators can fix and re-produce it from there.
+//! A message read from the consumer's redrive topic (`<topic>.<consumer>.redrive`) that fails
+//! again goes to `<topic>.dlq` too, its `dlq.source.*` naming the redrive topic it was read from.
 
 use std::time::Duration;
 
@@ -11,7 +13,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 
-use super::config::{dead_letter_producer_config, dead_letter_topic, RuntimeConfig};
+use super::config::{
+    consumed_topic, dead_letter_producer_config, dead_letter_topic, RuntimeConfig,
+};
 use super::event::{RawMessage, Rejection};
 
 /// Header with the human-readable error.
@@ -51,6 +55,8 @@ impl ClientContext for ProducerContext {
 pub struct DeadLetters {
     producer: FutureProducer<ProducerContext>,
     consumer_name: String,
+    /// The consumed topics (a redrive topic's letters go to its consumed topic's `.dlq`).
+    topics: Vec<String>,
 }
 
 impl std::fmt::Debug for DeadLetters {
@@ -87,15 +93,20 @@ impl DeadLetters {
         Ok(Self {
             producer: dead_letter_producer_config(config).create_with_context(ProducerContext)?,
             consumer_name: config.consumer_name.clone(),
+            topics: config.topics.clone(),
         })
     }
 
-    /// Produces `msg` to its dead-letter topic and waits for the broker's acknowledgement.
+    /// Produces `msg` to the dead-letter topic of its consumed topic and waits for the broker's acknowledgement.
     ///
     /// # Errors
     /// When the broker did not acknowledge it (the caller retries; the offset stays).
     pub async fn send(&self, msg: &RawMessage, rejection: &Rejection) -> Result<(), KafkaError> {
-        let topic = dead_letter_topic(&msg.topic);
+        let topic = dead_letter_topic(consumed_topic(
+            &msg.topic,
+            &self.topics,
+            &self.consumer_name,
+        ));
         let mut headers = OwnedHeaders::new();
         for (k, v) in dead_letter_headers(msg, rejection, &self.consumer_name) {
             headers = headers.insert(Header {

@@ -25,15 +25,17 @@ pub enum ConsumerCommand {
 #[derive(Debug, Clone, PartialEq, Eq, clap::Subcommand)]
 pub enum DlqCommand {
     /// Lists this consumer's dead letters: event id, source topic/partition/offset, reason,
-    /// error, time. Reads up to the current end without committing any consumer group.
+    /// time, the redrive topic `dlq redrive` would send it to, error. Reads up to the current
+    /// end without committing any consumer group.
     List {
         /// One JSON document instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// Sends dead letters back to their source topic (original key, value and headers, without
-    /// the `dlq.*` headers) and waits for the broker's acks. Safe to repeat: the inbox skips an
-    /// event that was applied already.
+    /// Sends dead letters back to this consumer alone, through its redrive topic
+    /// `<topic>.<consumer>.redrive` (original key, value and headers, without the `dlq.*`
+    /// headers), and waits for the broker's acks; other consumers of the topic never see them
+    /// again. Safe to repeat: the inbox skips an event that was applied already.
     Redrive(RedriveArgs),
 }
 
@@ -72,7 +74,7 @@ pub async fn run(
         }
     };
     match dlq {
-        DlqCommand::List { json } => print_list(out, &config.consumer_name, &letters, *json),
+        DlqCommand::List { json } => print_list(out, config, &letters, *json),
         DlqCommand::Redrive(args) => {
             let selection = match args.event_id {
                 Some(id) => Selection::EventId(id),
@@ -88,14 +90,15 @@ pub async fn run(
 
 fn print_list(
     out: &mut impl Write,
-    consumer: &str,
+    config: &RuntimeConfig,
     letters: &[DeadLetter],
     json: bool,
 ) -> std::io::Result<()> {
+    let consumer = &config.consumer_name;
     if json {
         let doc = serde_json::json!({
             "consumer": consumer,
-            "dead_letters": letters.iter().map(DeadLetter::to_json).collect::<Vec<_>>(),
+            "dead_letters": letters.iter().map(|l| l.to_json(config)).collect::<Vec<_>>(),
         });
         return writeln!(out, "{doc}");
     }
@@ -107,7 +110,7 @@ fn print_list(
     for l in letters {
         writeln!(
             out,
-            "{} {}/{}@{} {} {} {}",
+            "{} {}/{}@{} {} {} redrive->{} {}",
             l.event_id
                 .map_or_else(|| "-".to_owned(), |id| id.to_string()),
             l.source_topic.as_deref().unwrap_or("-"),
@@ -118,6 +121,7 @@ fn print_list(
             l.reason,
             l.dead_lettered_at
                 .map_or_else(|| "-".to_owned(), |t| t.to_rfc3339()),
+            l.redrive_topic(config).as_deref().unwrap_or("-"),
             l.error,
         )?;
     }
@@ -147,7 +151,7 @@ fn print_redriven(
     }
     writeln!(
         out,
-        "Redrove {} dead letter(s) of consumer {consumer}",
+        "Redrove {} dead letter(s) of consumer {consumer} to its redrive topic(s); no other consumer receives them",
         sent.len()
     )?;
     for r in sent {

@@ -34,6 +34,9 @@ pub struct ConsumerMetrics {
     pub commit_failures: IntCounter,
     /// Attempts whose handler panicked (contained: rolled back, retried, then dead-lettered).
     pub handler_panics: IntCounter,
+    /// Partition workers found dead (a panic outside the contained handler) and restarted from
+    /// their first unapplied offset.
+    pub worker_restarts: IntCounter,
     /// Partitions whose fetching is paused because their worker is retrying or its queue is
     /// full; the other partitions keep flowing.
     pub paused_partitions: IntGauge,
@@ -122,6 +125,13 @@ impl ConsumerMetrics {
             )
             .const_labels(labels()),
         )?;
+        let worker_restarts = IntCounter::with_opts(
+            Opts::new(
+                "consumer_worker_restarts_total",
+                "Partition workers that died of a panic outside the handler and were restarted from their first unapplied offset",
+            )
+            .const_labels(labels()),
+        )?;
         let paused_partitions = IntGauge::with_opts(
             Opts::new(
                 "consumer_paused_partitions",
@@ -142,6 +152,7 @@ impl ConsumerMetrics {
         registry.register(Box::new(rebalances.clone()))?;
         registry.register(Box::new(commit_failures.clone()))?;
         registry.register(Box::new(handler_panics.clone()))?;
+        registry.register(Box::new(worker_restarts.clone()))?;
         registry.register(Box::new(paused_partitions.clone()))?;
         let lag = IntGaugeVec::new(
             Opts::new(
@@ -177,6 +188,7 @@ impl ConsumerMetrics {
             up,
             commit_failures,
             handler_panics,
+            worker_restarts,
             paused_partitions,
             lag,
             retention,
@@ -215,6 +227,7 @@ mod tests {
             "consumer_dead_letters_total{consumer=\"wms\",reason=\"unknown_version\"} 0",
             "consumer_assigned_partitions{consumer=\"wms\"} 0",
             "consumer_handler_panics_total{consumer=\"wms\"} 0",
+            "consumer_worker_restarts_total{consumer=\"wms\"} 0",
             "consumer_paused_partitions{consumer=\"wms\"} 0",
             "consumer_dead_letters_total{consumer=\"wms\",reason=\"handler_panic\"} 0",
         ] {

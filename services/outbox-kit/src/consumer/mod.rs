@@ -22,15 +22,17 @@
 //!   `<topic>.dlq` at once with the error in its `dlq.error` header, and consumption continues;
 //! - partitions are applied concurrently, each by its own worker in offset order, so the
 //!   events of one key (one aggregate) are applied in order; a partition whose worker retries
-//!   is paused, so it holds back only itself;
+//!   is paused, so it holds back only itself; a worker that dies of a panic outside the
+//!   handler is restarted from the first message it did not finish (`supervisor`);
 //! - `dlq list` / `dlq redrive` ([`dlq_cli`], [`redrive`]) show a consumer's dead letters and
-//!   send them back to their source topic; the inbox makes a redrive of an event that was
-//!   applied meanwhile a duplicate.
+//!   send them back to that consumer alone, through its redrive topic
+//!   (`<topic>.<consumer>.redrive`, which it subscribes to besides `<topic>`); the inbox makes
+//!   a redrive of an event that was applied meanwhile a duplicate.
 //!
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
 //! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `registry` (the
-//! workers of a runtime), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
+//! workers of a runtime), `supervisor` (starting workers, restarting dead ones), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
 
 pub mod apply;
 pub mod config;
@@ -44,11 +46,12 @@ pub mod metrics;
 pub mod redrive;
 mod registry;
 mod runtime;
+mod supervisor;
 pub mod topics;
 mod worker;
 
 pub use apply::{apply, Applied, RetryPolicy};
-pub use config::{dead_letter_topic, ConsumerArgs, RuntimeConfig, TopicSpec};
+pub use config::{dead_letter_topic, redrive_topic, ConsumerArgs, RuntimeConfig, TopicSpec};
 pub use event::{Envelope, Event, RawMessage, Rejection, EVENT_VERSION_HEADER};
 pub use handler::{Disposition, Effect, Handler, HandlerError};
 pub use metrics::ConsumerMetrics;

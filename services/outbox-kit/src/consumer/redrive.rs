@@ -1,6 +1,6 @@
 //! Dead letters read back, and sent again: [`read_dead_letters`] reads a consumer's letters from
-//! the `<topic>.dlq` topics of the topics it consumes, [`redrive`] produces them to their source
-//! topic again.
+//! the `<topic>.dlq` topics of the topics it consumes, [`redrive`] produces them to that
+//! consumer's redrive topic (`<topic>.<consumer>.redrive`).
 //!
 //! Reading assigns the dead-letter partitions directly and reads each from its low to its high
 //! watermark, in a throw-away group that never commits: no consumer group that matters moves.
@@ -8,10 +8,18 @@
 //! `dlq.consumer` header names this consumer are its own.
 //!
 //! A redriven message is the original one: key, value and headers (the `event_id` header
-//! included) without the `dlq.*` headers, to the partition it was read from, through an
-//! idempotent producer that waits for every replica's ack. Every consumer of the source topic
-//! gets it again; the inbox turns it into a duplicate for whoever applied it already, so a
-//! redrive is safe to repeat. Kafka topics are append-only: a redriven letter stays listed.
+//! included) without the `dlq.*` headers, through an idempotent producer that waits for every
+//! replica's ack. It goes to the redrive topic of the consumer that dead-lettered it, not to the
+//! shared source topic: only that consumer subscribes to it, so the other consumer groups of the
+//! source topic never see the event again (the alternatives: a header naming the target
+//! consumer on the source topic still makes every group read, and skip, it, and consumers that
+//! do not know the header apply it again; applying straight from the `.dlq` topic cannot tell a
+//! letter an operator redrove from one still waiting for a fix). It is partitioned by its key,
+//! so the redriven events of one aggregate stay in order among themselves; with respect to the
+//! source topic it is applied whenever it arrives, like any redrive: after the aggregate's
+//! events that were applied meanwhile. The inbox turns it into a duplicate if the consumer
+//! applied it already, so a redrive is safe to repeat. Kafka topics are append-only: a redriven
+//! letter stays listed.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -20,12 +28,15 @@ use chrono::{DateTime, Utc};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use uuid::Uuid;
 
-use super::config::{connection_settings, dead_letter_producer_config, dead_letter_topic};
+use super::config::{
+    connection_settings, consumed_topic, dead_letter_producer_config, dead_letter_topic,
+    redrive_topic,
+};
 use super::dlq::{
     DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON, DLQ_SOURCE_OFFSET, DLQ_SOURCE_PARTITION, DLQ_SOURCE_TOPIC,
 };
@@ -65,6 +76,15 @@ pub enum DlqError {
     /// Writing the command's output failed.
     #[error("could not write the output")]
     Output(#[source] std::io::Error),
+    /// The consumer's redrive topic does not exist; nothing was sent.
+    #[error(
+        "redrive topic {topic} does not exist: create it (the consumer does at start-up with \
+         --create-missing-topics) and restart the consumer, so that it subscribes to it"
+    )]
+    NoRedriveTopic {
+        /// The missing topic.
+        topic: String,
+    },
     /// A dead letter without the header naming where to send it back.
     #[error("dead letter {topic}/{partition}@{offset} has no `dlq.source.topic` header")]
     NoSourceTopic {
@@ -158,8 +178,19 @@ impl DeadLetter {
         self.headers.iter().filter(|(k, _)| !k.starts_with("dlq."))
     }
 
-    /// The letter for `dlq list --json` (no payload).
-    pub fn to_json(&self) -> serde_json::Value {
+    /// Where `dlq redrive` sends it: the redrive topic of `config`'s consumer for the topic it
+    /// was consumed from (`None` without a `dlq.source.topic` header).
+    pub fn redrive_topic(&self, config: &RuntimeConfig) -> Option<String> {
+        self.source_topic.as_deref().map(|source| {
+            redrive_topic(
+                consumed_topic(source, &config.topics, &config.consumer_name),
+                &config.consumer_name,
+            )
+        })
+    }
+
+    /// The letter for `dlq list --json` (no payload), with where `dlq redrive` sends it.
+    pub fn to_json(&self, config: &RuntimeConfig) -> serde_json::Value {
         serde_json::json!({
             "event_id": self.event_id,
             "event_type": self.event_type,
@@ -173,6 +204,7 @@ impl DeadLetter {
             "dlq_topic": self.topic,
             "dlq_partition": self.partition,
             "dlq_offset": self.offset,
+            "redrive_topic": self.redrive_topic(config),
         })
     }
 }
@@ -303,7 +335,7 @@ pub fn select(
 pub struct Redriven {
     /// The event.
     pub event_id: Option<Uuid>,
-    /// Source topic it was sent to.
+    /// The consumer's redrive topic it was sent to.
     pub topic: String,
     /// Partition.
     pub partition: i32,
@@ -311,28 +343,45 @@ pub struct Redriven {
     pub offset: i64,
 }
 
-/// Sends each of `letters` back to its source topic and partition with its original key, value
-/// and headers, through an idempotent producer, waiting for each acknowledgement in turn.
+/// Sends each of `letters` to `config`'s consumer's redrive topic of the topic it was consumed
+/// from ([`DeadLetter::redrive_topic`]), with its original key, value and headers, partitioned
+/// by key, through an idempotent producer, waiting for each acknowledgement in turn. Checks
+/// first that every redrive topic needed exists.
 ///
 /// # Errors
-/// [`DlqError::NoSourceTopic`] for a letter that does not say where it came from (nothing is
-/// sent from it on), [`DlqError::Kafka`] when the broker did not acknowledge a message.
+/// [`DlqError::NoSourceTopic`] for a letter that does not say where it came from and
+/// [`DlqError::NoRedriveTopic`] for a redrive topic the broker does not have (nothing is sent
+/// then), [`DlqError::Kafka`] when the broker did not acknowledge a message.
 pub async fn redrive(
     config: &RuntimeConfig,
     letters: &[DeadLetter],
 ) -> Result<Vec<Redriven>, DlqError> {
-    let mut cfg = dead_letter_producer_config(config);
-    cfg.set("client.id", format!("{}-redrive", config.consumer_name));
-    let producer: FutureProducer = cfg.create()?;
-    let mut sent = vec![];
+    let mut targets = Vec::with_capacity(letters.len());
     for letter in letters {
-        let Some(topic) = letter.source_topic.as_deref() else {
+        let Some(topic) = letter.redrive_topic(config) else {
             return Err(DlqError::NoSourceTopic {
                 topic: letter.topic.clone(),
                 partition: letter.partition,
                 offset: letter.offset,
             });
         };
+        targets.push(topic);
+    }
+    let mut cfg = dead_letter_producer_config(config);
+    cfg.set("client.id", format!("{}-redrive", config.consumer_name));
+    let producer: FutureProducer = cfg.create()?;
+    let mut distinct = targets.clone();
+    distinct.sort();
+    distinct.dedup();
+    let checker = producer.clone();
+    match tokio::task::spawn_blocking(move || missing_topic(&checker, &distinct)).await {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(topic))) => return Err(DlqError::NoRedriveTopic { topic }),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+    let mut sent = vec![];
+    for (letter, topic) in letters.iter().zip(&targets) {
         let mut headers = OwnedHeaders::new();
         for (k, v) in letter.original_headers() {
             headers = headers.insert(Header {
@@ -341,9 +390,6 @@ pub async fn redrive(
             });
         }
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
-        if let Some(p) = letter.source_partition {
-            record = record.partition(p);
-        }
         if let Some(k) = letter.key.as_deref() {
             record = record.key(k);
         }
@@ -360,11 +406,11 @@ pub async fn redrive(
             kafka.topic = %topic,
             kafka.partition = partition,
             kafka.offset = offset,
-            "Redrove a dead letter to its source topic"
+            "Redrove a dead letter to its consumer's redrive topic"
         );
         sent.push(Redriven {
             event_id: letter.event_id,
-            topic: topic.to_owned(),
+            topic: topic.clone(),
             partition,
             offset,
         });
@@ -372,9 +418,30 @@ pub async fn redrive(
     Ok(sent)
 }
 
+/// The first of `topics` the broker does not list (with partitions), if any. Blocking.
+fn missing_topic(
+    producer: &FutureProducer,
+    topics: &[String],
+) -> Result<Option<String>, KafkaError> {
+    for topic in topics {
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        if !exists {
+            return Ok(Some(topic.clone()));
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::consumer::RetryPolicy;
 
     fn letter(event_id: Option<Uuid>, offset: i64) -> DeadLetter {
         DeadLetter {
@@ -428,6 +495,32 @@ mod tests {
             err.to_string(),
             format!("no dead letter of consumer `stock` has event id {unknown}")
         );
+    }
+
+    #[test]
+    fn letters_go_back_to_the_redrive_topic_of_their_consumer_only() {
+        let config = RuntimeConfig {
+            consumer_name: "stock".into(),
+            brokers: "b:9092".into(),
+            group_id: "g".into(),
+            topics: vec!["t".into()],
+            client_config: vec![].into(),
+            create_topics: None,
+            retry: RetryPolicy::default(),
+            max_attempts_deterministic: 1,
+            shutdown_timeout: Duration::from_secs(1),
+            queue_capacity: 1,
+            inbox_retention: None,
+            purge: Default::default(),
+        };
+        let mut l = letter(Some(Uuid::new_v4()), 1);
+        assert_eq!(l.redrive_topic(&config).as_deref(), Some("t.stock.redrive"));
+        // Read from the redrive topic and dead-lettered again: back to the same redrive topic.
+        l.source_topic = Some("t.stock.redrive".into());
+        assert_eq!(l.redrive_topic(&config).as_deref(), Some("t.stock.redrive"));
+        assert_eq!(l.to_json(&config)["redrive_topic"], "t.stock.redrive");
+        l.source_topic = None;
+        assert_eq!(l.redrive_topic(&config), None);
     }
 
     #[test]

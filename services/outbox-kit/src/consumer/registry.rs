@@ -5,7 +5,7 @@
 //! request (the partition is ours until the consumer closes).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -28,6 +28,34 @@ pub(crate) struct WorkerHandle {
     pub(crate) paused: bool,
     /// The offset after the last message handed to this worker (or its overflow buffer).
     pub(crate) next_offset: i64,
+    /// The offset of the first message handed to this worker.
+    pub(crate) first_offset: i64,
+    /// Set by the worker after each message it finished (and stored): the offset after it;
+    /// negative until the first.
+    pub(crate) finished: Arc<AtomicI64>,
+    /// Whether the fetch loop already reported this worker dead.
+    pub(crate) reported_dead: bool,
+}
+
+impl WorkerHandle {
+    /// Whether the worker's task ended without being told to stop. A worker only returns when
+    /// its stop token is cancelled (revoke, shutdown) or its queue closes (its handle is
+    /// dropped), so a finished task of a handle still in the registry died of a panic outside
+    /// the contained handler.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.join.is_finished() && !self.stop.is_cancelled()
+    }
+
+    /// The first offset this worker did not finish: where its successor has to start. Every
+    /// offset before it was applied (or dead-lettered) and stored; none after it was stored.
+    pub(crate) fn resume_offset(&self) -> i64 {
+        let finished = self.finished.load(Ordering::Acquire);
+        if finished < 0 {
+            self.first_offset
+        } else {
+            finished
+        }
+    }
 }
 
 /// The partition workers of one runtime, shared by the fetch loop (which starts them) and the
@@ -82,6 +110,15 @@ impl WorkerRegistry {
         std::mem::take(&mut self.retired)
     }
 
+    /// The assigned partitions whose worker died ([`WorkerHandle::is_dead`]).
+    pub(crate) fn dead(&self) -> Vec<(String, i32)> {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.is_dead())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Partitions currently paused by the fetch loop.
     pub(crate) fn paused_count(&self) -> usize {
         self.workers.values().filter(|w| w.paused).count()
@@ -109,9 +146,39 @@ mod tests {
                 overflow: VecDeque::new(),
                 paused: false,
                 next_offset: 0,
+                first_offset: 0,
+                finished: Arc::new(AtomicI64::new(-1)),
+                reported_dead: false,
             },
         );
         stop
+    }
+
+    #[tokio::test]
+    async fn a_worker_that_ended_without_being_stopped_is_dead_and_resumes_at_its_first_unfinished_offset(
+    ) {
+        let mut r = WorkerRegistry::default();
+        let _stop = handle(&mut r, "t", 0);
+        let key = ("t".to_owned(), 0);
+        let w = r.workers.get_mut(&key).unwrap();
+        w.first_offset = 7;
+        assert_eq!(
+            w.resume_offset(),
+            7,
+            "nothing finished: from the first message"
+        );
+        w.finished.store(9, Ordering::Release);
+        assert_eq!(w.resume_offset(), 9, "after the last finished message");
+        assert!(r.dead().is_empty(), "still running");
+        let w = r.workers.get_mut(&key).unwrap();
+        w.join = tokio::spawn(async { panic!("worker bug") });
+        while !w.join.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(r.dead(), std::slice::from_ref(&key));
+        // Told to stop (the shutdown cancels every worker): ended, but not dead.
+        r.workers[&key].stop.cancel();
+        assert!(r.dead().is_empty());
     }
 
     #[tokio::test]

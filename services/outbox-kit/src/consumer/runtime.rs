@@ -20,7 +20,6 @@
 //! retry nor buffer. So a partition stuck on retries holds back only itself, and no message is
 //! skipped, reordered or fetched twice by this process.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,7 +33,6 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::TopicPartitionList;
 use sqlx::PgPool;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -45,8 +43,9 @@ use super::flow;
 use super::handler::Handler;
 use super::metrics::ConsumerMetrics;
 use super::registry::{WorkerHandle, WorkerRegistry};
+use super::supervisor::Spawner;
 use super::topics;
-use super::worker::{Deps, Worker};
+use super::worker::Deps;
 
 /// Why the consumer could not run.
 #[derive(Debug, thiserror::Error)]
@@ -239,7 +238,8 @@ pub async fn run<H: Handler>(
     };
     let consumer: Arc<StreamConsumer<RuntimeContext>> =
         Arc::new(consumer_client_config(&config).create_with_context(context)?);
-    let topic_names: Vec<&str> = config.topics.iter().map(String::as_str).collect();
+    let subscribed = config.subscribed_topics();
+    let topic_names: Vec<&str> = subscribed.iter().map(String::as_str).collect();
     consumer.subscribe(&topic_names)?;
     let deps = Arc::new(Deps {
         pool,
@@ -260,10 +260,18 @@ pub async fn run<H: Handler>(
     tracing::info!(
         consumer = %config.consumer_name,
         kafka.group = %config.group_id,
-        kafka.topics = ?config.topics,
+        kafka.topics = ?subscribed,
         "Consuming"
     );
 
+    let spawner = Spawner {
+        queue_capacity: config.queue_capacity,
+        deps: &deps,
+        consumer: &consumer,
+        registry: &registry,
+        shutdown: &shutdown,
+        metrics: &metrics,
+    };
     let mut regulate = tokio::time::interval(flow::REGULATE_INTERVAL);
     regulate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -271,6 +279,7 @@ pub async fn run<H: Handler>(
             biased;
             () = shutdown.cancelled() => break,
             _ = regulate.tick() => {
+                spawner.restart_dead(&mut registry.lock().unwrap_or_else(|p| p.into_inner()));
                 flow::regulate_all(&registry, &*consumer, &metrics);
                 continue;
             }
@@ -296,9 +305,7 @@ pub async fn run<H: Handler>(
         {
             tracing::info!("Kafka broker reachable again");
         }
-        dispatch(
-            msg, &config, &deps, &consumer, &registry, &shutdown, &metrics,
-        );
+        dispatch(msg, &spawner);
     }
 
     drain(&config, &consumer, &registry).await;
@@ -328,66 +335,28 @@ fn inbox_rule(consumer_name: &str, window: Duration) -> crate::retention::Retent
 }
 
 /// Hands `msg` to the worker of its partition (starting it if there is none) without waiting,
-/// and pauses the partition if it has to wait ([`flow`]).
-fn dispatch<H: Handler>(
-    msg: RawMessage,
-    config: &RuntimeConfig,
-    deps: &Arc<Deps<H>>,
-    consumer: &Arc<StreamConsumer<RuntimeContext>>,
-    registry: &Arc<Mutex<WorkerRegistry>>,
-    shutdown: &CancellationToken,
-    metrics: &ConsumerMetrics,
-) {
-    let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
+/// and pauses the partition if it has to wait ([`flow`]). A message of a partition whose worker
+/// died is dropped: restarting the worker seeks the partition back to before it
+/// ([`super::supervisor`]).
+fn dispatch<H: Handler>(msg: RawMessage, spawner: &Spawner<'_, H>) {
+    let mut r = spawner.registry.lock().unwrap_or_else(|p| p.into_inner());
     let key = (msg.topic.clone(), msg.partition);
+    if r.workers.get(&key).is_some_and(WorkerHandle::is_dead) {
+        spawner.restart(&key.0, key.1, &mut r);
+        return;
+    }
     if !r.workers.contains_key(&key) {
-        let handle = start_worker(&msg, config, deps, consumer, registry, shutdown, &mut r);
+        let handle = spawner.start(&key.0, key.1, msg.offset, &mut r);
         r.workers.insert(key.clone(), handle);
     }
     if let Some(w) = r.workers.get_mut(&key) {
         flow::hand_off(w, msg);
-        if flow::regulate(w, &**consumer, &key.0, key.1) {
-            metrics
+        if flow::regulate(w, &**spawner.consumer, &key.0, key.1) {
+            spawner
+                .metrics
                 .paused_partitions
                 .set(i64::try_from(r.paused_count()).unwrap_or(i64::MAX));
         }
-    }
-}
-
-/// Starts the worker of `msg`'s partition.
-fn start_worker<H: Handler>(
-    msg: &RawMessage,
-    config: &RuntimeConfig,
-    deps: &Arc<Deps<H>>,
-    consumer: &Arc<StreamConsumer<RuntimeContext>>,
-    registry: &Arc<Mutex<WorkerRegistry>>,
-    shutdown: &CancellationToken,
-    r: &mut WorkerRegistry,
-) -> WorkerHandle {
-    let generation = r.next_generation;
-    r.next_generation += 1;
-    let (tx, rx) = mpsc::channel(config.queue_capacity.max(1));
-    let stop = shutdown.child_token();
-    let retrying = Arc::new(AtomicBool::new(false));
-    let worker = Worker {
-        deps: deps.clone(),
-        consumer: consumer.clone(),
-        registry: registry.clone(),
-        topic: msg.topic.clone(),
-        partition: msg.partition,
-        generation,
-        retrying: retrying.clone(),
-    };
-    let join = tokio::spawn(worker.run(rx, stop.clone()));
-    WorkerHandle {
-        tx,
-        stop,
-        join,
-        generation,
-        retrying,
-        overflow: VecDeque::new(),
-        paused: false,
-        next_offset: 0,
     }
 }
 

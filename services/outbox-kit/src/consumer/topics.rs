@@ -1,5 +1,5 @@
-//! `--create-missing-topics`: create the consumed topics and their dead-letter topics at
-//! start-up, before subscribing. A broker without topic auto-creation would otherwise leave
+//! `--create-missing-topics`: create the consumed topics, their dead-letter topics and the
+//! consumer's redrive topics at start-up, before subscribing. A broker without topic auto-creation would otherwise leave
 //! the subscription empty until some producer created them, and dead letters undeliverable.
 
 use std::time::Duration;
@@ -9,14 +9,18 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::config::{connection_settings, dead_letter_topic, RuntimeConfig, TopicSpec};
+use super::config::{
+    connection_settings, dead_letter_topic, redrive_topic, RuntimeConfig, TopicSpec,
+};
 
-/// The topics the runtime needs: the consumed ones and their dead-letter topics.
-pub fn needed_topics(topics: &[String]) -> Vec<String> {
+/// The topics consumer `consumer_name` of `topics` needs: the consumed ones, their dead-letter
+/// topics and its redrive topics.
+pub fn needed_topics(topics: &[String], consumer_name: &str) -> Vec<String> {
     topics
         .iter()
         .cloned()
         .chain(topics.iter().map(|t| dead_letter_topic(t)))
+        .chain(topics.iter().map(|t| redrive_topic(t, consumer_name)))
         .collect()
 }
 
@@ -50,7 +54,10 @@ pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(
         .filter(|t| t.error().is_none() && !t.partitions().is_empty())
         .map(|t| t.name().to_owned())
         .collect();
-    let names = missing(&needed_topics(&config.topics), &existing);
+    let names = missing(
+        &needed_topics(&config.topics, &config.consumer_name),
+        &existing,
+    );
     if names.is_empty() {
         return Ok(());
     }
@@ -97,19 +104,33 @@ mod tests {
 
     #[test]
     fn only_topics_the_broker_does_not_list_are_created() {
-        let needed = needed_topics(&["a.order".to_owned(), "a.stock".to_owned()]);
+        let needed = needed_topics(&["a.order".to_owned(), "a.stock".to_owned()], "wms");
         let existing = [
             "a.stock".to_owned(),
             "a.order.dlq".to_owned(),
+            "a.order.wms.redrive".to_owned(),
             "b".to_owned(),
         ];
-        assert_eq!(missing(&needed, &existing), ["a.order", "a.stock.dlq"]);
+        assert_eq!(
+            missing(&needed, &existing),
+            ["a.order", "a.stock.dlq", "a.stock.wms.redrive"]
+        );
         assert!(missing(&needed, &needed).is_empty());
     }
 
     #[test]
-    fn every_consumed_topic_gets_a_dead_letter_topic() {
-        let t = needed_topics(&["a.order".to_owned(), "a.stock".to_owned()]);
-        assert_eq!(t, ["a.order", "a.stock", "a.order.dlq", "a.stock.dlq"]);
+    fn every_consumed_topic_gets_a_dead_letter_topic_and_a_redrive_topic() {
+        let t = needed_topics(&["a.order".to_owned(), "a.stock".to_owned()], "wms");
+        assert_eq!(
+            t,
+            [
+                "a.order",
+                "a.stock",
+                "a.order.dlq",
+                "a.stock.dlq",
+                "a.order.wms.redrive",
+                "a.stock.wms.redrive"
+            ]
+        );
     }
 }

@@ -16,10 +16,13 @@
 //! wait; the message in hand is then left unstored, so whoever consumes the partition next gets
 //! it again. A message finished after a shutdown request still has its offset stored (the
 //! partition is still ours until the consumer closes), so SIGTERM commits it.
+//!
+//! A panic outside the contained handler ends the task; [`Worker::finished`] tells the fetch
+//! loop where its successor has to start ([`super::supervisor`]).
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -61,6 +64,9 @@ pub(crate) struct Worker<H> {
     /// True while the message in hand failed and waits for another attempt; the fetch loop
     /// pauses the partition meanwhile.
     pub retrying: Arc<AtomicBool>,
+    /// The offset after the last message finished and stored: if this task dies, its
+    /// successor starts there ([`super::registry::WorkerHandle::resume_offset`]).
+    pub finished: Arc<AtomicI64>,
 }
 
 /// The worker stopped while a message was unfinished.
@@ -126,7 +132,7 @@ pub(crate) fn next_step(disposition: Disposition, failures: u32, max_attempts: u
 }
 
 /// The text of a panic payload (`panic!("...")` gives a `&str` or a `String`).
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
@@ -163,6 +169,7 @@ impl<H: Handler> Worker<H> {
                 break;
             }
             self.store_offset(&msg);
+            self.finished.store(msg.offset + 1, Ordering::Release);
         }
         tracing::debug!(
             kafka.topic = %self.topic,
