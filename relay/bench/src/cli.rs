@@ -77,8 +77,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
 
-    /// Phases to run, comma separated [default: all but the opt-in `isolation` and
-    /// `backlog`].
+    /// Phases to run, comma separated [default: all but the opt-in `backlog`].
     #[arg(long, value_delimiter = ',')]
     pub phases: Vec<Phase>,
 
@@ -174,11 +173,10 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// True for the phases a run without `--phases` includes: those under about a minute at
-    /// default sizes. `isolation` (six relay runs, 72 s on 2 busy cores) and `backlog` (many
-    /// minutes, gigabytes of disk) are opt-in.
+    /// True for the phases a run without `--phases` includes: those of about a minute or less
+    /// at default sizes. `backlog` (many minutes, gigabytes of disk) is opt-in.
     pub fn in_default_run(self) -> bool {
-        !matches!(self, Self::Isolation | Self::Backlog)
+        !matches!(self, Self::Backlog)
     }
 }
 
@@ -304,10 +302,10 @@ mod tests {
     }
 
     #[test]
-    fn isolation_and_backlog_are_opt_in_and_the_new_phases_parse() {
+    fn backlog_is_opt_in_and_the_new_phases_parse() {
         let all = parse(&[]);
-        assert!(all.runs(Phase::Insert) && all.runs(Phase::Failures));
-        assert!(!all.runs(Phase::Isolation) && !all.runs(Phase::Backlog));
+        assert!(all.runs(Phase::Isolation) && all.runs(Phase::Insert) && all.runs(Phase::Failures));
+        assert!(!all.runs(Phase::Backlog));
         let a = parse(&["--phases", "isolation,insert,failures,backlog"]);
         assert!(a.runs(Phase::Backlog) && !a.runs(Phase::Drain));
         assert_eq!(a.failure_rows, vec![1_000, 10_000, 100_000, 200_000]);

@@ -94,7 +94,7 @@ fn keep_best<T>(
 pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let sizes = args.sizes();
     let mut infra = Infra::new(&args.database_url, &args.kafka_brokers, args.partitions)?;
-    infra.cpu = crate::cpu::CpuProbe::new(infra.backend_pid().await);
+    infra.cpu = infra.cpu_probe().await;
     let postgres = infra.server_settings().await?;
     let w = Workload {
         aggregates: args.aggregates,
