@@ -174,9 +174,13 @@ async fn a_zombie_leader_woken_after_a_takeover_marks_nothing_and_order_holds() 
     .await;
     // A zombie that took the lease again later (a new epoch: the new leader's renewals were
     // too slow on a loaded machine) may publish under it; that is not this test's case.
-    let terms = zombie.log_text().matches("Acquired the relay lease").count();
+    let terms = zombie
+        .log_text()
+        .matches("Acquired the relay lease")
+        .count();
     assert_eq!(
-        terms, 1,
+        terms,
+        1,
         "the zombie took the lease again after the takeover (the lease flapped): the test \
          cannot tell its marks apart; see {}",
         zombie.log.display()

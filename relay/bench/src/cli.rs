@@ -8,7 +8,8 @@ use serde::Serialize;
 
 /// Measures the outbox relay against the raw limits of one PostgreSQL and one broker, in one
 /// invocation: raw produce rate, raw database rate, the relay draining a backlog, a naive
-/// relay, and end-to-end latency at a fixed offered load.
+/// relay, end-to-end latency at a fixed offered load, and what failures, the per-aggregate
+/// insert lock and a large backlog cost (as ratios to a baseline of the same invocation).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "relay-bench", version, about, long_about = None)]
 pub struct Args {
@@ -30,7 +31,9 @@ pub struct Args {
     #[arg(long, env = "BENCH_BROKER_STORAGE", default_value = "unknown")]
     pub broker_storage: String,
 
-    /// Smoke-run sizes: 20 000 events, naive 1 000, load 10 s (explicit flags still win).
+    /// Smoke-run sizes: 20 000 events, naive 1 000, load 10 s, isolation 20 000 healthy
+    /// events, inserts 2 s per run, failures over 20 000 outbox rows, backlog 500 000
+    /// (explicit flags still win).
     #[arg(long)]
     pub quick: bool,
 
@@ -80,7 +83,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
 
-    /// Phases to run, comma separated [default: all].
+    /// Phases to run, comma separated [default: all but the opt-in `backlog`].
     #[arg(long, value_delimiter = ',')]
     pub phases: Vec<Phase>,
 
@@ -100,6 +103,53 @@ pub struct Args {
     /// Longest a relay may take to drain its backlog, in seconds.
     #[arg(long, default_value_t = 900)]
     pub drain_timeout_secs: u64,
+
+    /// Healthy events of each `isolation` run [default: 100 000; --quick: 20 000].
+    #[arg(long)]
+    pub isolation_events: Option<u64>,
+
+    /// Poisoned aggregates in front of the healthy events (`isolation`, variant "poisoned"):
+    /// each an undecodable or misrouted event and two events behind it.
+    #[arg(long, default_value_t = 2_000)]
+    pub poisoned_aggregates: u64,
+
+    /// Suspect aggregates in front of the healthy events (`isolation`, variant "suspects"):
+    /// each three events, the first with a `broker_rejected` failure due for a retry.
+    #[arg(long, default_value_t = 300)]
+    pub suspect_aggregates: u64,
+
+    /// Concurrent writer connections of the `insert` phase (single-row INSERT transactions).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub insert_writers: u64,
+
+    /// Seconds of each `insert` run [default: 5; --quick: 2].
+    #[arg(long)]
+    pub insert_seconds: Option<u64>,
+
+    /// Outbox rows of the `failures` phase [default: 200 000; --quick: 20 000].
+    #[arg(long)]
+    pub failure_outbox_rows: Option<u64>,
+
+    /// Failure-table sizes of the `failures` phase, comma separated, growing.
+    #[arg(long, value_delimiter = ',', default_values_t = [1_000u64, 10_000, 100_000, 200_000])]
+    pub failure_rows: Vec<u64>,
+
+    /// Longest one timed claim of the `failures` phase may take (`statement_timeout`); a
+    /// filter that hits it is reported as "over N s" and not run again at larger sizes.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub claim_timeout_secs: u64,
+
+    /// Timed repeats of each claim and failure read in the `failures` phase (median shown).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub claim_repeats: u32,
+
+    /// Events of the opt-in `backlog` phase [default: 5 000 000; --quick: 500 000].
+    #[arg(long)]
+    pub backlog_events: Option<u64>,
+
+    /// Seconds between the side claims that sample claim time during the `backlog` drain.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub backlog_probe_secs: u64,
 }
 
 /// One part of the benchmark.
@@ -116,6 +166,24 @@ pub enum Phase {
     Naive,
     /// End-to-end latency at a fixed offered load.
     Latency,
+    /// Healthy drain rate alone, behind poisoned aggregates, and beside suspect aggregates
+    /// sent alone.
+    Isolation,
+    /// Cost per insert of the per-aggregate lock trigger (single-row and bulk).
+    Insert,
+    /// Claim time and failure reads with a large failure table, per claim filter.
+    Failures,
+    /// Opt-in, heavy: the relay draining a multi-million event backlog (claim time as the
+    /// table shrinks, leadership stability).
+    Backlog,
+}
+
+impl Phase {
+    /// True for the phases a run without `--phases` includes: those of about a minute or less
+    /// at default sizes. `backlog` (many minutes, gigabytes of disk) is opt-in.
+    pub fn in_default_run(self) -> bool {
+        !matches!(self, Self::Backlog)
+    }
 }
 
 /// The sizes in effect after `--quick` and explicit flags.
@@ -127,6 +195,14 @@ pub struct Sizes {
     pub naive_events: u64,
     /// Seconds of offered load.
     pub load_seconds: u64,
+    /// Healthy events of each isolation run.
+    pub isolation_events: u64,
+    /// Seconds of each insert run.
+    pub insert_seconds: u64,
+    /// Outbox rows of the failures phase.
+    pub failure_outbox_rows: u64,
+    /// Events of the backlog phase.
+    pub backlog_events: u64,
 }
 
 impl Args {
@@ -137,16 +213,29 @@ impl Args {
         } else {
             (200_000, 5_000, 30)
         };
+        let (isolation, insert_s, failure_rows, backlog) = if self.quick {
+            (20_000, 2, 20_000, 500_000)
+        } else {
+            (100_000, 5, 200_000, 5_000_000)
+        };
         Sizes {
             events: self.events.unwrap_or(events),
             naive_events: self.naive_events.unwrap_or(naive),
             load_seconds: self.load_seconds.unwrap_or(secs),
+            isolation_events: self.isolation_events.unwrap_or(isolation),
+            insert_seconds: self.insert_seconds.unwrap_or(insert_s),
+            failure_outbox_rows: self.failure_outbox_rows.unwrap_or(failure_rows),
+            backlog_events: self.backlog_events.unwrap_or(backlog),
         }
     }
 
-    /// True when `phase` is selected.
+    /// True when `phase` is selected (without `--phases`: the default run's phases).
     pub fn runs(&self, phase: Phase) -> bool {
-        self.phases.is_empty() || self.phases.contains(&phase)
+        if self.phases.is_empty() {
+            phase.in_default_run()
+        } else {
+            self.phases.contains(&phase)
+        }
     }
 
     /// The relay binary to spawn.
@@ -216,5 +305,21 @@ mod tests {
         assert!(a.runs(Phase::Drain) && !a.runs(Phase::Naive));
         assert_eq!(a.relay_args, vec!["--kafka-config=linger.ms=1"]);
         assert!(parse(&[]).runs(Phase::Latency));
+    }
+
+    #[test]
+    fn backlog_is_opt_in_and_the_new_phases_parse() {
+        let all = parse(&[]);
+        assert!(all.runs(Phase::Isolation) && all.runs(Phase::Insert) && all.runs(Phase::Failures));
+        assert!(!all.runs(Phase::Backlog));
+        let a = parse(&["--phases", "isolation,insert,failures,backlog"]);
+        assert!(a.runs(Phase::Backlog) && !a.runs(Phase::Drain));
+        assert_eq!(a.failure_rows, vec![1_000, 10_000, 100_000, 200_000]);
+        let q = parse(&["--quick"]).sizes();
+        assert_eq!(
+            (q.isolation_events, q.insert_seconds, q.backlog_events),
+            (20_000, 2, 500_000)
+        );
+        assert_eq!(parse(&[]).sizes().backlog_events, 5_000_000);
     }
 }

@@ -1,15 +1,40 @@
 //! Phase 3: the release relay binary draining a backlog. The backlog is inserted first, then
-//! the relay is started; the clock runs from its start until `SELECT count(*) FROM outbox`
-//! is 0. Its memory is sampled every 0.5 s to show that it stays flat.
+//! the relay is started; the clock runs from its start until no healthy event is left in the
+//! outbox. Its memory is sampled every 0.5 s to show that it stays flat.
+//!
+//! The same machinery serves the `isolation` phase (events of other aggregates in front of
+//! the backlog: [`Front`]) and the `backlog` phase (a backlog inserted in chunks, claim time
+//! sampled on the side while the relay drains, lease changes counted).
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
+use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter};
+use outbox_relay::Store;
 use serde::Serialize;
+use sqlx::postgres::PgPoolOptions;
 
 use crate::infra::Infra;
 use crate::relay_proc::{RelayProc, RelaySpec};
-use crate::workload::{Workload, AGGREGATE_TYPE};
+use crate::workload::{Front, Workload, AGGREGATE_TYPE};
+
+/// The relay's log line when it loses the lease.
+const LOST_LEASE_LOG: &str = "Lost the relay lease";
+
+/// One side claim taken while the relay drains (`backlog` phase).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ProbeSample {
+    /// Seconds since the relay was started.
+    pub t_s: f64,
+    /// Milliseconds of one `Store::claim` of a batch (under a lease of its own, nothing
+    /// deleted), or `None` when it failed.
+    pub claim_ms: Option<f64>,
+    /// Rows it read.
+    pub rows: u64,
+    /// Events published by then (the relay's counter, last poll before the sample).
+    pub published: u64,
+}
 
 /// One sample taken while draining.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -52,6 +77,25 @@ pub struct DrainFigures {
     pub samples: Vec<Sample>,
     /// The relay's log.
     pub relay_log: String,
+    /// Seconds of inserting the healthy backlog.
+    pub insert_seconds: f64,
+    /// Rows inserted in front of the backlog (see [`Front`]).
+    pub front_rows: u64,
+    /// Rows of the front still in the outbox when the healthy events were out.
+    pub front_rows_left: Option<i64>,
+    /// Seconds from starting the relay until the front's sendable events were out too
+    /// (suspects only).
+    pub all_seconds: Option<f64>,
+    /// `outbox_batch_lone_sends`: events sent alone over the run (histogram sum) and the
+    /// batches that had any (count); absent from relays without lone sends.
+    pub lone_sends: Option<(f64, f64)>,
+    /// Distinct values of `outbox_relay_lease_epoch` seen (0 left out), in order: one while
+    /// leadership is stable.
+    pub lease_epochs: Vec<i64>,
+    /// Lines of the relay's log saying it lost the lease.
+    pub lease_lost_logged: usize,
+    /// Side claims (`backlog` phase).
+    pub probes: Vec<ProbeSample>,
 }
 
 /// What the drain needs to know.
@@ -69,6 +113,26 @@ pub struct DrainSpec<'a> {
     pub timeout: Duration,
     /// Directory for the relay's log.
     pub log_dir: &'a std::path::Path,
+    /// Names the log (`relay-<label>.log`), the database and the topic prefix.
+    pub label: &'a str,
+    /// Events of other aggregates inserted before the backlog.
+    pub front: Front,
+    /// Insert the backlog in transactions of this many rows with the aggregate lock off
+    /// (instead of one statement with it on).
+    pub chunk: Option<u64>,
+    /// Take a side claim this often while draining.
+    pub probe_every: Option<Duration>,
+}
+
+impl DrainSpec<'_> {
+    /// The same drain with another label and front.
+    pub fn with_front<'b>(&'b self, label: &'b str, front: Front) -> DrainSpec<'b> {
+        DrainSpec {
+            label,
+            front,
+            ..self.clone()
+        }
+    }
 }
 
 /// Runs phase 3.
@@ -80,15 +144,27 @@ pub async fn run(
     w: &Workload,
     spec: &DrainSpec<'_>,
 ) -> anyhow::Result<DrainFigures> {
-    let db = infra.fresh_database("drain").await?;
-    let prefix = infra.topic_prefix("drain");
+    let db = infra.fresh_database(spec.label).await?;
+    let prefix = infra.topic_prefix(spec.label);
     infra
         .create_topic(&format!("{prefix}{AGGREGATE_TYPE}"))
         .await?;
-    w.insert_backlog(&db.pool, spec.events).await?;
+    spec.front.insert(&db.pool).await?;
+    // The healthy events are the rows after the front's.
+    let front_max: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM outbox")
+        .fetch_one(&db.pool)
+        .await?;
+    let insert_seconds = match spec.chunk {
+        Some(chunk) => {
+            w.insert_backlog_unlocked(&db.pool, spec.events, chunk)
+                .await?
+        }
+        None => w.insert_backlog(&db.pool, spec.events).await?,
+    };
     infra.checkpoint().await;
 
-    let log = spec.log_dir.join("relay-drain.log");
+    let log = spec.log_dir.join(format!("relay-{}.log", spec.label));
+    let probes = Arc::new(Mutex::new(Vec::new()));
     let cpu0 = infra.cpu.snapshot();
     let start = Instant::now();
     let mut relay = RelayProc::spawn(&RelaySpec {
@@ -100,7 +176,17 @@ pub async fn run(
         extra: spec.extra,
         log: log.clone(),
     })?;
+    let prober = spec.probe_every.map(|every| {
+        tokio::spawn(side_claims(
+            db.url.clone(),
+            spec.batch_size,
+            every,
+            start,
+            Arc::clone(&probes),
+        ))
+    });
     let deadline = start + spec.timeout;
+    let mut lease_epochs: Vec<i64> = Vec::new();
     let mut samples = Vec::new();
     let mut next_sample = start;
     let mut next_count = start + Duration::from_secs(2);
@@ -113,6 +199,7 @@ pub async fn run(
             if let Some(v) = crate::stats::metric_value(&m, "outbox_events_published_total") {
                 published = v as u64;
             }
+            note_epoch(&mut lease_epochs, &m);
         }
         let now = Instant::now();
         let t = now.duration_since(start).as_secs_f64();
@@ -130,13 +217,15 @@ pub async fn run(
             }
             next_sample += Duration::from_millis(500);
         }
-        // count(*) scans the table: only when the relay says it is done, or every 2 s in
-        // case its metrics are unavailable.
+        // Only when the relay says it is done, or every 2 s in case its metrics are
+        // unavailable (the front's events count as published too).
         if published >= spec.events || now >= next_count {
-            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-                .fetch_one(&db.pool)
-                .await?;
-            if left == 0 {
+            let left: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox WHERE id > $1)")
+                    .bind(front_max)
+                    .fetch_one(&db.pool)
+                    .await?;
+            if !left {
                 break now.duration_since(start).as_secs_f64();
             }
             next_count = Instant::now() + Duration::from_secs(2);
@@ -156,6 +245,38 @@ pub async fn run(
         spec.events,
         infra.cpu.process_seconds(relay.pid(), false),
     );
+    if let Some(p) = prober {
+        p.abort();
+    }
+    let front_rows_left = (spec.front.rows() > 0).then_some(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
+            .fetch_one(&db.pool)
+            .await?,
+    );
+    let front_rows_left_target = spec.front.rows_left() as i64;
+    let all_seconds = match front_rows_left {
+        Some(left) if left > front_rows_left_target => {
+            // The front's sendable events (suspects) are still going out.
+            loop {
+                relay.check_running()?;
+                let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+                    .fetch_one(&db.pool)
+                    .await?;
+                if left <= front_rows_left_target {
+                    break Some(start.elapsed().as_secs_f64());
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "{left} rows of the front were still in the outbox after {:?}",
+                        spec.timeout
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Some(_) => Some(seconds),
+        None => None,
+    };
     let peak_rss_kb = relay.memory().map_or(0, |m| m.hwm_kb);
     if let Some(m) = relay.memory() {
         samples.push(Sample {
@@ -164,12 +285,28 @@ pub async fn run(
             published: spec.events,
         });
     }
-    let avg_batch_rows = relay.metrics().await.and_then(|m| {
-        let sum = crate::stats::metric_value(&m, "outbox_batch_rows_sum")?;
-        let count = crate::stats::metric_value(&m, "outbox_batch_rows_count")?;
-        (count > 0.0).then(|| sum / count)
-    });
+    let end_metrics = relay.metrics().await.unwrap_or_default();
+    note_epoch(&mut lease_epochs, &end_metrics);
+    let sum_count = |name: &str| {
+        let sum = crate::stats::metric_value(&end_metrics, &format!("{name}_sum"))?;
+        let count = crate::stats::metric_value(&end_metrics, &format!("{name}_count"))?;
+        Some((sum, count))
+    };
+    let avg_batch_rows =
+        sum_count("outbox_batch_rows").and_then(|(sum, count)| (count > 0.0).then(|| sum / count));
+    let lone_sends = sum_count("outbox_batch_lone_sends");
     relay.stop().await?;
+    let lease_lost_logged = std::fs::read_to_string(&log)
+        .map(|t| t.lines().filter(|l| l.contains(LOST_LEASE_LOG)).count())
+        .unwrap_or(0);
+    let mut probes: Vec<ProbeSample> = probes.lock().map(|p| p.clone()).unwrap_or_default();
+    for p in &mut probes {
+        p.published = progress
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= p.t_s)
+            .map_or(0, |(_, n)| *n);
+    }
     infra.drop_database(db).await?;
 
     progress.push((seconds, spec.events));
@@ -205,5 +342,92 @@ pub async fn run(
         cpu,
         samples,
         relay_log: log.display().to_string(),
+        insert_seconds,
+        front_rows: spec.front.rows(),
+        front_rows_left,
+        all_seconds,
+        lone_sends,
+        lease_epochs,
+        lease_lost_logged,
+        probes,
     })
+}
+
+/// Notes the lease epoch of the relay's metrics when it differs from the last one seen.
+fn note_epoch(seen: &mut Vec<i64>, metrics: &str) {
+    let Some(epoch) = crate::stats::metric_value(metrics, "outbox_relay_lease_epoch") else {
+        return;
+    };
+    let epoch = epoch as i64;
+    if epoch > 0 && seen.last() != Some(&epoch) {
+        seen.push(epoch);
+    }
+}
+
+/// Every `every`, one claim of a batch under the lease `bench-probe` (the relay's lease is
+/// `default`): it reads the head of the outbox as the relay's next claim would, and deletes
+/// nothing. Runs until aborted.
+async fn side_claims(
+    url: String,
+    batch_size: i64,
+    every: Duration,
+    start: Instant,
+    out: Arc<Mutex<Vec<ProbeSample>>>,
+) -> anyhow::Result<()> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(outbox_kit::pg::connect_options(&url)?)
+        .await?;
+    let store = Store::from_pool(pool);
+    let Some(lease) = store
+        .try_acquire_lease("bench-probe", "relay-bench", Duration::from_secs(86_400))
+        .await?
+    else {
+        bail!("the lease bench-probe is taken");
+    };
+    let limits = ClaimLimits {
+        rows: batch_size,
+        bytes: 1 << 30,
+        failures: FailureFilter::Off,
+    };
+    let mut next = Instant::now() + every;
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        next += every;
+        let t0 = Instant::now();
+        let claimed = store.claim(&lease, limits).await;
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let (claim_ms, rows) = match claimed {
+            Ok(ClaimedBatch::Rows(r, _)) => (Some(ms), r.len() as u64),
+            Ok(ClaimedBatch::LeaseLost) | Err(_) => (None, 0),
+        };
+        if let Ok(mut v) = out.lock() {
+            v.push(ProbeSample {
+                t_s: t0.duration_since(start).as_secs_f64(),
+                claim_ms,
+                rows,
+                published: 0,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::note_epoch;
+
+    #[test]
+    fn lease_epochs_are_noted_once_per_change() {
+        let mut seen = Vec::new();
+        for text in [
+            "outbox_relay_lease_epoch 0\n",
+            "# HELP x\noutbox_relay_lease_epoch 3\n",
+            "outbox_relay_lease_epoch 3\n",
+            "outbox_events_published_total 5\n",
+            "outbox_relay_lease_epoch 4\n",
+        ] {
+            note_epoch(&mut seen, text);
+        }
+        assert_eq!(seen, vec![3, 4]);
+    }
 }

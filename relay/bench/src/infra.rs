@@ -170,14 +170,20 @@ impl Infra {
         }
     }
 
-    /// The pid of a backend of the server (its parent is the postmaster), when reachable.
-    pub async fn backend_pid(&self) -> Option<u32> {
-        let mut c = crate::infra::connect(&self.admin_url).await.ok()?;
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+    /// The CPU probe of this machine's processes, the postmaster found as the parent of a
+    /// backend while that backend's connection is still open (once closed, the backend may
+    /// be gone before `/proc` is read, and PostgreSQL's CPU would go unaccounted).
+    pub async fn cpu_probe(&self) -> crate::cpu::CpuProbe {
+        let Ok(mut c) = crate::infra::connect(&self.admin_url).await else {
+            return crate::cpu::CpuProbe::new(None);
+        };
+        let pid: Option<i32> = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut c)
             .await
-            .ok()?;
-        u32::try_from(pid).ok()
+            .ok();
+        let probe = crate::cpu::CpuProbe::new(pid.and_then(|p| u32::try_from(p).ok()));
+        let _ = c.close().await;
+        probe
     }
 
     /// Server settings reported with the figures.

@@ -7,18 +7,27 @@
 //! - [`drain`]: phase 3, the release relay binary draining a backlog, with its memory;
 //! - [`naive`]: phase 4, a one-row-at-a-time relay;
 //! - [`latency`]: phase 5, commit → ack / consumer latency at a fixed offered load;
+//! - [`isolation`]: the healthy drain alone, behind poisoned and beside suspect aggregates;
+//! - [`insert`]: what the per-aggregate insert lock costs a writer;
+//! - [`failures`]: claim time with a large failure table, per claim filter;
+//! - [`backlog`]: opt-in, a multi-million event backlog (claim time, leadership stability);
 //! - [`report`]: the JSON report and the table.
 
+pub mod backlog;
 pub mod cli;
 pub mod cpu;
 pub mod db;
 pub mod drain;
+pub mod failures;
 pub mod infra;
+pub mod insert;
+pub mod isolation;
 pub mod latency;
 pub mod naive;
 pub mod produce;
 pub mod relay_proc;
 pub mod report;
+pub mod schedule;
 pub mod stats;
 pub mod workload;
 
@@ -95,7 +104,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         &kafka,
         args.partitions,
     )?;
-    infra.cpu = crate::cpu::CpuProbe::new(infra.backend_pid().await);
+    infra.cpu = infra.cpu_probe().await;
     let postgres = infra.server_settings().await?;
     let w = Workload {
         aggregates: args.aggregates,
@@ -119,6 +128,10 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         extra: &args.relay_args,
         timeout: Duration::from_secs(args.drain_timeout_secs),
         log_dir: &log_dir,
+        label: "drain",
+        front: workload::Front::None,
+        chunk: None,
+        probe_every: None,
     };
     // Rounds interleave the throughput phases so that each sees the same passing noise.
     let mut rounds = Rounds::default();
@@ -176,6 +189,64 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         latency::run(&infra, &w, &load_spec),
     )
     .await;
+    let isolation_spec = drain::DrainSpec {
+        events: sizes.isolation_events,
+        ..drain_spec.clone()
+    };
+    let isolation = phase(
+        args,
+        Phase::Isolation,
+        &mut errors,
+        isolation::run(
+            &infra,
+            &w,
+            &isolation_spec,
+            args.poisoned_aggregates,
+            args.suspect_aggregates,
+        ),
+    )
+    .await;
+    let insert = phase(
+        args,
+        Phase::Insert,
+        &mut errors,
+        insert::run(
+            &infra,
+            &w,
+            args.insert_writers,
+            sizes.insert_seconds,
+            sizes.events,
+        ),
+    )
+    .await;
+    let failures = phase(
+        args,
+        Phase::Failures,
+        &mut errors,
+        failures::run(
+            &infra,
+            &w,
+            sizes.failure_outbox_rows,
+            &args.failure_rows,
+            args.batch_size,
+            args.claim_repeats,
+            Duration::from_secs(args.claim_timeout_secs),
+        ),
+    )
+    .await;
+    let backlog = phase(
+        args,
+        Phase::Backlog,
+        &mut errors,
+        backlog::run(
+            &infra,
+            &w,
+            &drain_spec,
+            sizes.backlog_events,
+            args.backlog_probe_secs,
+        ),
+    )
+    .await;
 
     let mut report = Report {
         settings: Settings {
@@ -208,6 +279,10 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         relay_drain,
         naive,
         latency,
+        isolation,
+        insert,
+        failures,
+        backlog,
         rounds,
         ratios: Ratios::default(),
         serial_model: None,

@@ -4,10 +4,14 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::backlog::BacklogFigures;
 use crate::cli::Sizes;
 use crate::db::DbFigures;
 use crate::drain::DrainFigures;
+use crate::failures::{ClaimTiming, FailuresFigures};
 use crate::infra::ServerSettings;
+use crate::insert::InsertFigures;
+use crate::isolation::IsolationFigures;
 use crate::latency::LatencyFigures;
 use crate::naive::NaiveFigures;
 use crate::produce::ProduceFigures;
@@ -101,6 +105,14 @@ pub struct Report {
     pub naive: Option<NaiveFigures>,
     /// Phase 5.
     pub latency: Option<LatencyFigures>,
+    /// Healthy drain alone, behind poisoned and beside suspect aggregates.
+    pub isolation: Option<IsolationFigures>,
+    /// Cost per insert of the per-aggregate lock.
+    pub insert: Option<InsertFigures>,
+    /// Claim time with a large failure table.
+    pub failures: Option<FailuresFigures>,
+    /// The large backlog (opt-in).
+    pub backlog: Option<BacklogFigures>,
     /// Every round's rate; the phase figures above are the best round.
     pub rounds: Rounds,
     /// Ratios of phase 3 to phases 1, 2 and 4.
@@ -383,6 +395,18 @@ impl Report {
                 );
             }
         }
+        if let Some(i) = &self.isolation {
+            isolation_table(&mut o, i);
+        }
+        if let Some(i) = &self.insert {
+            insert_table(&mut o, i);
+        }
+        if let Some(f) = &self.failures {
+            failures_table(&mut o, f);
+        }
+        if let Some(b) = &self.backlog {
+            backlog_table(&mut o, b);
+        }
         if let Some(d) = &self.relay_drain {
             let _ = writeln!(o);
             let range = d.rss_range_kb.map_or("-".to_owned(), |(a, b)| {
@@ -400,6 +424,221 @@ impl Report {
         let _ = writeln!(o, "load avg at end {}", s.loadavg.1);
         o
     }
+}
+
+fn isolation_table(o: &mut String, i: &IsolationFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<52} {:>12} {:>7}",
+        format!(
+            "isolation: {} healthy events, A B C C B A",
+            group(i.healthy_events as f64)
+        ),
+        "events/s",
+        "ratio"
+    );
+    let ratio = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+    let runs = |v: &[f64]| v.iter().map(|r| group(*r)).collect::<Vec<_>>().join(", ");
+    for (name, v, note) in [
+        (
+            "A: the healthy backlog alone".to_owned(),
+            &i.clean,
+            String::new(),
+        ),
+        (
+            format!(
+                "B: behind {} poisoned aggregates",
+                group(i.poisoned_aggregates as f64)
+            ),
+            &i.poisoned,
+            String::new(),
+        ),
+        (
+            format!(
+                "C: beside {} suspect aggregates (sent alone)",
+                group(i.suspect_aggregates as f64)
+            ),
+            &i.suspects,
+            match (i.suspects.lone_sends, i.suspects.all_seconds_max) {
+                (Some((sum, count)), all) => format!(
+                    "; lone sends {sum:.0} in {count:.0} batches{}",
+                    all.map_or(String::new(), |a| format!(", all out within {a:.1} s"))
+                ),
+                (None, _) => "; no lone-send metric".to_owned(),
+            },
+        ),
+    ] {
+        let _ = writeln!(
+            o,
+            "{name:<52} {:>12} {:>7}  runs {}{note}",
+            group(v.events_per_s),
+            ratio(v.over_clean),
+            runs(&v.runs_events_per_s)
+        );
+    }
+    let left: Vec<String> = i
+        .runs
+        .iter()
+        .filter(|r| r.variant == "poisoned")
+        .filter_map(|r| r.front_rows_left)
+        .map(|n| n.to_string())
+        .collect();
+    if !left.is_empty() {
+        let _ = writeln!(
+            o,
+            "  (B: poisoned rows left in the outbox at the end: {} of {})",
+            left.join(", "),
+            3 * i.poisoned_aggregates
+        );
+    }
+}
+
+fn insert_table(o: &mut String, i: &InsertFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<52} {:>10} {:>10} {:>10} {:>12}",
+        format!(
+            "insert: {} writers, 1-row transactions, {} s, A B B A",
+            i.writers, i.seconds_per_run
+        ),
+        "inserts/s",
+        "µs/insert",
+        "latency µs",
+        "PG CPU µs"
+    );
+    let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    for (name, s) in [
+        ("A: per-aggregate lock on (default)", &i.locked),
+        ("B: SET outbox.aggregate_lock = 'off'", &i.unlocked),
+    ] {
+        let _ = writeln!(
+            o,
+            "{name:<52} {:>10} {:>10.1} {:>10.0} {:>12}",
+            group(s.inserts_per_s),
+            s.us_per_insert,
+            s.latency_us,
+            us(s.postgres_us_per_insert)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "{:<52} {:>10.2} {:>+10.1} {:>10} {:>12}  (A over B; lock's cost per insert)",
+        "lock on / off",
+        i.locked_over_unlocked,
+        i.lock_us_per_insert,
+        "",
+        i.lock_postgres_us_per_insert
+            .map_or("-".to_owned(), |v| format!("{v:+.1}"))
+    );
+    let b = &i.bulk;
+    let locked = match (b.locked_seconds, &b.locked_error) {
+        (Some(s), _) => format!(
+            "{s:.2} s locked, {:.2} s off ({:.2}×)",
+            b.unlocked_seconds,
+            s / b.unlocked_seconds.max(1e-9)
+        ),
+        (None, e) => format!(
+            "locked failed ({}), {:.2} s off",
+            e.as_deref().unwrap_or("?"),
+            b.unlocked_seconds
+        ),
+    };
+    let _ = writeln!(
+        o,
+        "bulk INSERT ... SELECT of {} rows over {} aggregates: {locked}",
+        group(b.rows as f64),
+        group(b.aggregates as f64)
+    );
+}
+
+fn failures_table(o: &mut String, f: &FailuresFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<52} {:>9} {:>16} {:>16} {:>7} {:>14}",
+        format!(
+            "failures: claim of {} rows, median of {}, ms",
+            group(f.batch_size as f64),
+            f.repeats
+        ),
+        "off",
+        "hashed (main)",
+        "probed (new)",
+        "view",
+        "main's read"
+    );
+    let cell = |c: &ClaimTiming| {
+        if c.skipped {
+            format!("(> {} s)", f.timeout_s)
+        } else if c.timed_out && c.ms.is_empty() {
+            format!("over {} s", f.timeout_s)
+        } else {
+            match (c.median_ms, c.over_off) {
+                (Some(m), Some(r)) if c.filter != "off" => format!("{m:.1} ({r:.1}×)"),
+                (Some(m), _) => format!("{m:.1}"),
+                (None, _) => "-".to_owned(),
+            }
+        }
+    };
+    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    for s in &f.sizes {
+        let _ = writeln!(
+            o,
+            "{:<52} {:>9} {:>16} {:>16} {:>7} {:>14}",
+            format!(
+                "{} failure rows (half parked)",
+                group(s.failure_rows as f64)
+            ),
+            cell(&s.claims[0]),
+            cell(&s.claims[1]),
+            cell(&s.claims[2]),
+            ms(s.view_ms),
+            format!("{} ({} rows)", ms(s.main_read_ms), s.main_read_rows)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  ({} outbox rows; statement_timeout {} s; work_mem {}; view = Store::failure_view, main's read = every retrying row)",
+        group(f.outbox_rows as f64),
+        f.timeout_s,
+        f.work_mem
+    );
+}
+
+fn backlog_table(o: &mut String, b: &BacklogFigures) {
+    let d = &b.drain;
+    let _ = writeln!(o);
+    let halves = match (d.first_half_events_per_s, d.second_half_events_per_s) {
+        (Some(a), Some(c)) => format!(", halves {} → {}/s", group(a), group(c)),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        o,
+        "backlog: {} events (inserted in {:.0} s), --lease-ttl-ms {}: drained in {:.1} s, {}/s{halves}",
+        group(d.events as f64),
+        d.insert_seconds,
+        b.lease_ttl_ms,
+        d.seconds,
+        group(d.events_per_s)
+    );
+    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    let _ = writeln!(
+        o,
+        "  side claim of a batch every {} s, ms: first {}, median {}, last full {}, max {} ({} claims)",
+        b.probe_every_s,
+        ms(b.claim_ms_first),
+        ms(b.claim_ms_median),
+        ms(b.claim_ms_last_full),
+        ms(b.claim_ms_max),
+        d.probes.len()
+    );
+    let _ = writeln!(
+        o,
+        "  leadership: lease epochs seen {:?} ({} changes), \"Lost the relay lease\" logged {} times",
+        d.lease_epochs, b.lease_changes, d.lease_lost_logged
+    );
 }
 
 /// `1234567.8` → `1 234 568`.

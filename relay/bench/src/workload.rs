@@ -7,7 +7,8 @@ use std::time::Instant;
 use chrono::Utc;
 use outbox_kit::EventEnvelope;
 use rdkafka::message::{Header, OwnedHeaders};
-use sqlx::PgPool;
+use serde::Serialize;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 /// Aggregate type of every event (topic `<prefix>order`).
@@ -93,6 +94,62 @@ impl Workload {
         Ok(secs)
     }
 
+    /// Inserts events `first..=last` with one `INSERT ... SELECT generate_series` on `conn`
+    /// (the caller decides the transaction and whether the aggregate lock is on).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn insert_range(
+        &self,
+        conn: &mut PgConnection,
+        first: u64,
+        last: u64,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+             SELECT $1, (g % $2)::text, $3, \
+                    jsonb_build_object('pad', repeat('x', $4), 'currency', 'EUR', \
+                                       'order_id', g::text, 'amount_cents', (g * 37) % 100000) \
+             FROM generate_series($5::bigint, $6::bigint) g",
+        )
+        .bind(AGGREGATE_TYPE)
+        .bind(self.aggregates as i64)
+        .bind(EVENT_TYPE)
+        .bind(self.pad_len() as i32)
+        .bind(first as i64)
+        .bind(last as i64)
+        .execute(conn)
+        .await?;
+        Ok(())
+    }
+
+    /// Inserts events `1..=n` in transactions of `chunk` rows each with the per-aggregate
+    /// lock off (as a bulk load that nothing else writes meanwhile may), then `ANALYZE`;
+    /// returns the seconds of the inserts.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn insert_backlog_unlocked(
+        &self,
+        pool: &PgPool,
+        n: u64,
+        chunk: u64,
+    ) -> Result<f64, sqlx::Error> {
+        let start = Instant::now();
+        let mut first = 1;
+        while first <= n {
+            let last = (first + chunk.max(1) - 1).min(n);
+            let mut tx = pool.begin().await?;
+            aggregate_lock_off(&mut tx).await?;
+            self.insert_range(&mut tx, first, last).await?;
+            tx.commit().await?;
+            first = last + 1;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        sqlx::query("ANALYZE outbox").execute(pool).await?;
+        Ok(secs)
+    }
+
     /// Average payload size of the rows in the outbox, in bytes of JSON text.
     ///
     /// # Errors
@@ -104,6 +161,105 @@ impl Workload {
         )
         .fetch_one(pool)
         .await
+    }
+}
+
+/// Turns the per-aggregate insert lock (migration `20260101000003_aggregate_order.sql`) off
+/// for the rest of the current transaction.
+///
+/// # Errors
+/// Database errors.
+pub async fn aggregate_lock_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SET LOCAL outbox.aggregate_lock = 'off'")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Events inserted in front of a drain's healthy backlog (lower ids, so every batch meets
+/// them first), on aggregates of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Front {
+    /// Nothing: the healthy backlog alone.
+    None,
+    /// Poisoned aggregates `p-<k>`: a first event that can never be sent (undecodable
+    /// headers for even `k`, an invalid topic for odd `k`), then two events that must wait
+    /// behind it. All three rows stay in the outbox.
+    Poisoned(u64),
+    /// Suspect aggregates `s-<k>`: three sendable events, the first with a `broker_rejected`
+    /// failure (attempts 1, due now, not parked), as a refused record batch leaves it. The
+    /// relay sends each first event alone, then the two behind it.
+    Suspects(u64),
+}
+
+impl Front {
+    /// Rows it inserts.
+    pub fn rows(self) -> u64 {
+        match self {
+            Self::None => 0,
+            Self::Poisoned(n) | Self::Suspects(n) => 3 * n,
+        }
+    }
+
+    /// Rows that stay in the outbox once the relay is done.
+    pub fn rows_left(self) -> u64 {
+        match self {
+            Self::Poisoned(n) => 3 * n,
+            Self::None | Self::Suspects(_) => 0,
+        }
+    }
+
+    /// Inserts the rows (and the suspects' failure rows) in one transaction, lock off.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn insert(self, pool: &PgPool) -> Result<(), sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        aggregate_lock_off(&mut tx).await?;
+        match self {
+            Self::None => {}
+            Self::Poisoned(n) => {
+                // The poison storm of tests/it/parking.rs (`bulk`): g = 1..=n are the first
+                // events of the n aggregates.
+                sqlx::query(
+                    "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, topic) \
+                     SELECT $2, 'p-' || (g % $1), $3, jsonb_build_object('n', g), \
+                            CASE WHEN g <= $1 AND g % 2 = 0 THEN '{\"x\": 1e400}'::jsonb ELSE '{}' END, \
+                            CASE WHEN g <= $1 AND g % 2 = 1 THEN 'bad topic!' END \
+                     FROM generate_series(1, 3 * $1) g",
+                )
+                .bind(n as i64)
+                .bind(AGGREGATE_TYPE)
+                .bind(EVENT_TYPE)
+                .execute(&mut *tx)
+                .await?;
+            }
+            Self::Suspects(n) => {
+                sqlx::query(
+                    "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                     SELECT $2, 's-' || (g % $1), $3, jsonb_build_object('n', g) \
+                     FROM generate_series(1, 3 * $1) g",
+                )
+                .bind(n as i64)
+                .bind(AGGREGATE_TYPE)
+                .bind(EVENT_TYPE)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
+                         error_class, error_message, attempts, retry_at, parked_at) \
+                     SELECT DISTINCT ON (aggregate_id) id, event_id, aggregate_type, aggregate_id, \
+                            'broker_rejected', 'relay-bench: the broker refused a record batch', \
+                            1, now(), NULL \
+                     FROM outbox WHERE aggregate_id LIKE 's-%' ORDER BY aggregate_id, id",
+                )
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
     }
 }
 
@@ -135,5 +291,24 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&p).unwrap();
         assert_eq!(v["order_id"], "123456");
         assert_eq!(w.aggregate_id(123_456), "3456");
+    }
+
+    #[test]
+    fn front_rows_and_what_stays() {
+        assert_eq!((Front::None.rows(), Front::None.rows_left()), (0, 0));
+        assert_eq!(
+            (
+                Front::Poisoned(2_000).rows(),
+                Front::Poisoned(2_000).rows_left()
+            ),
+            (6_000, 6_000)
+        );
+        assert_eq!(
+            (
+                Front::Suspects(300).rows(),
+                Front::Suspects(300).rows_left()
+            ),
+            (900, 0)
+        );
     }
 }
