@@ -361,7 +361,7 @@ async fn bulk(pool: &PgPool, n: i64, aggregates: i64, poisoned_aggregates: i64) 
 }
 
 /// The functional half of the poison storm; the drain rate with and without the poisons is a
-/// `relay-bench` phase (`poison`), not a pass/fail threshold here.
+/// `relay-bench` phase (`isolation`), not a pass/fail threshold here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_thousand_poisoned_aggregates_hold_back_only_their_own_events() {
     let brokers = e2e::kafka_brokers();
