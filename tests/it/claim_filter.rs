@@ -1,10 +1,12 @@
-//! The claim leaves out what waits behind a failure, the same way whichever plan it uses: the
-//! hashed subplans for a small failure table, the per-row probe for a large one.
+//! The relay's failure SQL: the claim leaves out what waits behind a failure, the same way
+//! whichever plan it uses (the hashed subplans for a small failure table, the per-row probe for
+//! a large one), and a failure is recorded whatever its attempt count.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use outbox_relay::parking::FailureView;
+use outbox_relay::failure::FailureClass;
+use outbox_relay::parking::{FailureState, FailureView, NewFailure, ParkPolicy, Recorded};
 use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter, Store, SMALL_FAILURE_TABLE};
 
 async fn event(pool: &sqlx::PgPool, aggregate: &str) -> (i64, uuid::Uuid) {
@@ -127,4 +129,60 @@ async fn hashed_and_probed_claims_leave_out_the_same_held_back_events() {
         "healthy rows have no attempts"
     );
     assert_eq!(ids(&claim(FailureFilter::Hashed).await), expected);
+}
+
+#[tokio::test]
+async fn a_failure_past_a_thousand_attempts_is_recorded_without_overflow() {
+    let db = e2e::db::fresh_database().await;
+    let store = Store::from_pool(db.pool.clone());
+    let token = store
+        .try_acquire_lease("default", "overflow", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let (id, event_id) = event(&db.pool, "long-1").await;
+    failure(&db.pool, (id, event_id), "long-1", "due").await;
+    sqlx::query("UPDATE outbox_failure SET attempts = 1100 WHERE outbox_id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // `--park-after 5000`: 2^1100 half-seconds do not fit a double; the delay is capped.
+    let policy = ParkPolicy {
+        park_after: 5_000,
+        ..ParkPolicy::default()
+    };
+    let failure = NewFailure {
+        id,
+        event_id,
+        aggregate_type: "order".into(),
+        aggregate_id: "long-1".into(),
+        class: FailureClass::Delivery,
+        message: "still failing".into(),
+        park: false,
+        retry_now: false,
+    };
+    let recorded = store
+        .record_failures(&token, &[failure], policy)
+        .await
+        .expect("recorded without a numeric overflow");
+    assert_eq!(
+        recorded,
+        Recorded::Written(vec![FailureState {
+            id,
+            attempts: 1101,
+            parked: false
+        }])
+    );
+    let wait: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM retry_at - now())::float8 FROM outbox_failure WHERE outbox_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        wait <= policy.max_delay.as_secs_f64() + 1.0,
+        "the delay is capped at the longest one: {wait} s"
+    );
 }

@@ -92,3 +92,33 @@ pub async fn assert_stays_up(relay: &mut e2e::proc::RelayProcess, outage: Durati
         assert!(relay.is_running(), "the relay must survive {what}");
     }
 }
+
+/// A private broker that refuses, as a whole, every record batch of `<prefix>order` holding a
+/// record with a `poison` field (a JSON schema on the topic: INVALID_RECORD in the produce
+/// response, the asynchronous per-batch refusal of a topic-level limit).
+pub fn broker_refusing_poison(prefix: &str) -> e2e::servers::Tansu {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"value": {"type": "object", "not": {"required": ["poison"]}}}
+    });
+    e2e::servers::Tansu::start_with_schemas(&[(format!("{prefix}{AGGREGATE_TYPE}"), schema)])
+}
+
+/// Creates `<prefix>order` the way a deployment would: a first relay publishes one event
+/// (recorded in `ledger`) and stops, so the test's own relay finds the topic.
+pub async fn create_topic_by_publishing(
+    db: &e2e::db::TestDb,
+    brokers: &str,
+    prefix: &str,
+    ledger: &mut crate::parking::Ledger,
+) {
+    let mut warm = e2e::proc::RelayProcess::start(&e2e::proc::RelayArgs::new(
+        &db.url, brokers, prefix, "warm",
+    ));
+    ledger.put(&db.pool, "warm", "{}", "{}", None).await;
+    e2e::wait_for("the topic to exist", Duration::from_secs(60), || async {
+        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
+    })
+    .await;
+    warm.terminate(Duration::from_secs(10));
+}

@@ -16,22 +16,12 @@ async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_over
     // produce response — the asynchronous, per-batch failure of a topic-level limit.
     let prefix = e2e::unique_topic_prefix();
     let topic = format!("{prefix}order");
-    let schema = json!({
-        "type": "object",
-        "properties": {"value": {"type": "object", "not": {"required": ["poison"]}}}
-    });
-    let tansu = e2e::servers::Tansu::start_with_schemas(&[(topic.clone(), schema)]);
+    let tansu = crate::common::broker_refusing_poison(&prefix);
     let brokers = tansu.brokers();
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
     // Create the topic first (the relay would, but this test wants the stream to flow at once).
-    let mut warm = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "warm"));
-    ledger.put(&db.pool, "warm", "{}", "{}", None).await;
-    e2e::wait_for("the topic to exist", Duration::from_secs(60), || async {
-        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
-    })
-    .await;
-    warm.terminate(Duration::from_secs(10));
+    crate::common::create_topic_by_publishing(&db, &brokers, &prefix, &mut ledger).await;
 
     let mut poison = None;
     for i in 0..3_000 {

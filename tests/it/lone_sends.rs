@@ -32,21 +32,11 @@ async fn retrying(pool: &PgPool) -> i64 {
 async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
     let prefix = e2e::unique_topic_prefix();
     let topic = format!("{prefix}order");
-    let schema = json!({
-        "type": "object",
-        "properties": {"value": {"type": "object", "not": {"required": ["poison"]}}}
-    });
-    let tansu = e2e::servers::Tansu::start_with_schemas(&[(topic.clone(), schema)]);
+    let tansu = crate::common::broker_refusing_poison(&prefix);
     let brokers = tansu.brokers();
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
-    let mut warm = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "warm"));
-    ledger.put(&db.pool, "warm", "{}", "{}", None).await;
-    e2e::wait_for("the topic to exist", Duration::from_secs(60), || async {
-        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
-    })
-    .await;
-    warm.terminate(Duration::from_secs(10));
+    crate::common::create_topic_by_publishing(&db, &brokers, &prefix, &mut ledger).await;
 
     // The suspects: three events each; the first of each is recorded as part of a refused
     // record batch. The first CULPRITS of them really are refused by the broker.
@@ -193,14 +183,7 @@ async fn sigterm_during_a_lone_send_to_a_stalled_broker_stops_the_relay_and_rele
     let prefix = e2e::unique_topic_prefix();
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
-    // The topic exists (a first relay created it and published one event).
-    let mut warm = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "warm"));
-    ledger.put(&db.pool, "warm", "{}", "{}", None).await;
-    e2e::wait_for("the topic to exist", Duration::from_secs(60), || async {
-        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
-    })
-    .await;
-    warm.terminate(Duration::from_secs(10));
+    crate::common::create_topic_by_publishing(&db, &brokers, &prefix, &mut ledger).await;
 
     // An event due for a retry after a failure: the next relay sends it alone, and the broker
     // never answers (its Produce requests are dropped from now on).
