@@ -18,6 +18,8 @@
 #     deploy/compose and deploy/k8s), only when missing or at another version;
 #   - in the same venv, a pinned schemathesis (`st`, the API fuzzer of tests/it/openapi_fuzz.rs),
 #     only when missing or at another version;
+#   - in the same venv, a pinned cloudevents SDK (its Kafka binding reads the relay's CloudEvents
+#     back in tests/it/wire_formats.rs), only when missing or at another version;
 #   - Prometheus and promtool (Debian package `prometheus`), only when promtool is missing;
 #     the package's own service is kept from starting (the tests start their own server);
 #   - PgBouncer (Debian package `pgbouncer`), only when the binary is missing; its service is
@@ -174,6 +176,26 @@ else
         "check-jsonschema==$CHECK_JSONSCHEMA_VERSION" "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
     validators_ok || die "check-jsonschema / kubernetes-validate not installed in $VENV"
     did+=("check-jsonschema $CHECK_JSONSCHEMA_VERSION and kubernetes-validate $KUBERNETES_VALIDATE_VERSION in $VENV")
+fi
+
+# --- the CloudEvents SDK in the venv ------------------------------------------------
+cloudevents_ok() {
+    "$VENV/bin/python" - "$CLOUDEVENTS_VERSION" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+import cloudevents.kafka  # the Kafka protocol binding the tests read messages with
+sys.exit(not version("cloudevents") == sys.argv[1])
+PY
+}
+
+if cloudevents_ok; then
+    log "python venv: cloudevents $CLOUDEVENTS_VERSION present"
+else
+    log "python venv: installing cloudevents==$CLOUDEVENTS_VERSION"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "cloudevents==$CLOUDEVENTS_VERSION"
+    cloudevents_ok || die "cloudevents $CLOUDEVENTS_VERSION not installed in $VENV"
+    did+=("cloudevents $CLOUDEVENTS_VERSION in $VENV")
 fi
 
 # --- API fuzzer in the venv ------------------------------------------------------

@@ -23,6 +23,9 @@ TANSU_BIN="${TANSU_BIN:-$TANSU_ROOT/bin/tansu}"
 # independent check of what the Rust relay (rdkafka) put on the broker.
 KAFKA_PYTHON_VERSION=3.0.12
 LZ4_VERSION=4.4.5
+# The CloudEvents SDK: reads the relay's CloudEvents back in the tests (an independent
+# implementation of the Kafka protocol binding).
+CLOUDEVENTS_VERSION=1.12.1
 # Validators of the deployment files (tests/it/deploy.rs), in the same venv: the compose file
 # against the compose-spec schema, the Kubernetes manifests against the API schemas.
 CHECK_JSONSCHEMA_VERSION=0.39.0

@@ -148,6 +148,41 @@ pub struct KafkaArgs {
     /// broker's `default.replication.factor`].
     #[arg(long, env = "OUTBOX_TOPIC_REPLICATION_FACTOR", value_parser = clap::value_parser!(i32).range(1..))]
     pub topic_replication_factor: Option<i32>,
+
+    /// Publish every event as a CloudEvent (Kafka protocol binding, binary mode): headers
+    /// `ce_specversion` 1.0, `ce_id` (the event id), `ce_source` (`--cloudevents-source`),
+    /// `ce_type` (the event type), `ce_subject` (the aggregate id), `ce_time` (the row's
+    /// `created_at`) and `content-type`, beside the relay's own headers. The value is
+    /// unchanged.
+    #[arg(long, env = "OUTBOX_CLOUDEVENTS", default_value_t = false)]
+    pub cloudevents: bool,
+
+    /// The `ce_source` of every CloudEvent (a URI reference naming the producing service, e.g.
+    /// `/orders` or `urn:example:orders`).
+    #[arg(long, env = "OUTBOX_CLOUDEVENTS_SOURCE", default_value = "outbox-relay", value_parser = parse_cloudevents_source)]
+    pub cloudevents_source: String,
+}
+
+impl KafkaArgs {
+    /// What the relay adds to every message.
+    pub fn wire(&self) -> crate::publisher::WireSettings {
+        crate::publisher::WireSettings {
+            cloudevents_source: self.cloudevents.then(|| self.cloudevents_source.clone()),
+        }
+    }
+}
+
+/// A `ce_source`: non-empty, printable ASCII without spaces (a URI reference).
+fn parse_cloudevents_source(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("a CloudEvents source cannot be empty".to_owned());
+    }
+    if !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "`{s}` is not a URI reference (printable ASCII without spaces)"
+        ));
+    }
+    Ok(s.to_owned())
 }
 
 /// Settings of `outbox-relay run`.

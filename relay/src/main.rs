@@ -120,10 +120,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("Kafka security settings")?;
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;
+    // PRODUCER spans over OTLP when the standard OTEL_* variables ask for them; off, nothing.
+    let _telemetry = outbox_kit::trace::otlp::init_or_run_without("outbox-relay");
     let settings = RelaySettings {
         brokers: args.kafka.kafka_brokers.clone(),
         kafka_config,
         topic_prefix: args.kafka.topic_prefix.clone(),
+        wire: args.kafka.wire(),
         create_topics: args.kafka.create_missing_topics.then_some(
             outbox_relay::topics::TopicSpec {
                 partitions: args.kafka.topic_partitions,

@@ -454,10 +454,11 @@ impl Store {
         }
         let copied = sqlx::query(
             "INSERT INTO outbox_discarded (event_id, outbox_id, aggregate_type, aggregate_id, \
-                 event_type, payload, headers, topic, created_at, error_class, error_message, \
-                 attempts, reason, discarded_by) \
+                 event_type, payload, payload_bytes, content_type, message_key, headers, topic, \
+                 created_at, error_class, error_message, attempts, reason, discarded_by) \
              SELECT o.event_id, o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
-                    o.headers, o.topic, o.created_at, f.error_class, f.error_message, f.attempts, $2, $3 \
+                    o.payload_bytes, o.content_type, o.message_key, o.headers, o.topic, \
+                    o.created_at, f.error_class, f.error_message, f.attempts, $2, $3 \
              FROM outbox o JOIN outbox_failure f ON f.outbox_id = o.id \
              WHERE o.id = $1 AND f.parked_at IS NOT NULL",
         )

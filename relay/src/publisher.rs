@@ -8,7 +8,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_kit::EventEnvelope;
+use outbox_kit::trace::{Attribute, ProducerSpan, TraceContext};
+use outbox_kit::{EventEnvelope, HeaderOptions};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -86,6 +87,15 @@ pub enum Send<'a> {
     Known((&'a str, &'a str), &'a Outcome),
 }
 
+/// What the relay adds to every message beyond the contract (shared DESIGN.md, "On the
+/// broker").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WireSettings {
+    /// CloudEvents attributes (Kafka protocol binding, binary mode) with this `ce_source`; off
+    /// when `None`.
+    pub cloudevents_source: Option<String>,
+}
+
 /// The Kafka side of the relay.
 pub struct Publisher {
     producer: ThreadedProducer<RelayContext>,
@@ -95,6 +105,9 @@ pub struct Publisher {
     extra: Vec<(String, String)>,
     topic_prefix: String,
     broker_down: Option<BrokerGauge>,
+    wire: WireSettings,
+    /// Spans are exported: each message with a writer's `traceparent` gets a PRODUCER span.
+    spans: bool,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -172,7 +185,16 @@ impl Publisher {
             extra: extra.to_vec(),
             topic_prefix: topic_prefix.to_owned(),
             broker_down,
+            wire: WireSettings::default(),
+            spans: outbox_kit::trace::exporting(),
         })
+    }
+
+    /// The publisher with these additions to every message.
+    #[must_use]
+    pub fn with_wire(mut self, wire: WireSettings) -> Self {
+        self.wire = wire;
+        self
     }
 
     /// Drops everything queued or in flight and starts a new producer session (after a fatal
@@ -231,6 +253,9 @@ impl Publisher {
         self.context.start_batch(batch.clone());
         let mut stopped: HashSet<(&str, &str)> = HashSet::new();
         let mut known: Vec<Option<Outcome>> = Vec::with_capacity(rows.len());
+        // With spans exported: each message's PRODUCER span, by row (none without a writer's
+        // trace); without, nothing is allocated.
+        let mut spans: Vec<Option<ProducerSpan>> = Vec::new();
         for (i, send) in rows.iter().enumerate() {
             match *send {
                 Send::Known(aggregate, outcome) => {
@@ -246,7 +271,16 @@ impl Publisher {
                         continue;
                     }
                     batch.expect_one();
-                    match self.enqueue(row, topic, batch.opaque(i)).await {
+                    let span = self.spans.then(|| producer_span(row, topic)).flatten();
+                    let traceparent = span.as_ref().map(|s| s.context().traceparent());
+                    if self.spans {
+                        spans.resize_with(i, || None);
+                        spans.push(span);
+                    }
+                    match self
+                        .enqueue(row, topic, traceparent.as_deref(), batch.opaque(i))
+                        .await
+                    {
                         Ok(()) => known.push(None),
                         Err(code) => {
                             batch.refused_one();
@@ -282,7 +316,7 @@ impl Publisher {
             }
         }
         let reports = batch.take();
-        known
+        let outcomes: Vec<Outcome> = known
             .into_iter()
             .zip(reports)
             .map(|(known, report)| match (known, report) {
@@ -299,7 +333,18 @@ impl Publisher {
                     alone,
                 },
             })
-            .collect()
+            .collect();
+        for (span, outcome) in spans.into_iter().zip(&outcomes) {
+            let Some(span) = span else { continue };
+            match outcome {
+                Outcome::Acked(at) => span.end((*at).into(), None),
+                Outcome::Failed { detail, .. } => {
+                    span.end(std::time::SystemTime::now(), Some(detail.clone()));
+                }
+                other => span.end(std::time::SystemTime::now(), Some(format!("{other:?}"))),
+            }
+        }
+        outcomes
     }
 
     /// Publishes plain envelopes to their routed topics (the benchmark's raw produce phase).
@@ -317,10 +362,15 @@ impl Publisher {
         &self,
         row: &EventEnvelope,
         topic: &str,
+        traceparent: Option<&str>,
         opaque: usize,
     ) -> Result<(), RDKafkaErrorCode> {
         let mut headers = Some(OwnedHeaders::new_with_capacity(6));
-        row.for_each_header(|key, value| {
+        let options = HeaderOptions {
+            cloudevents_source: self.wire.cloudevents_source.as_deref(),
+            traceparent,
+        };
+        row.for_each_header(options, |key, value| {
             headers = headers.take().map(|h| {
                 h.insert(Header {
                     key,
@@ -328,10 +378,13 @@ impl Publisher {
                 })
             });
         });
-        let mut record = BaseRecord::with_opaque_to(topic, opaque)
-            .key(row.aggregate_id.as_bytes())
-            .payload(row.payload.as_bytes())
+        // A tombstone is a record without a value (not an empty one).
+        let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, opaque)
+            .key(row.message_key().as_bytes())
             .headers(headers.unwrap_or_default());
+        if let Some(value) = row.payload.bytes() {
+            record = record.payload(value);
+        }
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
@@ -354,6 +407,28 @@ impl Publisher {
             .producer
             .flush(Timeout::After(Duration::from_millis(100)));
     }
+}
+
+/// The PRODUCER span of `row` below its writer's `traceparent`, from the row's `created_at` (the
+/// time it waited in the outbox is part of the span); `None` without a valid `traceparent`.
+fn producer_span(row: &EventEnvelope, topic: &str) -> Option<ProducerSpan> {
+    let parent = TraceContext::from_headers(row.traceparent(), row.tracestate())?;
+    ProducerSpan::start(parent, row.created_at.into(), || {
+        (
+            format!("send {topic}"),
+            vec![
+                Attribute::Str("messaging.system", "kafka".to_owned()),
+                Attribute::Str("messaging.operation.type", "send".to_owned()),
+                Attribute::Str("messaging.destination.name", topic.to_owned()),
+                Attribute::Str("messaging.message.id", row.event_id.to_string()),
+                Attribute::Str("messaging.kafka.message.key", row.message_key().to_owned()),
+                Attribute::Str("outbox.aggregate_type", row.aggregate_type.clone()),
+                Attribute::Str("outbox.aggregate_id", row.aggregate_id.clone()),
+                Attribute::Str("outbox.event_type", row.event_type.clone()),
+                Attribute::Int("outbox.id", row.id),
+            ],
+        )
+    })
 }
 
 fn error_code(e: &KafkaError) -> RDKafkaErrorCode {

@@ -34,6 +34,8 @@ pub struct RelaySettings {
     pub kafka_config: outbox_kit::kafka::KafkaSettings,
     /// Topic prefix for routing.
     pub topic_prefix: String,
+    /// What the relay adds to every message (CloudEvents).
+    pub wire: crate::publisher::WireSettings,
     /// Create missing topics with this spec.
     pub create_topics: Option<TopicSpec>,
     /// Rows and bytes per batch.
@@ -130,10 +132,12 @@ impl Relay {
             &s.kafka_config,
             &s.topic_prefix,
             Some(self.metrics.broker_down.clone()),
-        )?;
+        )?
+        .with_wire(s.wire.clone());
         // Events of aggregates retried after a failure go out one at a time on a producer of
         // their own ([`crate::batch::Batcher::publish`]).
-        let mut lone = Publisher::new(&s.brokers, &lone_config(&s.kafka_config), &s.topic_prefix)?;
+        let mut lone = Publisher::new(&s.brokers, &lone_config(&s.kafka_config), &s.topic_prefix)?
+            .with_wire(s.wire.clone());
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use outbox_kit::EventEnvelope;
+use outbox_kit::{EventEnvelope, Payload};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
@@ -328,11 +328,12 @@ impl Store {
         let sql = format!(
             "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
                     o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at, \
-                    o.attempts \
+                    o.attempts, o.payload_bytes, o.content_type, o.message_key \
              FROM (SELECT {LEASE_HELD} AS held) l \
              LEFT JOIN LATERAL ( \
                  SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
-                        o.headers, o.topic, o.created_at, {attempts} AS attempts \
+                        o.headers, o.topic, o.created_at, {attempts} AS attempts, \
+                        o.payload_bytes, o.content_type, o.message_key \
                  FROM outbox o {join} \
                  WHERE l.held {exclusion} \
                  ORDER BY o.id LIMIT $4 \
@@ -361,7 +362,19 @@ impl Store {
                 cut = true;
                 continue;
             }
-            let payload: String = r.get(6);
+            let payload = match (
+                r.get::<Option<String>, _>(6),
+                r.get::<Option<Vec<u8>>, _>(11),
+            ) {
+                (Some(json), _) => Payload::Json(json),
+                (None, Some(bytes)) => Payload::Binary {
+                    bytes,
+                    content_type: r.get::<Option<String>, _>(12).unwrap_or_else(|| {
+                        outbox_kit::envelope::DEFAULT_BINARY_CONTENT_TYPE.to_owned()
+                    }),
+                },
+                (None, None) => Payload::Tombstone,
+            };
             let headers: &str = r.get(7);
             bytes += (payload.len() + headers.len()) as i64;
             let event_id = r.get::<Uuid, _>(2);
@@ -378,6 +391,7 @@ impl Store {
                         aggregate_id,
                         event_type: r.get(5),
                         payload,
+                        key: r.get(13),
                         headers,
                         topic: r.get(8),
                         created_at: r.get::<DateTime<Utc>, _>(9),

@@ -32,3 +32,4 @@ mod secrets;
 mod secured;
 mod stream;
 mod trace;
+mod wire_formats;

@@ -258,28 +258,52 @@ async fn with_otlp_export_every_hop_is_a_span_under_the_parent_its_message_carri
         ..
     } = traced_order(&sys, &trace_id).await;
 
-    // The span each message names as its parent, once the receiver has it.
-    let span_of = |spans: &[ReceivedSpan], id: &outbox_kit::trace::SpanId| {
-        spans
-            .iter()
-            .find(|s| s.trace_id == trace_id && s.span_id == id.to_string())
-            .cloned()
+    // Each message names the relay's PRODUCER span as its parent; that span's parent is the
+    // hop that wrote the event. Wait until the receiver has both for every message.
+    let hop_pair = |spans: &[ReceivedSpan], id: &outbox_kit::trace::SpanId| {
+        let find = |id: &str| {
+            spans
+                .iter()
+                .find(|s| s.trace_id == trace_id && s.span_id == id)
+                .cloned()
+        };
+        let relay = find(&id.to_string())?;
+        let writer = find(&relay.parent_span_id)?;
+        Some((relay, writer))
     };
-    let (create, pay, stock, wms) = e2e::wait_for(
-        "the OTLP receiver to get the spans of every hop",
-        Duration::from_secs(60),
-        || async {
-            let spans = receiver.spans();
-            Some((
-                span_of(&spans, &created.span_id)?,
-                span_of(&spans, &paid.span_id)?,
-                span_of(&spans, &reserved.span_id)?,
-                span_of(&spans, &outbound.span_id)?,
-            ))
-        },
-    )
-    .await;
+    let [(create_relay, create), (pay_relay, pay), (stock_relay, stock), (wms_relay, wms)] =
+        e2e::wait_for(
+            "the OTLP receiver to get the spans of every hop and of the relays",
+            Duration::from_secs(60),
+            || async {
+                let spans = receiver.spans();
+                Some([
+                    hop_pair(&spans, &created.span_id)?,
+                    hop_pair(&spans, &paid.span_id)?,
+                    hop_pair(&spans, &reserved.span_id)?,
+                    hop_pair(&spans, &outbound.span_id)?,
+                ])
+            },
+        )
+        .await;
     assert_eq!(receiver.undecodable(), 0);
+    for (relay, topic) in [
+        (&create_relay, sys.topic("order")),
+        (&pay_relay, sys.topic("order")),
+        (&stock_relay, sys.topic("stock")),
+        (&wms_relay, sys.topic("outbound")),
+    ] {
+        assert_eq!(
+            (relay.service.as_str(), relay.kind, relay.name.clone()),
+            ("outbox-relay", kind::PRODUCER, format!("send {topic}")),
+            "{relay:?}"
+        );
+        assert!(relay.end_unix_nano >= relay.start_unix_nano, "{relay:?}");
+    }
+    assert!(
+        create_relay.start_unix_nano >= create.start_unix_nano,
+        "the relay's span starts when the row was written, inside the request"
+    );
 
     assert_eq!(
         (create.service.as_str(), create.kind, create.name.as_str()),
@@ -298,7 +322,7 @@ async fn with_otlp_export_every_hop_is_a_span_under_the_parent_its_message_carri
         "the callback under the caller's span"
     );
     // StockReserved was written while the stock consumer handled OrderPaid: its span's parent is
-    // the span OrderPaid carried, the payment callback's.
+    // the span OrderPaid carried, the relay's that published it.
     assert_eq!(
         (stock.service.as_str(), stock.kind),
         ("stock-consumer", kind::CONSUMER)
@@ -312,4 +336,113 @@ async fn with_otlp_export_every_hop_is_a_span_under_the_parent_its_message_carri
     );
     assert_eq!(wms.name, format!("process {}", sys.topic("stock")));
     assert_eq!(wms.parent_span_id, reserved.span_id.to_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_relay_span_starts_when_the_row_was_written_and_ends_at_the_ack() {
+    let receiver = Receiver::start().await;
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    let trace_id = random_trace_id();
+    let (writer_tp, writer_span) = caller_traceparent(&trace_id);
+    let insert = |headers: serde_json::Value| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (uuid::Uuid, chrono::DateTime<chrono::Utc>)>(
+                "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers) \
+                 VALUES ('order', 'o-1', 'Waited', '{}', $1) RETURNING event_id, created_at",
+            )
+            .bind(headers)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (traced, written_at) = insert(serde_json::json!({ "traceparent": writer_tp })).await;
+    let (untraced, _) = insert(serde_json::json!({})).await;
+    // The event waits in the outbox (no relay yet) until the database's clock says 1.5 s went by.
+    let waited = e2e::wait_for(
+        "the row to have waited 1.5 s",
+        Duration::from_secs(30),
+        || async {
+            let age: f64 = sqlx::query_scalar(
+                "SELECT extract(epoch FROM clock_timestamp() - created_at)::float8 FROM outbox \
+                 WHERE event_id = $1",
+            )
+            .bind(traced)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            (age >= 1.5).then_some(age)
+        },
+    )
+    .await;
+    let mut args = e2e::proc::RelayArgs::new(&db.url, &e2e::kafka_brokers(), &prefix, "relay-span");
+    args.env = vec![
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+            receiver.endpoint.clone(),
+        ),
+        ("OTEL_BSP_SCHEDULE_DELAY".to_owned(), "100".to_owned()),
+    ];
+    let relay = e2e::proc::RelayProcess::start(&args);
+    let (brokers, topic) = (e2e::kafka_brokers(), vec![format!("{prefix}order")]);
+    let records = tokio::task::spawn_blocking(move || e2e::verify::dump_first(&brokers, &topic, 2))
+        .await
+        .unwrap();
+    let message = |id: uuid::Uuid| {
+        records
+            .iter()
+            .find(|r| r.headers["event_id"] == id.to_string())
+            .unwrap_or_else(|| panic!("{id} not on the broker: {records:?}"))
+    };
+    let carried = trace_of(message(traced));
+    assert_eq!(
+        carried.trace_id.to_string(),
+        trace_id,
+        "the writer's trace goes on"
+    );
+    assert_ne!(
+        carried.span_id.to_string(),
+        writer_span,
+        "under the relay's own span"
+    );
+    assert!(
+        !message(untraced).headers.contains_key("traceparent"),
+        "an event without a trace gets none"
+    );
+
+    let span = e2e::wait_for(
+        "the relay's span at the receiver",
+        Duration::from_secs(30),
+        || async {
+            receiver
+                .spans()
+                .into_iter()
+                .find(|s| s.span_id == carried.span_id.to_string())
+        },
+    )
+    .await;
+    assert_eq!(
+        (span.service.as_str(), span.kind, span.trace_id.as_str()),
+        ("outbox-relay", kind::PRODUCER, trace_id.as_str())
+    );
+    assert_eq!(span.parent_span_id, writer_span, "under the writer's span");
+    let written_ns = written_at.timestamp_nanos_opt().unwrap() as u64;
+    assert_eq!(
+        span.start_unix_nano, written_ns,
+        "the span starts at the row's created_at"
+    );
+    let duration_s = (span.end_unix_nano - span.start_unix_nano) as f64 / 1e9;
+    assert!(
+        duration_s >= waited,
+        "the span ({duration_s:.3} s) covers the {waited:.3} s the event waited in the outbox"
+    );
+    let relay_spans = receiver
+        .spans()
+        .into_iter()
+        .filter(|s| s.service == "outbox-relay")
+        .count();
+    assert_eq!(relay_spans, 1, "no span for the event without a trace");
+    drop(relay);
 }

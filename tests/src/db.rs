@@ -31,6 +31,19 @@ pub fn with_database(url: &str, name: &str) -> String {
 
 /// Creates a database with a random name on the server of `admin_url` and migrates it.
 pub async fn fresh_database_on(admin_url: &str) -> TestDb {
+    let db = empty_database_on(admin_url).await;
+    outbox_kit::schema::migrate(&db.pool).await.unwrap();
+    db
+}
+
+/// A database with a random name on the shared server (`DATABASE_URL`), without any migration.
+pub async fn empty_database() -> TestDb {
+    let admin = std::env::var("DATABASE_URL").expect("DATABASE_URL is not set");
+    empty_database_on(&admin).await
+}
+
+/// Creates a database with a random name on the server of `admin_url`, without migrating it.
+pub async fn empty_database_on(admin_url: &str) -> TestDb {
     let name = format!("t_{:016x}", rand::random::<u64>());
     let mut admin = PgConnection::connect(admin_url)
         .await
@@ -45,7 +58,6 @@ pub async fn fresh_database_on(admin_url: &str) -> TestDb {
         .connect(&url)
         .await
         .unwrap();
-    outbox_kit::schema::migrate(&pool).await.unwrap();
     TestDb { url, pool }
 }
 

@@ -402,11 +402,12 @@ impl System {
         .into_iter()
         .map(|(db, name)| {
             let mut args = RelayArgs::new(&db.url, brokers, &prefix, name);
-            // The services' Kafka security settings reach the relays too.
+            // The services' Kafka security settings and OpenTelemetry export reach the
+            // relays too.
             args.env = services_env
                 .iter()
                 .filter(|(k, _)| {
-                    ["KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_"]
+                    ["KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_", "OTEL_"]
                         .iter()
                         .any(|p| k.starts_with(p))
                 })

@@ -21,6 +21,8 @@ use prost::Message;
 pub mod kind {
     /// `SPAN_KIND_SERVER`.
     pub const SERVER: i32 = 2;
+    /// `SPAN_KIND_PRODUCER`.
+    pub const PRODUCER: i32 = 4;
     /// `SPAN_KIND_CONSUMER`.
     pub const CONSUMER: i32 = 5;
 }
@@ -40,6 +42,10 @@ pub struct ReceivedSpan {
     pub span_id: String,
     /// Parent span id, empty for a root.
     pub parent_span_id: String,
+    /// Start, nanoseconds since the Unix epoch.
+    pub start_unix_nano: u64,
+    /// End, nanoseconds since the Unix epoch.
+    pub end_unix_nano: u64,
 }
 
 #[derive(Debug, Default)]
@@ -118,6 +124,8 @@ async fn collect(State(received): State<Arc<Mutex<Received>>>, body: Bytes) -> R
                     trace_id: hex::encode(span.trace_id),
                     span_id: hex::encode(span.span_id),
                     parent_span_id: hex::encode(span.parent_span_id),
+                    start_unix_nano: span.start_time_unix_nano,
+                    end_unix_nano: span.end_time_unix_nano,
                 });
             }
         }

@@ -25,6 +25,15 @@ pub struct Record {
     pub headers: HashMap<String, String>,
     /// Value as UTF-8.
     pub value: Option<String>,
+    /// Key bytes in hex ([`dump_bytes`] only).
+    #[serde(default)]
+    pub key_hex: Option<String>,
+    /// Value bytes in hex, `None` for a tombstone ([`dump_bytes`] only).
+    #[serde(default)]
+    pub value_hex: Option<String>,
+    /// The message as the cloudevents SDK reads it ([`dump_cloudevents`] only).
+    #[serde(default)]
+    pub cloudevent: Option<serde_json::Value>,
 }
 
 /// The kafka-python venv's interpreter: `PYTHON`, else deploy/local's cache.
@@ -102,6 +111,32 @@ pub fn dump_first(brokers: &str, topics: &[String], n: usize) -> Vec<Record> {
         brokers,
         topics,
         &["--expect", &n.to_string(), "--timeout", "30"],
+    )
+}
+
+/// [`dump_first`] with the exact key and value bytes ([`Record::key_hex`], [`Record::value_hex`]).
+pub fn dump_bytes(brokers: &str, topics: &[String], n: usize) -> Vec<Record> {
+    dump_with(
+        brokers,
+        topics,
+        &["--expect", &n.to_string(), "--timeout", "60", "--bytes"],
+    )
+}
+
+/// [`dump_bytes`], each message also read as a binary-mode CloudEvent by the cloudevents
+/// Python SDK ([`Record::cloudevent`]).
+pub fn dump_cloudevents(brokers: &str, topics: &[String], n: usize) -> Vec<Record> {
+    dump_with(
+        brokers,
+        topics,
+        &[
+            "--expect",
+            &n.to_string(),
+            "--timeout",
+            "60",
+            "--bytes",
+            "--cloudevents",
+        ],
     )
 }
 

@@ -20,6 +20,10 @@ Subcommands:
          "value", "timestamp"}
       key, header values and value are decoded as UTF-8 (invalid bytes become
       U+FFFD; a null key/value/header value is JSON null); timestamp is in ms.
+      --bytes adds "key_hex" and "value_hex" (the exact bytes, null when absent);
+      --cloudevents adds "cloudevent": the message as the cloudevents SDK's Kafka
+      binding reads it in binary mode ({"attributes", "data_hex", "problems"},
+      or {"error"} when the SDK refuses it).
       Within a partition lines come in offset order; partitions interleave.
       It knows from the partitions' end offsets when it has read everything
       available, so it never stops early just because a fetch was slow. It stops:
@@ -241,17 +245,23 @@ def cmd_dump(args):
             batches = consumer.poll(timeout_ms=wait_ms, max_records=1000)
             for tp in sorted(batches, key=lambda t: (t.topic, t.partition)):
                 for rec in batches[tp]:
-                    emit(
-                        {
-                            "topic": rec.topic,
-                            "partition": rec.partition,
-                            "offset": rec.offset,
-                            "key": decode(rec.key),
-                            "headers": {k: decode(v) for k, v in (rec.headers or [])},
-                            "value": decode(rec.value),
-                            "timestamp": rec.timestamp,
-                        }
-                    )
+                    record = {
+                        "topic": rec.topic,
+                        "partition": rec.partition,
+                        "offset": rec.offset,
+                        "key": decode(rec.key),
+                        "headers": {k: decode(v) for k, v in (rec.headers or [])},
+                        "value": decode(rec.value),
+                        "timestamp": rec.timestamp,
+                    }
+                    if args.bytes:
+                        record["key_hex"] = None if rec.key is None else bytes(rec.key).hex()
+                        record["value_hex"] = (
+                            None if rec.value is None else bytes(rec.value).hex()
+                        )
+                    if args.cloudevents:
+                        record["cloudevent"] = cloudevent_of(rec)
+                    emit(record)
                     count += 1
                     last_message = time.monotonic()
 
@@ -283,6 +293,45 @@ def cmd_dump(args):
         f"{time.monotonic() - start:.2f}s"
     )
     return 0
+
+
+def cloudevent_of(rec):
+    """The message read back as a binary-mode CloudEvent by the cloudevents SDK's Kafka binding
+    (an implementation independent of the relay): its attributes, its data (hex, null for a
+    tombstone) and what does not conform; or the SDK's error."""
+    import datetime
+
+    from cloudevents.kafka import KafkaMessage, from_binary
+
+    headers = {k: bytes(v or b"") for k, v in (rec.headers or [])}
+    try:
+        event = from_binary(
+            KafkaMessage(headers=headers, key=rec.key, value=rec.value),
+            data_unmarshaller=lambda v: v,
+        )
+    except Exception as e:  # the SDK's refusal is the answer
+        return {"error": f"{type(e).__name__}: {e}"}
+    attributes = {}
+    for name, value in event.get_attributes().items():
+        if isinstance(value, (bytes, bytearray)):
+            value = bytes(value).decode("utf-8", errors="replace")
+        attributes[name] = value if isinstance(value, str) else str(value)
+    problems = []
+    if attributes.get("specversion") != "1.0":
+        problems.append(f"specversion {attributes.get('specversion')!r}")
+    for required in ("id", "source", "type"):
+        if not attributes.get(required):
+            problems.append(f"no {required}")
+    try:
+        datetime.datetime.fromisoformat(attributes.get("time", ""))
+    except ValueError:
+        problems.append(f"time {attributes.get('time')!r} is not RFC 3339")
+    data = event.get_data()
+    return {
+        "attributes": attributes,
+        "data_hex": None if data is None else bytes(data).hex(),
+        "problems": problems,
+    }
 
 
 # --- produce -----------------------------------------------------------------
@@ -355,6 +404,14 @@ def build_parser():
     brokers_arg(d)
     d.add_argument("--topic", dest="topics", action="append", required=True, metavar="TOPIC")
     d.add_argument("--expect", type=int, help="stop once this many messages were read")
+    d.add_argument(
+        "--bytes", action="store_true", help="also print key_hex and value_hex (exact bytes)"
+    )
+    d.add_argument(
+        "--cloudevents",
+        action="store_true",
+        help="also read each message as a binary-mode CloudEvent with the cloudevents SDK",
+    )
     d.add_argument(
         "--idle-timeout",
         type=float,

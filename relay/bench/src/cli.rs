@@ -58,6 +58,11 @@ pub struct Args {
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(100..=100_000))]
     pub payload_bytes: u64,
 
+    /// Which payload column the events use: `json` (`payload jsonb`) or `binary`
+    /// (`payload_bytes bytea`, the same bytes).
+    #[arg(long, value_enum, default_value_t = crate::workload::PayloadKind::Json)]
+    pub payload_kind: crate::workload::PayloadKind,
+
     /// Partitions of every topic the bench creates.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
     pub partitions: i32,

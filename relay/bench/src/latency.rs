@@ -246,10 +246,19 @@ pub async fn run(
 /// One event in its own transaction; returns its id and wall-clock begin and commit times.
 async fn write_one(pool: &PgPool, w: &Workload, i: u64) -> anyhow::Result<Committed> {
     let id = Uuid::new_v4();
-    let payload: serde_json::Value = serde_json::from_str(&w.payload(i))?;
+    let text = w.payload(i);
+    let payload: serde_json::Value = serde_json::from_str(&text)?;
     let aggregate = w.aggregate_id(i);
+    let value = match w.kind {
+        crate::workload::PayloadKind::Json => outbox_kit::NewPayload::Json(&payload),
+        crate::workload::PayloadKind::Binary => outbox_kit::NewPayload::Binary {
+            bytes: text.as_bytes(),
+            content_type: Some(crate::workload::BINARY_CONTENT_TYPE),
+        },
+    };
     let event = NewEvent {
         event_id: Some(id),
+        payload: value,
         ..NewEvent::new(AGGREGATE_TYPE, &aggregate, EVENT_TYPE, &payload)
     };
     let begin_ms = wall_ms();

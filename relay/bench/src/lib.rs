@@ -109,6 +109,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let w = Workload {
         aggregates: args.aggregates,
         payload_bytes: args.payload_bytes,
+        kind: args.payload_kind,
     };
     let relay_bin = args.relay_binary();
     let log_dir = args
@@ -261,6 +262,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
             sizes,
             aggregates: args.aggregates,
             payload_bytes: args.payload_bytes,
+            payload_kind: args.payload_kind,
             load_rate: args.load_rate,
             writers: args.writers,
             relay_binary: relay_bin.display().to_string(),

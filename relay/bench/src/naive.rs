@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use outbox_kit::EventEnvelope;
+use outbox_kit::{EventEnvelope, Payload};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
 use sqlx::{Connection, Row};
@@ -57,7 +57,7 @@ pub async fn run(
     loop {
         let Some(r) = sqlx::query(
             "SELECT id, event_id, aggregate_type, aggregate_id, event_type, payload::text AS payload, \
-                    headers, topic, created_at \
+                    payload_bytes, content_type, headers, topic, created_at \
              FROM outbox ORDER BY id LIMIT 1",
         )
         .fetch_optional(&mut conn)
@@ -71,14 +71,24 @@ pub async fn run(
             aggregate_type: r.get("aggregate_type"),
             aggregate_id: r.get("aggregate_id"),
             event_type: r.get("event_type"),
-            payload: r.get("payload"),
+            payload: match (r.get("payload"), r.get("payload_bytes")) {
+                (Some(json), _) => Payload::Json(json),
+                (None, Some(bytes)) => Payload::Binary {
+                    bytes,
+                    content_type: r
+                        .get::<Option<String>, _>("content_type")
+                        .unwrap_or_default(),
+                },
+                (None, None) => Payload::Tombstone,
+            },
+            key: None,
             headers: r.get("headers"),
             topic: r.get("topic"),
             created_at: r.get("created_at"),
         };
         let record = FutureRecord::to(&topic)
             .key(&row.aggregate_id)
-            .payload(&row.payload)
+            .payload(row.payload.bytes().unwrap_or_default())
             .headers(owned_headers(&row));
         if let Err((e, _)) = producer.send(record, Duration::from_secs(30)).await {
             bail!("naive relay: event {} not acknowledged: {e}", row.id);

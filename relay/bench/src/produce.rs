@@ -61,7 +61,7 @@ pub async fn run(
         .map(|e| {
             (
                 e.aggregate_id.as_str(),
-                e.payload.as_str(),
+                e.payload.bytes().unwrap_or_default(),
                 owned_headers(e),
             )
         })

@@ -42,6 +42,8 @@ pub struct Settings {
     pub aggregates: u64,
     /// Requested payload size, bytes.
     pub payload_bytes: u64,
+    /// The payload column (`--payload-kind`).
+    pub payload_kind: crate::workload::PayloadKind,
     /// Offered load of the latency phase, events/s.
     pub load_rate: u64,
     /// Writer tasks of the latency phase.
@@ -166,7 +168,7 @@ impl Report {
         );
         let _ = writeln!(
             o,
-            "PostgreSQL {} synchronous_commit={} fsync={} · {} partitions, replication {} · batch {} · {} aggregates · ~{} B payloads",
+            "PostgreSQL {} synchronous_commit={} fsync={} · {} partitions, replication {} · batch {} · {} aggregates · ~{} B {:?} payloads",
             s.postgres.server_version,
             s.postgres.synchronous_commit,
             s.postgres.fsync,
@@ -174,7 +176,8 @@ impl Report {
             s.replication,
             s.batch_size,
             s.aggregates,
-            s.payload_bytes
+            s.payload_bytes,
+            s.payload_kind
         );
         let _ = writeln!(o);
         let _ = writeln!(

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use chrono::Utc;
-use outbox_kit::EventEnvelope;
+use outbox_kit::{EventEnvelope, Payload};
 use rdkafka::message::{Header, OwnedHeaders};
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
@@ -19,6 +19,21 @@ pub const EVENT_TYPE: &str = "OrderPaid";
 /// Characters of a payload besides the padding and the two numbers.
 const PAYLOAD_OVERHEAD: u64 = 63;
 
+/// Content type of the `binary` payload kind's values.
+pub const BINARY_CONTENT_TYPE: &str = "application/octet-stream";
+
+/// Which payload column the events use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayloadKind {
+    /// `payload jsonb`, as most writers use it.
+    #[default]
+    Json,
+    /// `payload_bytes bytea` with a `content_type`: the same bytes as the JSON kind, published
+    /// unchanged.
+    Binary,
+}
+
 /// Shape of the events.
 #[derive(Debug, Clone, Copy)]
 pub struct Workload {
@@ -26,6 +41,8 @@ pub struct Workload {
     pub aggregates: u64,
     /// Target payload size in bytes.
     pub payload_bytes: u64,
+    /// The payload column.
+    pub kind: PayloadKind,
 }
 
 impl Workload {
@@ -51,6 +68,34 @@ impl Workload {
         )
     }
 
+    /// The value of event `i` as the relay reads it.
+    pub fn value(&self, i: u64) -> Payload {
+        match self.kind {
+            PayloadKind::Json => Payload::Json(self.payload(i)),
+            PayloadKind::Binary => Payload::Binary {
+                bytes: self.payload(i).into_bytes(),
+                content_type: BINARY_CONTENT_TYPE.to_owned(),
+            },
+        }
+    }
+
+    /// The payload columns of an `INSERT INTO outbox (...)` and the select expressions that
+    /// fill them for event `g` (`$4`: the padding length).
+    fn value_sql(&self) -> (&'static str, &'static str) {
+        const JSON: &str = "jsonb_build_object('pad', repeat('x', $4), 'currency', 'EUR', \
+                            'order_id', g::text, 'amount_cents', (g * 37) % 100000)";
+        match self.kind {
+            PayloadKind::Json => ("payload", JSON),
+            PayloadKind::Binary => (
+                "payload_bytes, content_type",
+                // The same bytes as the JSON kind, stored as bytea.
+                "convert_to((jsonb_build_object('pad', repeat('x', $4), 'currency', 'EUR', \
+                            'order_id', g::text, 'amount_cents', (g * 37) % 100000))::text, 'UTF8'), \
+                 'application/octet-stream'",
+            ),
+        }
+    }
+
     /// Envelopes of events `1..=n` as the relay would read them from the outbox.
     pub fn envelopes(&self, n: u64) -> Vec<EventEnvelope> {
         let now = Utc::now();
@@ -61,7 +106,8 @@ impl Workload {
                 aggregate_type: AGGREGATE_TYPE.to_owned(),
                 aggregate_id: self.aggregate_id(i),
                 event_type: EVENT_TYPE.to_owned(),
-                payload: self.payload(i),
+                payload: self.value(i),
+                key: None,
                 headers: serde_json::json!({}),
                 topic: None,
                 created_at: now,
@@ -75,13 +121,12 @@ impl Workload {
     /// Database errors.
     pub async fn insert_backlog(&self, pool: &PgPool, n: u64) -> Result<f64, sqlx::Error> {
         let start = Instant::now();
-        sqlx::query(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
-             SELECT $1, (g % $2)::text, $3, \
-                    jsonb_build_object('pad', repeat('x', $4), 'currency', 'EUR', \
-                                       'order_id', g::text, 'amount_cents', (g * 37) % 100000) \
-             FROM generate_series(1::bigint, $5::bigint) g",
-        )
+        let (columns, values) = self.value_sql();
+        sqlx::query(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, {columns}) \
+             SELECT $1, (g % $2)::text, $3, {values} \
+             FROM generate_series(1::bigint, $5::bigint) g"
+        ))
         .bind(AGGREGATE_TYPE)
         .bind(self.aggregates as i64)
         .bind(EVENT_TYPE)
@@ -105,13 +150,12 @@ impl Workload {
         first: u64,
         last: u64,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
-             SELECT $1, (g % $2)::text, $3, \
-                    jsonb_build_object('pad', repeat('x', $4), 'currency', 'EUR', \
-                                       'order_id', g::text, 'amount_cents', (g * 37) % 100000) \
-             FROM generate_series($5::bigint, $6::bigint) g",
-        )
+        let (columns, values) = self.value_sql();
+        sqlx::query(&format!(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, {columns}) \
+             SELECT $1, (g % $2)::text, $3, {values} \
+             FROM generate_series($5::bigint, $6::bigint) g"
+        ))
         .bind(AGGREGATE_TYPE)
         .bind(self.aggregates as i64)
         .bind(EVENT_TYPE)
@@ -150,14 +194,14 @@ impl Workload {
         Ok(secs)
     }
 
-    /// Average payload size of the rows in the outbox, in bytes of JSON text.
+    /// Average payload size of the rows in the outbox, in bytes of JSON text or bytes.
     ///
     /// # Errors
     /// Database errors.
     pub async fn stored_payload_bytes(pool: &PgPool) -> Result<f64, sqlx::Error> {
         sqlx::query_scalar(
-            "SELECT COALESCE(avg(octet_length(payload::text)), 0)::float8 FROM \
-             (SELECT payload FROM outbox ORDER BY id LIMIT 1000) s",
+            "SELECT COALESCE(avg(coalesce(octet_length(payload::text), octet_length(payload_bytes))), 0)::float8 \
+             FROM (SELECT payload, payload_bytes FROM outbox ORDER BY id LIMIT 1000) s",
         )
         .fetch_one(pool)
         .await
@@ -265,7 +309,7 @@ impl Front {
 
 /// The Kafka headers the relay sends for `e`, built once.
 pub fn owned_headers(e: &EventEnvelope) -> OwnedHeaders {
-    let headers = e.kafka_headers();
+    let headers = e.kafka_headers(outbox_kit::HeaderOptions::default());
     let mut owned = OwnedHeaders::new_with_capacity(headers.len());
     for (k, v) in &headers {
         owned = owned.insert(Header {
@@ -285,6 +329,7 @@ mod tests {
         let w = Workload {
             aggregates: 10_000,
             payload_bytes: 300,
+            kind: PayloadKind::Json,
         };
         let p = w.payload(123_456);
         assert!((290..=310).contains(&p.len()), "{} bytes", p.len());

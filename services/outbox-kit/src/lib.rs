@@ -58,5 +58,5 @@ pub mod validate;
 #[doc(hidden)]
 pub use utoipa as __utoipa;
 
-pub use envelope::{EventEnvelope, DEFAULT_TOPIC_PREFIX};
-pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, OutboxError};
+pub use envelope::{EventEnvelope, HeaderOptions, Payload, DEFAULT_TOPIC_PREFIX};
+pub use outbox::{enqueue, notify_relay, EnqueuedEvent, NewEvent, NewPayload, OutboxError};

@@ -22,18 +22,37 @@ pub enum OutboxError {
     Database(#[from] sqlx::Error),
 }
 
+/// The message value of a [`NewEvent`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NewPayload<'a> {
+    /// A JSON value (the `payload` column).
+    Json(&'a Value),
+    /// Bytes published unchanged (`payload_bytes`), e.g. a serialized Protobuf or Avro record,
+    /// with their content type (`content_type`; `application/octet-stream` when `None`).
+    Binary {
+        /// The value.
+        bytes: &'a [u8],
+        /// Its content type, sent in the `content-type` header.
+        content_type: Option<&'a str>,
+    },
+    /// No value: published as a Kafka tombstone (null value, same key), for compacted topics.
+    Tombstone,
+}
+
 /// An event to publish.
 #[derive(Debug, Clone)]
 pub struct NewEvent<'a> {
     /// Routes the topic (`outbox.event.<aggregate_type>`), e.g. `order`.
     pub aggregate_type: &'a str,
-    /// The Kafka key: events of one aggregate stay in order. Lock the aggregate's row in the
-    /// same transaction before enqueueing, so id order equals commit order per aggregate.
+    /// The aggregate: events of one aggregate are published in commit order; the Kafka key
+    /// unless [`Self::key`] says otherwise.
     pub aggregate_id: &'a str,
     /// E.g. `OrderPaid`.
     pub event_type: &'a str,
     /// The message value.
-    pub payload: &'a Value,
+    pub payload: NewPayload<'a>,
+    /// The Kafka key when it is not the aggregate id (`message_key`).
+    pub key: Option<&'a str>,
     /// Extra string headers (e.g. `traceparent`); must be a JSON object when given.
     pub headers: Option<&'a Value>,
     /// Explicit topic, overriding the routing.
@@ -50,15 +69,65 @@ impl<'a> NewEvent<'a> {
         event_type: &'a str,
         payload: &'a Value,
     ) -> Self {
+        Self::with_payload(
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            NewPayload::Json(payload),
+        )
+    }
+
+    /// An event whose value is `bytes`, published unchanged with `content_type`.
+    pub fn binary(
+        aggregate_type: &'a str,
+        aggregate_id: &'a str,
+        event_type: &'a str,
+        bytes: &'a [u8],
+        content_type: Option<&'a str>,
+    ) -> Self {
+        Self::with_payload(
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            NewPayload::Binary {
+                bytes,
+                content_type,
+            },
+        )
+    }
+
+    /// A tombstone: published with a null value and the event's key.
+    pub fn tombstone(aggregate_type: &'a str, aggregate_id: &'a str, event_type: &'a str) -> Self {
+        Self::with_payload(
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            NewPayload::Tombstone,
+        )
+    }
+
+    fn with_payload(
+        aggregate_type: &'a str,
+        aggregate_id: &'a str,
+        event_type: &'a str,
+        payload: NewPayload<'a>,
+    ) -> Self {
         Self {
             aggregate_type,
             aggregate_id,
             event_type,
             payload,
+            key: None,
             headers: None,
             topic: None,
             event_id: None,
         }
+    }
+
+    /// The same event with `key` as its Kafka key instead of the aggregate id.
+    pub fn with_key(mut self, key: &'a str) -> Self {
+        self.key = Some(key);
+        self
     }
 
     fn validate(&self) -> Result<(), OutboxError> {
@@ -70,6 +139,18 @@ impl<'a> NewEvent<'a> {
         }
         if self.event_type.is_empty() {
             return Err(OutboxError::Invalid("event_type is empty"));
+        }
+        if self.key == Some("") {
+            return Err(OutboxError::Invalid("key is empty"));
+        }
+        if matches!(
+            self.payload,
+            NewPayload::Binary {
+                content_type: Some(""),
+                ..
+            }
+        ) {
+            return Err(OutboxError::Invalid("content_type is empty"));
         }
         if matches!(self.headers, Some(h) if !h.is_object()) {
             return Err(OutboxError::Invalid("headers must be a JSON object"));
@@ -104,16 +185,28 @@ pub async fn enqueue<'e, E: PgExecutor<'e>>(
     let empty = Value::Object(Default::default());
     // Inside a traced request or message, the event continues that trace.
     let traced = crate::trace::headers_with_current(event.headers);
+    let (json, bytes, content_type) = match event.payload {
+        NewPayload::Json(v) => (Some(v), None, None),
+        NewPayload::Binary {
+            bytes,
+            content_type,
+        } => (None, Some(bytes), content_type),
+        NewPayload::Tombstone => (None, None, None),
+    };
     let (id, event_id): (i64, Uuid) = sqlx::query_as(
-        "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, headers, topic) \
-         VALUES (COALESCE($1, gen_random_uuid()), $2, $3, $4, $5, $6, $7) \
+        "INSERT INTO outbox (event_id, aggregate_type, aggregate_id, event_type, payload, \
+                             payload_bytes, content_type, message_key, headers, topic) \
+         VALUES (COALESCE($1, gen_random_uuid()), $2, $3, $4, $5, $6, $7, $8, $9, $10) \
          RETURNING id, event_id",
     )
     .bind(event.event_id)
     .bind(event.aggregate_type)
     .bind(event.aggregate_id)
     .bind(event.event_type)
-    .bind(event.payload)
+    .bind(json)
+    .bind(bytes)
+    .bind(content_type)
+    .bind(event.key)
     .bind(traced.as_ref().or(event.headers).unwrap_or(&empty))
     .bind(event.topic)
     .fetch_one(executor)

@@ -61,18 +61,7 @@ pub fn init_tracing() -> crate::trace::otlp::Telemetry {
         .and_then(std::path::Path::file_name)
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "outbox-service".to_owned());
-    match crate::trace::otlp::init(&name) {
-        Ok(t) => {
-            if t.is_exporting() {
-                tracing::info!(service.name = %name, "Exporting trace spans over OTLP/HTTP");
-            }
-            t
-        }
-        Err(e) => {
-            tracing::error!(error = %e, source = ?std::error::Error::source(&e), "OTLP span export is not set up; running without it");
-            crate::trace::otlp::Telemetry::off()
-        }
-    }
+    crate::trace::otlp::init_or_run_without(&name)
 }
 
 /// A token cancelled on the first SIGTERM or SIGINT.

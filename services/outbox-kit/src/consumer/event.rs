@@ -126,13 +126,33 @@ pub struct Envelope {
     pub occurred_at: Option<String>,
 }
 
+/// What a message's value is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageValue {
+    /// JSON (no `content-type` header, or a JSON one): parsed into [`Event::payload`].
+    Json,
+    /// Bytes of another content type (the `content-type` header), e.g. Protobuf or Avro, as
+    /// the writer stored them in `payload_bytes`. [`Event::payload`] is `null`.
+    Binary {
+        /// The `content-type` header.
+        content_type: String,
+        /// The value.
+        bytes: Vec<u8>,
+    },
+    /// No value: a tombstone (a deletion on a compacted topic). [`Event::payload`] is `null`.
+    Tombstone,
+}
+
 /// An event ready to be applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Routing and identity.
     pub envelope: Envelope,
-    /// The message value, parsed.
+    /// The message value parsed as JSON; `null` for a tombstone or a binary value (see
+    /// [`Event::value`]).
     pub payload: serde_json::Value,
+    /// Whether the value is JSON, bytes of another content type, or absent (a tombstone).
+    pub value: MessageValue,
     /// Where it was read from: topic.
     pub topic: String,
     /// Partition.
@@ -160,7 +180,25 @@ impl Event {
     pub fn payload_as<T: serde::de::DeserializeOwned>(
         &self,
     ) -> Result<T, crate::consumer::HandlerError> {
-        T::deserialize(&self.payload).map_err(crate::consumer::HandlerError::Payload)
+        use serde::de::Error as _;
+        match &self.value {
+            MessageValue::Json => {
+                T::deserialize(&self.payload).map_err(crate::consumer::HandlerError::Payload)
+            }
+            MessageValue::Tombstone => Err(crate::consumer::HandlerError::Payload(
+                serde_json::Error::custom("the event is a tombstone: it has no value"),
+            )),
+            MessageValue::Binary { content_type, .. } => {
+                Err(crate::consumer::HandlerError::Payload(
+                    serde_json::Error::custom(format!("the value is {content_type}, not JSON")),
+                ))
+            }
+        }
+    }
+
+    /// True for a tombstone (the message has no value).
+    pub fn is_tombstone(&self) -> bool {
+        self.value == MessageValue::Tombstone
     }
 }
 
@@ -277,20 +315,53 @@ impl Envelope {
                 supported: supported.to_vec(),
             });
         }
-        let bytes = msg
-            .payload
-            .as_deref()
-            .ok_or_else(|| Rejection::Undecodable("the message has no value".to_owned()))?;
-        let payload = serde_json::from_slice(bytes)
-            .map_err(|e| Rejection::Undecodable(format!("not JSON: {e}")))?;
+        let content_type = match msg.header(crate::envelope::CONTENT_TYPE_HEADER) {
+            Some(Some(v)) => {
+                Some(
+                    std::str::from_utf8(v).map_err(|_| Rejection::InvalidHeader {
+                        name: crate::envelope::CONTENT_TYPE_HEADER,
+                        problem: "not UTF-8".to_owned(),
+                    })?,
+                )
+            }
+            _ => None,
+        };
+        let (payload, value) = match (msg.payload.as_deref(), content_type) {
+            (None, _) => (serde_json::Value::Null, MessageValue::Tombstone),
+            (Some(bytes), Some(ct)) if !is_json(ct) => (
+                serde_json::Value::Null,
+                MessageValue::Binary {
+                    content_type: ct.to_owned(),
+                    bytes: bytes.to_vec(),
+                },
+            ),
+            (Some(bytes), _) => (
+                serde_json::from_slice(bytes)
+                    .map_err(|e| Rejection::Undecodable(format!("not JSON: {e}")))?,
+                MessageValue::Json,
+            ),
+        };
         Ok(Event {
             envelope: self,
             payload,
+            value,
             topic: msg.topic.clone(),
             partition: msg.partition,
             offset: msg.offset,
         })
     }
+}
+
+/// Whether a `content-type` names JSON: `application/json` or a `+json` type, parameters and
+/// case aside.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == crate::envelope::JSON_CONTENT_TYPE || essence.ends_with("+json")
 }
 
 #[cfg(test)]
@@ -418,13 +489,43 @@ mod tests {
         );
         let err = env.into_event(&m, &[3]).unwrap_err();
         assert_eq!(err.reason(), "undecodable");
-        let empty = msg(&[("event_id", ID), ("event_type", "OrderPaid")], None);
-        let err = empty
-            .envelope()
-            .unwrap()
-            .into_event(&empty, &[1])
-            .unwrap_err();
-        assert_eq!(err.reason(), "undecodable");
+    }
+
+    #[test]
+    fn a_message_without_a_value_is_a_tombstone() {
+        let empty = msg(&[("event_id", ID), ("event_type", "OrderDeleted")], None);
+        let event = empty.envelope().unwrap().into_event(&empty, &[1]).unwrap();
+        assert!(event.is_tombstone());
+        assert_eq!(event.payload, serde_json::Value::Null);
+        let err = event.payload_as::<serde_json::Value>().unwrap_err();
+        assert!(format!("{err:?}").contains("tombstone"), "{err:?}");
+    }
+
+    #[test]
+    fn the_content_type_decides_between_json_and_bytes() {
+        let headers =
+            |ct: &'static str| [("event_id", ID), ("event_type", "T"), ("content-type", ct)];
+        for ct in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            "application/cloudevents+json",
+        ] {
+            let m = msg(&headers(ct), Some(r#"{"a":1}"#));
+            let event = m.envelope().unwrap().into_event(&m, &[1]).unwrap();
+            assert_eq!(event.value, MessageValue::Json, "{ct}");
+            assert_eq!(event.payload["a"], 1);
+        }
+        let mut m = msg(&headers("application/x-protobuf"), None);
+        m.payload = Some(vec![0x08, 0x96, 0x01, 0xff, 0x00]);
+        let event = m.envelope().unwrap().into_event(&m, &[1]).unwrap();
+        assert_eq!(
+            event.value,
+            MessageValue::Binary {
+                content_type: "application/x-protobuf".into(),
+                bytes: vec![0x08, 0x96, 0x01, 0xff, 0x00]
+            }
+        );
+        assert!(event.payload_as::<serde_json::Value>().is_err());
     }
 
     #[test]
@@ -494,33 +595,57 @@ mod properties {
             })
     }
 
+    fn payload() -> impl Strategy<Value = crate::Payload> {
+        prop_oneof![
+            Just(crate::Payload::Json("{}".into())),
+            (
+                vec(any::<u8>(), 0..64),
+                prop_oneof![
+                    Just("application/x-protobuf"),
+                    Just("avro/binary"),
+                    Just("application/octet-stream")
+                ]
+            )
+                .prop_map(|(bytes, ct)| crate::Payload::Binary {
+                    bytes,
+                    content_type: ct.to_owned()
+                }),
+            Just(crate::Payload::Tombstone),
+        ]
+    }
+
     fn row() -> impl Strategy<Value = EventEnvelope> {
         (
             any::<u128>(),
             ".{1,20}",
             ".{0,20}",
             ".{0,20}",
-            vec(("[a-z_]{1,10}", ".{0,10}"), 0..4),
+            vec(("[a-z_-]{1,14}", ".{0,10}"), 0..4),
+            payload(),
+            option::of("[a-z0-9]{1,8}"),
         )
-            .prop_map(|(id, event_type, aggregate_id, aggregate_type, extra)| {
-                EventEnvelope {
-                    id: 1,
-                    event_id: Uuid::from_u128(id),
-                    aggregate_type,
-                    aggregate_id,
-                    event_type,
-                    payload: "{}".into(),
-                    headers: serde_json::Value::Object(
-                        extra
-                            .into_iter()
-                            .map(|(k, v)| (k, serde_json::Value::String(v)))
-                            .collect(),
-                    ),
-                    topic: None,
-                    created_at: chrono::DateTime::from_timestamp(1_700_000_000, 123_456_000)
-                        .unwrap(),
-                }
-            })
+            .prop_map(
+                |(id, event_type, aggregate_id, aggregate_type, extra, payload, key)| {
+                    EventEnvelope {
+                        id: 1,
+                        event_id: Uuid::from_u128(id),
+                        aggregate_type,
+                        aggregate_id,
+                        event_type,
+                        payload,
+                        key,
+                        headers: serde_json::Value::Object(
+                            extra
+                                .into_iter()
+                                .map(|(k, v)| (k, serde_json::Value::String(v)))
+                                .collect(),
+                        ),
+                        topic: None,
+                        created_at: chrono::DateTime::from_timestamp(1_700_000_000, 123_456_000)
+                            .unwrap(),
+                    }
+                },
+            )
     }
 
     proptest! {
@@ -535,25 +660,24 @@ mod properties {
             }
         }
 
-        /// What the relay writes (either header encoder) the consumer reads back: event id,
-        /// type (trimmed), aggregate id and type.
+        /// What the relay writes the consumer reads back: event id, type (trimmed), aggregate
+        /// id and type, and the value as JSON, bytes of its content type, or a tombstone;
+        /// with CloudEvents on or off.
         #[test]
-        fn relay_headers_decode_to_the_same_event(row in row()) {
-            let mut fast = Vec::new();
-            row.for_each_header(|k, v| fast.push((k.to_owned(), v.to_vec())));
-            let slow: Vec<(String, Vec<u8>)> = row
-                .kafka_headers()
-                .into_iter()
-                .map(|(k, v)| (k, v.into_bytes()))
-                .collect();
-            prop_assert_eq!(&fast, &slow);
+        fn relay_headers_decode_to_the_same_event(row in row(), cloudevents in any::<bool>()) {
+            let mut headers = Vec::new();
+            let options = crate::HeaderOptions {
+                cloudevents_source: cloudevents.then_some("/orders"),
+                traceparent: None,
+            };
+            row.for_each_header(options, |k, v| headers.push((k.to_owned(), Some(v.to_vec()))));
             let msg = RawMessage {
                 topic: row.topic("p."),
                 partition: 0,
                 offset: 0,
-                key: Some(row.aggregate_id.clone().into_bytes()),
-                payload: Some(row.payload.clone().into_bytes()),
-                headers: fast.into_iter().map(|(k, v)| (k, Some(v))).collect(),
+                key: Some(row.message_key().as_bytes().to_vec()),
+                payload: row.payload.bytes().map(<[u8]>::to_vec),
+                headers,
             };
             match msg.envelope() {
                 Ok(e) => {
@@ -564,7 +688,26 @@ mod properties {
                         e.aggregate_type.as_deref(),
                         Some(row.aggregate_type.as_str())
                     );
-                    prop_assert!(e.into_event(&msg, &[1]).is_ok());
+                    let event = e.into_event(&msg, &[1]);
+                    prop_assert!(event.is_ok(), "{:?}", event);
+                    let event = event.unwrap();
+                    match &row.payload {
+                        crate::Payload::Json(text) => {
+                            prop_assert_eq!(&event.value, &MessageValue::Json);
+                            prop_assert_eq!(
+                                event.payload,
+                                serde_json::from_str::<serde_json::Value>(text).unwrap()
+                            );
+                        }
+                        crate::Payload::Binary { bytes, content_type } => prop_assert_eq!(
+                            event.value,
+                            MessageValue::Binary {
+                                content_type: content_type.clone(),
+                                bytes: bytes.clone()
+                            }
+                        ),
+                        crate::Payload::Tombstone => prop_assert!(event.is_tombstone()),
+                    }
                 }
                 Err(r) => prop_assert!(
                     row.event_type.trim().is_empty(),

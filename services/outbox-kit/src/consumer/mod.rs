@@ -52,7 +52,7 @@ mod worker;
 
 pub use apply::{apply, Applied, RetryPolicy};
 pub use config::{dead_letter_topic, redrive_topic, ConsumerArgs, RuntimeConfig, TopicSpec};
-pub use event::{Envelope, Event, RawMessage, Rejection, EVENT_VERSION_HEADER};
+pub use event::{Envelope, Event, MessageValue, RawMessage, Rejection, EVENT_VERSION_HEADER};
 pub use handler::{Disposition, Effect, Handler, HandlerError};
 pub use metrics::ConsumerMetrics;
 pub use runtime::{run, ConsumerError};

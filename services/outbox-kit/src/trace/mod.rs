@@ -20,7 +20,7 @@ pub mod otlp;
 mod span;
 
 pub use context::{SpanId, TraceContext, TraceId, TraceparentError, SAMPLED};
-pub use span::{Attribute, SpanKind, TracedSpan};
+pub use span::{Attribute, ProducerSpan, SpanKind, TracedSpan};
 
 use std::future::Future;
 
@@ -36,6 +36,19 @@ tokio::task_local! {
 /// Runs `f` with `ctx` as the current trace context ([`current`]) of the task.
 pub async fn scope<F: Future>(ctx: TraceContext, f: F) -> F::Output {
     CURRENT.scope(ctx, f).await
+}
+
+/// Whether spans are exported in this process (OTLP set up by [`otlp::init`]). Callers with a
+/// per-event cost of their own (the relay) skip it while this is false.
+#[cfg(feature = "otlp")]
+pub fn exporting() -> bool {
+    otlp::is_set_up()
+}
+
+/// Whether spans are exported in this process: never, without the `otlp` feature.
+#[cfg(not(feature = "otlp"))]
+pub fn exporting() -> bool {
+    false
 }
 
 /// The trace context of the span the current task works for, if it runs inside [`scope`].

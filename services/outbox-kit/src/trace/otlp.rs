@@ -121,6 +121,23 @@ pub fn init(service_name: &str) -> Result<Telemetry, OtlpError> {
     })
 }
 
+/// [`init`], logging whether spans are exported; when the exporter refuses its settings, an
+/// error is logged and the process runs without export.
+pub fn init_or_run_without(service_name: &str) -> Telemetry {
+    match init(service_name) {
+        Ok(t) => {
+            if t.is_exporting() {
+                tracing::info!(service.name = %service_name, "Exporting trace spans over OTLP/HTTP");
+            }
+            t
+        }
+        Err(e) => {
+            tracing::error!(error = %e, source = ?std::error::Error::source(&e), "OTLP span export is not set up; running without it");
+            Telemetry::off()
+        }
+    }
+}
+
 fn otel_ids(ctx: &TraceContext) -> (opentelemetry::trace::TraceId, opentelemetry::trace::SpanId) {
     (
         opentelemetry::trace::TraceId::from_bytes(ctx.trace_id.to_bytes()),
@@ -141,6 +158,7 @@ pub(super) fn start_span(
     kind: SpanKind,
     context: &TraceContext,
     remote_parent: Option<TraceContext>,
+    started_at: Option<std::time::SystemTime>,
     describe: impl FnOnce() -> (String, Vec<Attribute>),
 ) -> Option<Span> {
     let tracer = TRACER.get()?;
@@ -151,8 +169,12 @@ pub(super) fn start_span(
         .with_kind(match kind {
             SpanKind::Server => opentelemetry::trace::SpanKind::Server,
             SpanKind::Consumer => opentelemetry::trace::SpanKind::Consumer,
+            SpanKind::Producer => opentelemetry::trace::SpanKind::Producer,
         })
         .with_attributes(attributes.into_iter().map(key_value));
+    if let Some(at) = started_at {
+        builder = builder.with_start_time(at);
+    }
     builder.trace_id = Some(trace_id);
     builder.span_id = Some(span_id);
     let parent = match remote_parent {
@@ -190,6 +212,18 @@ pub(super) fn end_span(mut span: Span, error: Option<String>) {
         span.set_status(Status::error(description));
     }
     span.end();
+}
+
+pub(super) fn end_span_at(mut span: Span, at: std::time::SystemTime, error: Option<String>) {
+    if let Some(description) = error {
+        span.set_status(Status::error(description));
+    }
+    span.end_with_timestamp(at);
+}
+
+/// Whether [`init`] set up export in this process.
+pub(super) fn is_set_up() -> bool {
+    TRACER.get().is_some()
 }
 
 #[cfg(test)]
@@ -251,7 +285,7 @@ mod tests {
     #[test]
     fn without_set_up_no_span_is_built() {
         let ctx = TraceContext::new_root();
-        let built = start_span(SpanKind::Server, &ctx, None, || {
+        let built = start_span(SpanKind::Server, &ctx, None, None, || {
             panic!("the span's description must not be built when export is off")
         });
         assert!(built.is_none());

@@ -14,6 +14,8 @@ pub enum SpanKind {
     Server,
     /// Handling a consumed Kafka message.
     Consumer,
+    /// Publishing a message (the relay: from the row's commit to the broker's ack).
+    Producer,
 }
 
 /// An attribute of an exported span (OpenTelemetry semantic-convention names).
@@ -63,9 +65,14 @@ impl TracedSpan {
                 trace_id = %context.trace_id,
                 span_id = %context.span_id
             ),
+            SpanKind::Producer => tracing::info_span!(
+                "publish",
+                trace_id = %context.trace_id,
+                span_id = %context.span_id
+            ),
         };
         #[cfg(feature = "otlp")]
-        let exported = super::otlp::start_span(kind, &context, remote_parent, describe);
+        let exported = super::otlp::start_span(kind, &context, remote_parent, None, describe);
         // With export on, the sampler decides a new trace's sampling; pass its decision on.
         #[cfg(feature = "otlp")]
         let mut context = context;
@@ -130,6 +137,64 @@ impl TracedSpan {
     }
 }
 
+/// One published message's PRODUCER span (the relay), exported only: no `tracing` span, and
+/// none at all unless spans are exported ([`super::exporting`]). It starts when the event was
+/// written (the outbox row's `created_at`) and ends at the broker's ack, so a trace shows how long
+/// the event waited in the outbox; the message carries [`ProducerSpan::context`] as its
+/// `traceparent`, so the consumer's span is its child.
+#[derive(Debug)]
+pub struct ProducerSpan {
+    context: TraceContext,
+    #[cfg(feature = "otlp")]
+    exported: opentelemetry_sdk::trace::Span,
+}
+
+impl ProducerSpan {
+    /// Starts the span below the writer's `parent` at `started_at`; `None` when spans are not
+    /// exported (then nothing is built, and `describe` is not called).
+    pub fn start(
+        parent: TraceContext,
+        started_at: std::time::SystemTime,
+        describe: impl FnOnce() -> (String, Vec<Attribute>),
+    ) -> Option<Self> {
+        #[cfg(feature = "otlp")]
+        {
+            let mut context = parent.child();
+            let exported = super::otlp::start_span(
+                SpanKind::Producer,
+                &context,
+                Some(parent),
+                Some(started_at),
+                describe,
+            )?;
+            context.flags = if super::otlp::is_sampled(&exported) {
+                super::SAMPLED
+            } else {
+                0
+            };
+            Some(Self { context, exported })
+        }
+        #[cfg(not(feature = "otlp"))]
+        {
+            let _ = (parent, started_at, describe);
+            None
+        }
+    }
+
+    /// The span's context: what the published message carries as `traceparent`.
+    pub fn context(&self) -> &TraceContext {
+        &self.context
+    }
+
+    /// Ends the span at `at` (the broker's ack); `error` marks it failed with that description.
+    pub fn end(self, at: std::time::SystemTime, error: Option<String>) {
+        #[cfg(feature = "otlp")]
+        super::otlp::end_span_at(self.exported, at, error);
+        #[cfg(not(feature = "otlp"))]
+        let _ = (at, error);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +216,15 @@ mod tests {
         assert_eq!(root.parent(), None);
         assert_ne!(root.context().trace_id, parent.trace_id);
         root.end(None);
+    }
+
+    #[test]
+    fn no_producer_span_is_built_while_spans_are_not_exported() {
+        let parent =
+            TraceContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        let span = ProducerSpan::start(parent, std::time::SystemTime::now(), || {
+            panic!("the span's description must not be built when export is off")
+        });
+        assert!(span.is_none());
     }
 }
