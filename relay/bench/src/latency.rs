@@ -253,6 +253,9 @@ pub async fn run(
         ids.len() as u64,
         relay_cpu(infra, &relay, relay_cpu0),
     );
+    // The consumer's fetches would count as broker CPU in the idle figures.
+    let _ = stop_tx.send(());
+    let _ = consumer.await;
     let idle = if spec.idle_seconds > 0 {
         // Nothing left to send (the last acknowledged rows deleted), then quiet.
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -280,8 +283,6 @@ pub async fn run(
     } else {
         None
     };
-    let _ = stop_tx.send(());
-    let _ = consumer.await;
     relay.stop().await?;
     infra.drop_database(db).await?;
 
