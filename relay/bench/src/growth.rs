@@ -1,4 +1,4 @@
-//! Phases `sizes` and `topics` (issue 22, "how the cost grows"; opt-in): the raw producer and
+//! Phases `sizes` and `topics` (issue 22, "how the cost grows"; `topics` is opt-in): the raw producer and
 //! the release relay draining the same events, at each payload size (100 B to 256 KiB,
 //! incompressible padding, event counts scaled so that each run moves a bounded number of
 //! bytes) and over 1, 100 and 1 000 topics (one aggregate type per topic). Each point reports
