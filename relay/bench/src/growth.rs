@@ -166,7 +166,19 @@ async fn point(infra: &Infra, w: &Workload, events: u64, base: &DrainSpec<'_>) -
     for e in &errors {
         eprintln!("[relay-bench]   {label}: {e}");
     }
-    GrowthPoint::new(w, events, bytes, raw, relay, errors)
+    let p = GrowthPoint::new(w, events, bytes, raw, relay, errors);
+    // Each point as it comes, so a run cut short still tells something.
+    let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    eprintln!(
+        "[relay-bench]   {label}: raw {}/s, relay {}/s ({}), relay {} · postgres {} · broker {} µs/event",
+        p.raw.as_ref().map_or("-".to_owned(), |r| format!("{:.0}", r.msgs_per_s)),
+        p.relay.as_ref().map_or("-".to_owned(), |r| format!("{:.0}", r.events_per_s)),
+        p.relay_over_raw.map_or("-".to_owned(), |v| format!("{:.0} %", v * 100.0)),
+        us(p.relay.as_ref().and_then(|r| r.cpu.relay_us_per_event)),
+        us(p.relay.as_ref().and_then(|r| r.cpu.postgres_us_per_event)),
+        us(p.relay.as_ref().and_then(|r| r.cpu.broker_us_per_event)),
+    );
+    p
 }
 
 /// Phase `sizes`: each payload size of `sizes_bytes`, incompressible padding, one topic.
