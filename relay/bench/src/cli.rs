@@ -154,7 +154,7 @@ pub struct Args {
     #[arg(long)]
     pub backlog_events: Option<u64>,
 
-    /// Payload sizes of the opt-in `sizes` phase, bytes, comma separated.
+    /// Payload sizes of the `sizes` phase, bytes, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = [100u64, 1_024, 16_384, 262_144],
           value_parser = clap::value_parser!(u64).range(100..=900_000))]
     pub size_payloads: Vec<u64>,
