@@ -27,6 +27,7 @@ mod parking;
 mod pgbouncer;
 mod relay_metrics;
 mod retention;
+mod reverse_flow;
 mod roles;
 mod secrets;
 mod secured;
