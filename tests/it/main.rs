@@ -24,6 +24,7 @@ mod openapi_fuzz;
 mod operator_races;
 mod order_flow;
 mod parking;
+mod payment_timeout;
 mod pgbouncer;
 mod relay_metrics;
 mod retention;
