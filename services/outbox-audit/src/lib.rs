@@ -90,7 +90,7 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     report.count("orders", orders.len() as i64);
     report.count(
         "orders_paid",
-        orders.iter().filter(|o| o.paid_cents > 0).count() as i64,
+        orders.iter().filter(|o| o.fulfils).count() as i64,
     );
     report.count(
         "orders_left_out_recent",

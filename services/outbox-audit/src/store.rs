@@ -37,6 +37,9 @@ pub struct OrderRow {
     pub status: String,
     /// What its applied payment brought in (0 until paid).
     pub paid_cents: i64,
+    /// Its payment starts fulfilment (a reservation, an outbound): paid, and not a marketplace
+    /// trade first seen closed (cancelled with the money it took, never fulfilled).
+    pub fulfils: bool,
     /// Changed within the settle window: left out of the cross-database checks.
     pub recent: bool,
 }
@@ -48,8 +51,10 @@ pub struct OrderRow {
 pub async fn orders(pool: &PgPool, settle: Duration) -> Result<Vec<OrderRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT order_id::text AS order_id, status, paid_cents, \
+                (paid_cents > 0 AND NOT EXISTS (SELECT 1 FROM payments p \
+                    WHERE p.order_id = o.order_id AND p.flag_reason = 'trade_closed')) AS fulfils, \
                 (updated_at > now() - make_interval(secs => $1)) AS recent \
-         FROM orders",
+         FROM orders o",
     )
     .bind(settle.as_secs_f64())
     .fetch_all(pool)
@@ -79,7 +84,7 @@ pub async fn refund_arithmetic(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Er
          LEFT JOIN (SELECT order_id, sum(amount_cents) AS cents FROM refunds \
                     WHERE status IN ('REQUESTED', 'SUCCEEDED') GROUP BY order_id) r USING (order_id) \
          LEFT JOIN (SELECT order_id, sum(refund_due_cents) AS cents FROM payments \
-                    WHERE flag_reason = 'stock_rejected' GROUP BY order_id) p USING (order_id) \
+                    WHERE flag_reason IN ('stock_rejected', 'trade_closed') GROUP BY order_id) p USING (order_id) \
          WHERE o.refund_reserved_cents <> COALESCE(r.cents, 0) + COALESCE(p.cents, 0) \
          ORDER BY 1",
     )

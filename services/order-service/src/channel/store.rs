@@ -166,7 +166,7 @@ pub async fn external_order_of(
         .await
 }
 
-/// The newest snapshot applied of a platform refund: `(refund_no, last_modified_ms)`.
+/// The newest snapshot applied of a platform refund: `(last_status, last_modified_ms)`.
 ///
 /// # Errors
 /// When the query fails.
@@ -176,7 +176,7 @@ pub async fn find_refund(
     external_refund_id: &str,
 ) -> Result<Option<(String, i64)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT refund_no, last_modified_ms FROM channel_refunds \
+        "SELECT last_status, last_modified_ms FROM channel_refunds \
          WHERE channel = $1 AND external_refund_id = $2",
     )
     .bind(channel)
@@ -186,6 +186,8 @@ pub async fn find_refund(
 }
 
 /// Records the newest snapshot applied of a platform refund (inserting it the first time).
+/// The caller decided that it supersedes the one recorded (a newer `modified`, or the same one
+/// with a status further along), so only an older `modified` is refused here.
 ///
 /// # Errors
 /// When the query fails.
@@ -204,7 +206,7 @@ pub async fn upsert_refund(
          VALUES ($1, $2, $3, $4, $5, $6) \
          ON CONFLICT (channel, external_refund_id) DO UPDATE \
              SET last_status = EXCLUDED.last_status, last_modified_ms = EXCLUDED.last_modified_ms \
-             WHERE channel_refunds.last_modified_ms < EXCLUDED.last_modified_ms",
+             WHERE channel_refunds.last_modified_ms <= EXCLUDED.last_modified_ms",
     )
     .bind(channel)
     .bind(external_refund_id)

@@ -288,3 +288,27 @@ pub async fn release_refund(
     .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Records the payment of an order that is cancelled in the same transaction without ever
+/// being `PAID` (a marketplace trade first seen closed with the money it took): `paid_cents`
+/// and `paid_at` as for a payment, and all of it reserved for refunds, as for a paid order
+/// cancelled for lack of stock. Returns whether the order was `PENDING_PAYMENT`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn record_paid_for_refund(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    paid_cents: i64,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE orders SET paid_cents = $2, refund_reserved_cents = $2, paid_at = now(), \
+             updated_at = now() \
+         WHERE order_id = $1 AND status = 'PENDING_PAYMENT'",
+    )
+    .bind(order_id.uuid())
+    .bind(paid_cents)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
