@@ -88,7 +88,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
 
-    /// Phases to run, comma separated [default: all but the opt-in `backlog`].
+    /// Phases to run, comma separated [default: all but the opt-in `backlog`, `sizes` and
+    /// `topics`].
     #[arg(long, value_delimiter = ',')]
     pub phases: Vec<Phase>,
 
@@ -152,6 +153,32 @@ pub struct Args {
     #[arg(long)]
     pub backlog_events: Option<u64>,
 
+    /// Payload sizes of the opt-in `sizes` phase, bytes, comma separated.
+    #[arg(long, value_delimiter = ',', default_values_t = [100u64, 1_024, 16_384, 262_144],
+          value_parser = clap::value_parser!(u64).range(100..=900_000))]
+    pub size_payloads: Vec<u64>,
+
+    /// Payload megabytes (10^6 bytes) each run of the `sizes` phase moves at most: large sizes
+    /// get fewer events (never more than `--events`, never fewer than 100) [default: 256;
+    /// --quick: 32].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub size_budget_mb: Option<u64>,
+
+    /// Topic counts of the opt-in `topics` phase, comma separated (one aggregate type per
+    /// topic, the events spread evenly).
+    #[arg(long, value_delimiter = ',', default_values_t = [1u64, 100, 1_000],
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub topic_counts: Vec<u64>,
+
+    /// Events of each run of the `topics` phase [default: --events].
+    #[arg(long)]
+    pub topic_events: Option<u64>,
+
+    /// Seconds over which the latency phase measures the relay's idle cost (CPU with nothing
+    /// to send, after the load) [default: 10; --quick: 5].
+    #[arg(long)]
+    pub idle_seconds: Option<u64>,
+
     /// Seconds between the side claims that sample claim time during the `backlog` drain.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     pub backlog_probe_secs: u64,
@@ -181,13 +208,20 @@ pub enum Phase {
     /// Opt-in, heavy: the relay draining a multi-million event backlog (claim time as the
     /// table shrinks, leadership stability).
     Backlog,
+    /// Opt-in (a few minutes, GBs through the broker): raw produce and relay drain at each
+    /// payload size of `--size-payloads`, CPU per event and MB/s.
+    Sizes,
+    /// Opt-in (a few minutes): raw produce and relay drain over each topic count of
+    /// `--topic-counts`.
+    Topics,
 }
 
 impl Phase {
     /// True for the phases a run without `--phases` includes: those of about a minute or less
-    /// at default sizes. `backlog` (many minutes, gigabytes of disk) is opt-in.
+    /// at default sizes. `backlog` (many minutes, gigabytes of disk), `sizes` and `topics`
+    /// (minutes each, gigabytes through the broker) are opt-in.
     pub fn in_default_run(self) -> bool {
-        !matches!(self, Self::Backlog)
+        !matches!(self, Self::Backlog | Self::Sizes | Self::Topics)
     }
 }
 
@@ -208,6 +242,12 @@ pub struct Sizes {
     pub failure_outbox_rows: u64,
     /// Events of the backlog phase.
     pub backlog_events: u64,
+    /// Payload bytes each `sizes` run moves at most.
+    pub size_budget_bytes: u64,
+    /// Events of each `topics` run.
+    pub topic_events: u64,
+    /// Seconds of the latency phase's idle measurement.
+    pub idle_seconds: u64,
 }
 
 impl Args {
@@ -223,8 +263,13 @@ impl Args {
         } else {
             (100_000, 5, 200_000, 5_000_000)
         };
+        let (budget_mb, idle_s) = if self.quick { (32, 5) } else { (256, 10) };
+        let events = self.events.unwrap_or(events);
         Sizes {
-            events: self.events.unwrap_or(events),
+            events,
+            size_budget_bytes: self.size_budget_mb.unwrap_or(budget_mb) * 1_000_000,
+            topic_events: self.topic_events.unwrap_or(events),
+            idle_seconds: self.idle_seconds.unwrap_or(idle_s),
             naive_events: self.naive_events.unwrap_or(naive),
             load_seconds: self.load_seconds.unwrap_or(secs),
             isolation_events: self.isolation_events.unwrap_or(isolation),
@@ -326,5 +371,37 @@ mod tests {
             (20_000, 2, 500_000)
         );
         assert_eq!(parse(&[]).sizes().backlog_events, 5_000_000);
+    }
+
+    #[test]
+    fn growth_phases_are_opt_in_and_scale_with_quick() {
+        let all = parse(&[]);
+        assert!(!all.runs(Phase::Sizes) && !all.runs(Phase::Topics));
+        assert_eq!(all.size_payloads, vec![100, 1_024, 16_384, 262_144]);
+        assert_eq!(all.topic_counts, vec![1, 100, 1_000]);
+        let s = all.sizes();
+        assert_eq!(
+            (s.size_budget_bytes, s.topic_events, s.idle_seconds),
+            (256_000_000, 200_000, 10)
+        );
+        let q = parse(&["--quick", "--phases", "sizes,topics"]);
+        assert!(q.runs(Phase::Sizes) && q.runs(Phase::Topics) && !q.runs(Phase::Latency));
+        let s = q.sizes();
+        assert_eq!(
+            (s.size_budget_bytes, s.topic_events, s.idle_seconds),
+            (32_000_000, 20_000, 5)
+        );
+        let e = parse(&["--events", "7000", "--size-payloads", "100,4096"]);
+        assert_eq!((e.sizes().topic_events, e.size_payloads.len()), (7000, 2));
+        assert!(Args::try_parse_from([
+            "relay-bench",
+            "--database-url",
+            "x",
+            "--kafka-brokers",
+            "k",
+            "--size-payloads",
+            "2000000"
+        ])
+        .is_err());
     }
 }

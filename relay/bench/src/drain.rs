@@ -17,7 +17,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::infra::Infra;
 use crate::relay_proc::{RelayProc, RelaySpec};
-use crate::workload::{Front, Workload, AGGREGATE_TYPE};
+use crate::workload::{Front, Workload};
 
 /// The relay's log line when it loses the lease.
 const LOST_LEASE_LOG: &str = "Lost the relay lease";
@@ -96,6 +96,8 @@ pub struct DrainFigures {
     pub lease_lost_logged: usize,
     /// Side claims (`backlog` phase).
     pub probes: Vec<ProbeSample>,
+    /// The topic prefix of the run (its topics: `Workload::topic_names`).
+    pub topic_prefix: String,
 }
 
 /// What the drain needs to know.
@@ -146,9 +148,8 @@ pub async fn run(
 ) -> anyhow::Result<DrainFigures> {
     let db = infra.fresh_database(spec.label).await?;
     let prefix = infra.topic_prefix(spec.label);
-    infra
-        .create_topic(&format!("{prefix}{AGGREGATE_TYPE}"))
-        .await?;
+    let topics = w.topic_names(&prefix);
+    infra.create_topics(&topics).await?;
     spec.front.insert(&db.pool).await?;
     // The healthy events are the rows after the front's.
     let front_max: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM outbox")
@@ -350,6 +351,7 @@ pub async fn run(
         lease_epochs,
         lease_lost_logged,
         probes,
+        topic_prefix: prefix,
     })
 }
 

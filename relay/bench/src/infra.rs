@@ -222,38 +222,78 @@ impl Infra {
     /// # Errors
     /// When the broker refuses or the topic does not show up within 30 s.
     pub async fn create_topic(&self, topic: &str) -> anyhow::Result<()> {
-        let new = NewTopic::new(topic, self.partitions, TopicReplication::Fixed(1));
+        self.create_topics(&[topic.to_owned()]).await
+    }
+
+    /// Creates every topic of `topics` (in requests of 100) and waits until the broker's
+    /// metadata shows all their partitions.
+    ///
+    /// # Errors
+    /// When the broker refuses or the topics do not show up within 30 s (plus 30 ms a topic).
+    pub async fn create_topics(&self, topics: &[String]) -> anyhow::Result<()> {
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        for r in self.admin.create_topics([&new], &opts).await? {
-            match r {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => bail!("creating topic {name}: {code}"),
+        for chunk in topics.chunks(100) {
+            let new: Vec<NewTopic<'_>> = chunk
+                .iter()
+                .map(|t| NewTopic::new(t, self.partitions, TopicReplication::Fixed(1)))
+                .collect();
+            for r in self.admin.create_topics(&new, &opts).await? {
+                match r {
+                    Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((name, code)) => bail!("creating topic {name}: {code}"),
+                }
             }
         }
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let wait = Duration::from_secs(30) + Duration::from_millis(30) * topics.len() as u32;
+        let deadline = std::time::Instant::now() + wait;
+        let mut missing: Vec<&String> = topics.iter().collect();
         loop {
+            // One topic: ask for it alone; many: one request for the whole cluster.
+            let one = (missing.len() == 1).then(|| missing[0].as_str());
             let md = tokio::task::block_in_place(|| {
                 self.admin
                     .inner()
-                    .fetch_metadata(Some(topic), Duration::from_secs(5))
+                    .fetch_metadata(one, Duration::from_secs(10))
             });
             if let Ok(md) = md {
-                let ready = md
+                let ready: std::collections::HashSet<&str> = md
                     .topics()
                     .iter()
-                    .find(|t| t.name() == topic)
-                    .is_some_and(|t| {
+                    .filter(|t| {
                         t.error().is_none() && t.partitions().len() == self.partitions as usize
-                    });
-                if ready {
+                    })
+                    .map(|t| t.name())
+                    .collect();
+                missing.retain(|t| !ready.contains(t.as_str()));
+                if missing.is_empty() {
                     return Ok(());
                 }
             }
             if std::time::Instant::now() > deadline {
-                bail!("topic {topic} did not appear in the broker's metadata within 30 s");
+                bail!(
+                    "{} of {} topics (first {}) did not appear in the broker's metadata within {wait:?}",
+                    missing.len(),
+                    topics.len(),
+                    missing.first().map_or("-", |t| t.as_str())
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Deletes `topics`, best effort (frees the memory of a broker that keeps them in memory);
+    /// returns how many the broker refused.
+    pub async fn delete_topics(&self, topics: &[String]) -> usize {
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+        let mut refused = 0;
+        for chunk in topics.chunks(100) {
+            let names: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            match self.admin.delete_topics(&names, &opts).await {
+                Ok(rs) => refused += rs.iter().filter(|r| r.is_err()).count(),
+                Err(_) => refused += names.len(),
+            }
+        }
+        refused
     }
 }
 

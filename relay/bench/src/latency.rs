@@ -48,6 +48,38 @@ pub struct LoadSpec<'a> {
     pub extra: &'a [String],
     /// Directory for the relay's log.
     pub log_dir: &'a std::path::Path,
+    /// Seconds of the idle measurement after the load (0: none).
+    pub idle_seconds: u64,
+}
+
+/// Seconds the relay is left alone after its last event before the idle measurement starts
+/// (it polls every `--min-poll-interval-ms` for 2 s after a non-empty batch, then backs off).
+pub const IDLE_SETTLE_S: f64 = 3.0;
+
+/// What the relay costs with nothing to send.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct IdleFigures {
+    /// Seconds measured (after [`IDLE_SETTLE_S`] s of quiet).
+    pub seconds: f64,
+    /// Relay process CPU per second of wall time, ms/s.
+    pub relay_cpu_ms_per_s: Option<f64>,
+    /// PostgreSQL CPU per second (the relay's polls, and whatever else the server does), ms/s.
+    pub postgres_cpu_ms_per_s: Option<f64>,
+    /// Broker CPU per second, ms/s.
+    pub broker_cpu_ms_per_s: Option<f64>,
+}
+
+impl IdleFigures {
+    /// From the CPU seconds over `seconds` of wall time.
+    pub fn from_cpu(seconds: f64, relay_s: Option<f64>, cpu: &crate::cpu::CpuFigures) -> Self {
+        let per_s = |v: Option<f64>| v.map(|v| v * 1e3 / seconds.max(1e-9));
+        Self {
+            seconds,
+            relay_cpu_ms_per_s: per_s(relay_s),
+            postgres_cpu_ms_per_s: per_s(cpu.postgres_s),
+            broker_cpu_ms_per_s: per_s(cpu.broker_s),
+        }
+    }
 }
 
 /// Quantiles read from the relay's latency histogram, ms.
@@ -88,6 +120,12 @@ pub struct LatencyFigures {
     pub commit_to_ack_ms: HistogramQuantiles,
     /// Transaction start → commit returned, ms (how much earlier `created_at` is than commit).
     pub txn_ms: Option<Percentiles>,
+    /// CPU from the start of the load until the consumer had seen every event, per event
+    /// committed: the relay process, PostgreSQL (writers included), the broker, relay-bench
+    /// (writers and consumer).
+    pub cpu: crate::cpu::CpuFigures,
+    /// The relay with nothing to send, after the load.
+    pub idle: Option<IdleFigures>,
     /// The relay's log.
     pub relay_log: String,
 }
@@ -159,6 +197,8 @@ pub async fn run(
     let before = relay.metrics().await.unwrap_or_default();
 
     let per_writer = spec.rate * spec.seconds / spec.writers;
+    let cpu0 = infra.cpu.snapshot();
+    let relay_cpu0 = infra.cpu.process_seconds(relay.pid(), false);
     let period = Duration::from_secs_f64(spec.writers as f64 / spec.rate as f64);
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -200,8 +240,49 @@ pub async fn run(
         }
     };
     let after = relay.metrics().await.unwrap_or_default();
+    let relay_cpu = |infra: &Infra, relay: &RelayProc, from: Option<f64>| {
+        infra
+            .cpu
+            .process_seconds(relay.pid(), false)
+            .zip(from)
+            .map(|(b, a)| (b - a).max(0.0))
+    };
+    let cpu = crate::cpu::CpuFigures::between(
+        &cpu0,
+        &infra.cpu.snapshot(),
+        ids.len() as u64,
+        relay_cpu(infra, &relay, relay_cpu0),
+    );
+    // The consumer's fetches would count as broker CPU in the idle figures.
     let _ = stop_tx.send(());
     let _ = consumer.await;
+    let idle = if spec.idle_seconds > 0 {
+        // Nothing left to send (the last acknowledged rows deleted), then quiet.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM outbox)")
+            .fetch_one(&db.pool)
+            .await?
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_secs_f64(IDLE_SETTLE_S)).await;
+        relay.check_running()?;
+        let (c0, r0) = (
+            infra.cpu.snapshot(),
+            infra.cpu.process_seconds(relay.pid(), false),
+        );
+        tokio::time::sleep(Duration::from_secs(spec.idle_seconds)).await;
+        let c = crate::cpu::CpuFigures::between(
+            &c0,
+            &infra.cpu.snapshot(),
+            1,
+            relay_cpu(infra, &relay, r0),
+        );
+        Some(IdleFigures::from_cpu(c.wall_s, c.relay_s, &c))
+    } else {
+        None
+    };
     relay.stop().await?;
     infra.drop_database(db).await?;
 
@@ -239,6 +320,8 @@ pub async fn run(
             within_50ms: stats::fraction_at_most(&hist, 0.05),
         },
         txn_ms: stats::percentiles(&txn),
+        cpu,
+        idle,
         relay_log: log.display().to_string(),
     })
 }
@@ -351,4 +434,21 @@ fn spawn_consumer(
             }
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IdleFigures;
+
+    #[test]
+    fn idle_cost_is_cpu_ms_per_second() {
+        let cpu = crate::cpu::CpuFigures {
+            postgres_s: Some(0.05),
+            ..Default::default()
+        };
+        let f = IdleFigures::from_cpu(10.0, Some(0.02), &cpu);
+        assert_eq!(f.relay_cpu_ms_per_s, Some(2.0));
+        assert!((f.postgres_cpu_ms_per_s.unwrap() - 5.0).abs() < 1e-9);
+        assert_eq!(f.broker_cpu_ms_per_s, None);
+    }
 }

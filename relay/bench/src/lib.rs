@@ -11,6 +11,8 @@
 //! - [`insert`]: what the per-aggregate insert lock costs a writer;
 //! - [`failures`]: claim time with a large failure table, per claim filter;
 //! - [`backlog`]: opt-in, a multi-million event backlog (claim time, leadership stability);
+//! - [`growth`]: opt-in, `sizes` and `topics`: raw produce and relay drain as payloads and
+//!   topics grow;
 //! - [`report`]: the JSON report and the table.
 
 pub mod backlog;
@@ -19,6 +21,7 @@ pub mod cpu;
 pub mod db;
 pub mod drain;
 pub mod failures;
+pub mod growth;
 pub mod infra;
 pub mod insert;
 pub mod isolation;
@@ -106,11 +109,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     )?;
     infra.cpu = infra.cpu_probe().await;
     let postgres = infra.server_settings().await?;
-    let w = Workload {
-        aggregates: args.aggregates,
-        payload_bytes: args.payload_bytes,
-        kind: args.payload_kind,
-    };
+    let w = Workload::new(args.aggregates, args.payload_bytes, args.payload_kind);
     let relay_bin = args.relay_binary();
     let log_dir = args
         .out_path()
@@ -182,6 +181,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         batch_size: args.batch_size,
         extra: &args.relay_args,
         log_dir: &log_dir,
+        idle_seconds: sizes.idle_seconds,
     };
     let latency = phase(
         args,
@@ -248,6 +248,41 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         ),
     )
     .await;
+    let growth_sizes = phase(
+        args,
+        Phase::Sizes,
+        &mut errors,
+        growth::sizes(
+            &infra,
+            &w,
+            &drain_spec,
+            &args.size_payloads,
+            sizes.size_budget_bytes,
+            100,
+        ),
+    )
+    .await;
+    let topics_spec = drain::DrainSpec {
+        events: sizes.topic_events,
+        ..drain_spec.clone()
+    };
+    let growth_topics = phase(
+        args,
+        Phase::Topics,
+        &mut errors,
+        growth::topics(&infra, &w, &topics_spec, &args.topic_counts),
+    )
+    .await;
+    for g in [&growth_sizes, &growth_topics].into_iter().flatten() {
+        for p in &g.points {
+            for e in &p.errors {
+                errors.push(format!(
+                    "phase {} ({} B, {} topics): {e}",
+                    g.phase, p.payload_bytes, p.topics
+                ));
+            }
+        }
+    }
 
     let mut report = Report {
         settings: Settings {
@@ -285,6 +320,8 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         insert,
         failures,
         backlog,
+        sizes: growth_sizes,
+        topics: growth_topics,
         rounds,
         ratios: Ratios::default(),
         serial_model: None,

@@ -9,6 +9,7 @@ use crate::cli::Sizes;
 use crate::db::DbFigures;
 use crate::drain::DrainFigures;
 use crate::failures::{ClaimTiming, FailuresFigures};
+use crate::growth::GrowthFigures;
 use crate::infra::ServerSettings;
 use crate::insert::InsertFigures;
 use crate::isolation::IsolationFigures;
@@ -115,6 +116,10 @@ pub struct Report {
     pub failures: Option<FailuresFigures>,
     /// The large backlog (opt-in).
     pub backlog: Option<BacklogFigures>,
+    /// Payload sizes (opt-in).
+    pub sizes: Option<GrowthFigures>,
+    /// Topic counts (opt-in).
+    pub topics: Option<GrowthFigures>,
     /// Every round's rate; the phase figures above are the best round.
     pub rounds: Rounds,
     /// Ratios of phase 3 to phases 1, 2 and 4.
@@ -385,6 +390,25 @@ impl Report {
                     .map_or("-".to_owned(), |v| format!("{:.2} %", v * 100.0))
             );
             prow(&mut o, "commit → seen by consumer", &l.commit_to_seen_ms);
+            let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                o,
+                "{:<52} relay {} · postgres {} · broker {} µs per event",
+                "CPU under load (writers in postgres)",
+                us(l.cpu.relay_us_per_event),
+                us(l.cpu.postgres_us_per_event),
+                us(l.cpu.broker_us_per_event)
+            );
+            if let Some(i) = &l.idle {
+                let _ = writeln!(
+                    o,
+                    "{:<52} relay {} · postgres {} · broker {} ms CPU per s",
+                    format!("idle, nothing to send ({:.0} s)", i.seconds),
+                    us(i.relay_cpu_ms_per_s),
+                    us(i.postgres_cpu_ms_per_s),
+                    us(i.broker_cpu_ms_per_s)
+                );
+            }
             prow(
                 &mut o,
                 "(transaction start → commit, for reference)",
@@ -409,6 +433,9 @@ impl Report {
         }
         if let Some(b) = &self.backlog {
             backlog_table(&mut o, b);
+        }
+        for g in [&self.sizes, &self.topics].into_iter().flatten() {
+            growth_table(&mut o, g);
         }
         if let Some(d) = &self.relay_drain {
             let _ = writeln!(o);
@@ -644,6 +671,76 @@ fn backlog_table(o: &mut String, b: &BacklogFigures) {
     );
 }
 
+/// `262144` → `256 KiB`, `1000` → `1000 B`.
+pub fn bytes_label(b: u64) -> String {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
+        format!("{} MiB", b >> 20)
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
+        format!("{} KiB", b >> 10)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn growth_table(o: &mut String, g: &GrowthFigures) {
+    let _ = writeln!(o);
+    let budget = g.budget_bytes.map_or(String::new(), |b| {
+        format!(", ≤ {} MB of payload a run", group(b as f64 / 1e6))
+    });
+    let _ = writeln!(
+        o,
+        "{:<28} {:>8} {:>10} {:>8} {:>10} {:>8} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+        format!("{}{budget}", g.phase),
+        "events",
+        "raw/s",
+        "MB/s",
+        "relay/s",
+        "MB/s",
+        "ratio",
+        "relay",
+        "pg",
+        "broker",
+        "prod.",
+        "broker",
+        "×prod"
+    );
+    let f = |v: Option<f64>, p: usize| v.map_or("-".to_owned(), |v| format!("{v:.p$}"));
+    for p in &g.points {
+        let name = if g.phase == "sizes" {
+            format!("{} payloads", bytes_label(p.payload_bytes))
+        } else {
+            format!(
+                "{} topic{}",
+                group(p.topics as f64),
+                if p.topics == 1 { "" } else { "s" }
+            )
+        };
+        let raw = p.raw.as_ref();
+        let relay = p.relay.as_ref();
+        let _ = writeln!(
+            o,
+            "{name:<28} {:>8} {:>10} {:>8} {:>10} {:>8} {:>6} | {:>6} {:>6} {:>6} | {:>6} {:>6} {:>6}",
+            group(p.events as f64),
+            raw.map_or("-".to_owned(), |r| group(r.msgs_per_s)),
+            f(raw.map(|r| r.mb_per_s), 1),
+            relay.map_or("-".to_owned(), |r| group(r.events_per_s)),
+            f(relay.map(|r| r.mb_per_s), 1),
+            p.relay_over_raw
+                .map_or("-".to_owned(), |v| format!("{:.0} %", v * 100.0)),
+            f(relay.and_then(|r| r.cpu.relay_us_per_event), 1),
+            f(relay.and_then(|r| r.cpu.postgres_us_per_event), 1),
+            f(relay.and_then(|r| r.cpu.broker_us_per_event), 1),
+            f(raw.and_then(|r| r.cpu.bench_us_per_event), 1),
+            f(raw.and_then(|r| r.cpu.broker_us_per_event), 1),
+            f(p.relay_cpu_over_producer_cpu, 1),
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  (CPU µs per event: relay run | raw produce run, prod. = the bench's producer; ×prod = relay process over the bare producer; ratio = relay / raw events per s)"
+    );
+}
+
 /// `1234567.8` → `1 234 568`.
 pub fn group(v: f64) -> String {
     let digits = format!("{:.0}", v.max(0.0));
@@ -659,7 +756,104 @@ pub fn group(v: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::group;
+    use super::*;
+    use crate::growth::GrowthPoint;
+    use crate::workload::{PayloadKind, Workload};
+
+    #[test]
+    fn growth_rows_show_rates_ratios_and_cpu() {
+        let w = Workload::new(10, 262_144, PayloadKind::Json);
+        let raw = crate::produce::RawProduce {
+            messages: 976,
+            payload_bytes: 255_852_544,
+            topics: 1,
+            seconds: 2.0,
+            msgs_per_s: 488.0,
+            mb_per_s: 127.9,
+            cpu: crate::cpu::CpuFigures {
+                bench_us_per_event: Some(100.0),
+                broker_us_per_event: Some(300.0),
+                ..Default::default()
+            },
+        };
+        let relay = crate::growth::RelaySide {
+            seconds: 4.0,
+            events_per_s: 244.0,
+            steady_events_per_s: None,
+            mb_per_s: 64.0,
+            avg_batch_rows: Some(256.0),
+            peak_rss_kb: 90_000,
+            insert_seconds: 3.0,
+            cpu: crate::cpu::CpuFigures {
+                relay_us_per_event: Some(250.0),
+                postgres_us_per_event: Some(400.0),
+                broker_us_per_event: Some(310.0),
+                ..Default::default()
+            },
+            relay_log: String::new(),
+        };
+        let g = GrowthFigures {
+            phase: "sizes",
+            budget_bytes: Some(256_000_000),
+            points: vec![
+                GrowthPoint::new(&w, 976, 255_852_544, Some(raw), Some(relay), vec![]),
+                GrowthPoint::new(
+                    &Workload {
+                        payload_bytes: 100,
+                        ..w
+                    },
+                    200_000,
+                    0,
+                    None,
+                    None,
+                    vec!["raw produce: down".into()],
+                ),
+            ],
+        };
+        let mut o = String::new();
+        growth_table(&mut o, &g);
+        let lines: Vec<&str> = o.lines().collect();
+        assert!(
+            lines[1].starts_with("sizes, ≤ 256 MB of payload a run"),
+            "{o}"
+        );
+        let big = lines[2];
+        assert!(big.starts_with("256 KiB payloads"), "{o}");
+        for cell in [
+            "976", "488", "127.9", "244", "64.0", "250.0", "400.0", "2.5",
+        ] {
+            assert!(big.split_whitespace().any(|c| c == cell), "{cell} in {big}");
+        }
+        assert!(big.contains(" 50 % |"), "{big}");
+        assert!(
+            lines[3].starts_with("100 B payloads") && lines[3].contains(" - "),
+            "{o}"
+        );
+        let t = GrowthFigures {
+            phase: "topics",
+            budget_bytes: None,
+            points: vec![GrowthPoint::new(
+                &Workload { topics: 1_000, ..w },
+                1,
+                0,
+                None,
+                None,
+                vec![],
+            )],
+        };
+        let mut o = String::new();
+        growth_table(&mut o, &t);
+        assert!(o.lines().nth(2).unwrap().starts_with("1 000 topics"), "{o}");
+    }
+
+    #[test]
+    fn byte_labels() {
+        assert_eq!(bytes_label(100), "100 B");
+        assert_eq!(bytes_label(1_024), "1 KiB");
+        assert_eq!(bytes_label(16_384), "16 KiB");
+        assert_eq!(bytes_label(262_144), "256 KiB");
+        assert_eq!(bytes_label(1_000), "1000 B");
+    }
 
     #[test]
     fn groups_thousands() {

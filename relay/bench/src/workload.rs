@@ -2,6 +2,7 @@
 //! keyed by one of `aggregates` aggregate ids, event `i` belonging to aggregate `i % aggregates`.
 //! The database backlog and the pre-built Kafka messages have the same keys, sizes and headers.
 
+use std::fmt::Write as _;
 use std::time::Instant;
 
 use chrono::Utc;
@@ -34,6 +35,51 @@ pub enum PayloadKind {
     Binary,
 }
 
+/// What fills a payload up to its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Padding {
+    /// `"xxx..."`: what the main phases always used (lz4 and PostgreSQL's TOAST compression
+    /// shrink it to almost nothing).
+    #[default]
+    Repeat,
+    /// Hex digits of pseudo-random data (a slice of a 4 MiB pool, at an offset that depends on
+    /// the event): neither lz4 nor TOAST compression can shrink it, so the bytes the broker and
+    /// the database move are the payload's size (the `sizes` phase).
+    Random,
+}
+
+/// Characters of the hex pool that [`Padding::Random`] slices (the SQL builds it from
+/// `md5(k)` for `k` in `1..=POOL_CHARS / 32`, the bench from a PRNG: same size, same kind of
+/// text, not the same bytes).
+pub const POOL_CHARS: u64 = 4 << 20;
+
+/// The bench's hex pool of [`POOL_CHARS`] characters.
+fn hex_pool() -> &'static str {
+    static POOL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut s = String::with_capacity(POOL_CHARS as usize);
+        while (s.len() as u64) < POOL_CHARS {
+            // splitmix64
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            let _ = write!(s, "{z:016x}");
+        }
+        s.truncate(POOL_CHARS as usize);
+        s
+    })
+}
+
+/// Where event `i`'s padding of `len` characters starts in the pool (0-based; the SQL adds 1
+/// for `substring`).
+pub fn pool_offset(i: u64, len: u64) -> u64 {
+    (i.wrapping_mul(7_919)) % (POOL_CHARS - len.min(POOL_CHARS - 1))
+}
+
 /// Shape of the events.
 #[derive(Debug, Clone, Copy)]
 pub struct Workload {
@@ -43,9 +89,25 @@ pub struct Workload {
     pub payload_bytes: u64,
     /// The payload column.
     pub kind: PayloadKind,
+    /// Aggregate types, one topic each: 1 is `order` alone, more are `order-<k>` for `k` in
+    /// `0..topics`, event `i` of type `k = i % topics` (the `topics` phase).
+    pub topics: u64,
+    /// What fills the payloads.
+    pub padding: Padding,
 }
 
 impl Workload {
+    /// The main phases' workload: one topic, `x` padding.
+    pub fn new(aggregates: u64, payload_bytes: u64, kind: PayloadKind) -> Self {
+        Self {
+            aggregates,
+            payload_bytes,
+            kind,
+            topics: 1,
+            padding: Padding::Repeat,
+        }
+    }
+
     fn pad_len(&self) -> u64 {
         // Room for a 6-digit order id and a 5-digit amount.
         self.payload_bytes
@@ -58,10 +120,37 @@ impl Workload {
         (i % self.aggregates).to_string()
     }
 
+    /// Aggregate type of event `i` (its topic is `<prefix><type>`).
+    pub fn aggregate_type(&self, i: u64) -> String {
+        if self.topics <= 1 {
+            AGGREGATE_TYPE.to_owned()
+        } else {
+            format!("{AGGREGATE_TYPE}-{}", i % self.topics)
+        }
+    }
+
+    /// Every topic the events go to under `prefix`.
+    pub fn topic_names(&self, prefix: &str) -> Vec<String> {
+        if self.topics <= 1 {
+            vec![format!("{prefix}{AGGREGATE_TYPE}")]
+        } else {
+            (0..self.topics)
+                .map(|k| format!("{prefix}{AGGREGATE_TYPE}-{k}"))
+                .collect()
+        }
+    }
+
     /// Payload of event `i`, as PostgreSQL prints the `jsonb` that [`Self::insert_backlog`]
     /// writes (keys ordered by length, a space after `:` and `,`).
     pub fn payload(&self, i: u64) -> String {
-        let pad = "x".repeat(self.pad_len() as usize);
+        let len = self.pad_len();
+        let pad: std::borrow::Cow<'_, str> = match self.padding {
+            Padding::Repeat => "x".repeat(len as usize).into(),
+            Padding::Random => {
+                let at = pool_offset(i, len) as usize;
+                hex_pool()[at..at + len as usize].into()
+            }
+        };
         format!(
             r#"{{"pad": "{pad}", "currency": "EUR", "order_id": "{i}", "amount_cents": {}}}"#,
             (i * 37) % 100_000
@@ -79,21 +168,53 @@ impl Workload {
         }
     }
 
-    /// The payload columns of an `INSERT INTO outbox (...)` and the select expressions that
-    /// fill them for event `g` (`$4`: the padding length).
-    fn value_sql(&self) -> (&'static str, &'static str) {
-        const JSON: &str = "jsonb_build_object('pad', repeat('x', $4), 'currency', 'EUR', \
-                            'order_id', g::text, 'amount_cents', (g * 37) % 100000)";
-        match self.kind {
-            PayloadKind::Json => ("payload", JSON),
+    /// The statement that inserts events `$5..=$6` (`$1` the aggregate type, `$2` the
+    /// aggregates, `$3` the event type, `$4` the padding length).
+    fn insert_sql(&self) -> String {
+        let pad = match self.padding {
+            Padding::Repeat => "repeat('x', $4)".to_owned(),
+            Padding::Random => {
+                // bytea: `substring` goes straight to the offset (on text in a UTF-8
+                // database it walks every character before it: minutes for 20 000 rows).
+                format!(
+                    "convert_from(substring(p.pool FROM (1 + (g * 7919) % ({POOL_CHARS} - $4))::int \
+                     FOR $4), 'UTF8')"
+                )
+            }
+        };
+        let json = format!(
+            "jsonb_build_object('pad', {pad}, 'currency', 'EUR', \
+             'order_id', g::text, 'amount_cents', (g * 37) % 100000)"
+        );
+        let (columns, values) = match self.kind {
+            PayloadKind::Json => ("payload", json),
+            // The same bytes as the JSON kind, stored as bytea.
             PayloadKind::Binary => (
                 "payload_bytes, content_type",
-                // The same bytes as the JSON kind, stored as bytea.
-                "convert_to((jsonb_build_object('pad', repeat('x', $4), 'currency', 'EUR', \
-                            'order_id', g::text, 'amount_cents', (g * 37) % 100000))::text, 'UTF8'), \
-                 'application/octet-stream'",
+                format!("convert_to(({json})::text, 'UTF8'), '{BINARY_CONTENT_TYPE}'"),
             ),
-        }
+        };
+        let (with, from) = match self.padding {
+            Padding::Repeat => (String::new(), ""),
+            Padding::Random => (
+                format!(
+                    "WITH p AS MATERIALIZED (SELECT convert_to(string_agg(md5(k::text), '' ORDER BY k), 'UTF8') AS pool \
+                     FROM generate_series(1, {}) k) ",
+                    POOL_CHARS / 32
+                ),
+                "p, ",
+            ),
+        };
+        let aggregate_type = if self.topics <= 1 {
+            "$1".to_owned()
+        } else {
+            format!("$1 || '-' || (g % {})::text", self.topics)
+        };
+        format!(
+            "{with}INSERT INTO outbox (aggregate_type, aggregate_id, event_type, {columns}) \
+             SELECT {aggregate_type}, (g % $2)::text, $3, {values} \
+             FROM {from}generate_series($5::bigint, $6::bigint) g"
+        )
     }
 
     /// Envelopes of events `1..=n` as the relay would read them from the outbox.
@@ -103,7 +224,7 @@ impl Workload {
             .map(|i| EventEnvelope {
                 id: i as i64,
                 event_id: Uuid::new_v4(),
-                aggregate_type: AGGREGATE_TYPE.to_owned(),
+                aggregate_type: self.aggregate_type(i),
                 aggregate_id: self.aggregate_id(i),
                 event_type: EVENT_TYPE.to_owned(),
                 payload: self.value(i),
@@ -121,19 +242,15 @@ impl Workload {
     /// Database errors.
     pub async fn insert_backlog(&self, pool: &PgPool, n: u64) -> Result<f64, sqlx::Error> {
         let start = Instant::now();
-        let (columns, values) = self.value_sql();
-        sqlx::query(&format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, {columns}) \
-             SELECT $1, (g % $2)::text, $3, {values} \
-             FROM generate_series(1::bigint, $5::bigint) g"
-        ))
-        .bind(AGGREGATE_TYPE)
-        .bind(self.aggregates as i64)
-        .bind(EVENT_TYPE)
-        .bind(self.pad_len() as i32)
-        .bind(n as i64)
-        .execute(pool)
-        .await?;
+        sqlx::query(&self.insert_sql())
+            .bind(AGGREGATE_TYPE)
+            .bind(self.aggregates as i64)
+            .bind(EVENT_TYPE)
+            .bind(self.pad_len() as i32)
+            .bind(1i64)
+            .bind(n as i64)
+            .execute(pool)
+            .await?;
         let secs = start.elapsed().as_secs_f64();
         sqlx::query("ANALYZE outbox").execute(pool).await?;
         Ok(secs)
@@ -150,20 +267,15 @@ impl Workload {
         first: u64,
         last: u64,
     ) -> Result<(), sqlx::Error> {
-        let (columns, values) = self.value_sql();
-        sqlx::query(&format!(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, {columns}) \
-             SELECT $1, (g % $2)::text, $3, {values} \
-             FROM generate_series($5::bigint, $6::bigint) g"
-        ))
-        .bind(AGGREGATE_TYPE)
-        .bind(self.aggregates as i64)
-        .bind(EVENT_TYPE)
-        .bind(self.pad_len() as i32)
-        .bind(first as i64)
-        .bind(last as i64)
-        .execute(conn)
-        .await?;
+        sqlx::query(&self.insert_sql())
+            .bind(AGGREGATE_TYPE)
+            .bind(self.aggregates as i64)
+            .bind(EVENT_TYPE)
+            .bind(self.pad_len() as i32)
+            .bind(first as i64)
+            .bind(last as i64)
+            .execute(conn)
+            .await?;
         Ok(())
     }
 
@@ -326,16 +438,55 @@ mod tests {
 
     #[test]
     fn payloads_have_the_requested_size_and_are_json() {
-        let w = Workload {
-            aggregates: 10_000,
-            payload_bytes: 300,
-            kind: PayloadKind::Json,
-        };
+        let w = Workload::new(10_000, 300, PayloadKind::Json);
         let p = w.payload(123_456);
         assert!((290..=310).contains(&p.len()), "{} bytes", p.len());
         let v: serde_json::Value = serde_json::from_str(&p).unwrap();
         assert_eq!(v["order_id"], "123456");
         assert_eq!(w.aggregate_id(123_456), "3456");
+    }
+
+    #[test]
+    fn random_padding_has_the_size_and_differs_per_event() {
+        for size in [100u64, 1024, 16 << 10, 256 << 10] {
+            let w = Workload {
+                padding: Padding::Random,
+                ..Workload::new(10_000, size, PayloadKind::Json)
+            };
+            let (a, b) = (w.payload(1), w.payload(2));
+            assert!(
+                a.len() as u64 >= size - 10 && a.len() as u64 <= size + 10,
+                "{size}: {} bytes",
+                a.len()
+            );
+            let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+            let pad = v["pad"].as_str().unwrap();
+            assert!(pad.bytes().all(|c| c.is_ascii_hexdigit()));
+            assert_ne!(a[..60], b[..60], "events share a padding");
+        }
+        // The offset keeps the slice inside the pool.
+        assert!(pool_offset(u64::MAX, 256 << 10) + (256 << 10) <= POOL_CHARS);
+    }
+
+    #[test]
+    fn topics_are_named_after_the_aggregate_types() {
+        let one = Workload::new(10, 300, PayloadKind::Json);
+        assert_eq!(one.topic_names("p."), vec!["p.order"]);
+        assert_eq!(one.aggregate_type(7), "order");
+        let many = Workload { topics: 100, ..one };
+        let names = many.topic_names("p.");
+        assert_eq!(names.len(), 100);
+        assert_eq!(
+            (names[0].as_str(), names[99].as_str()),
+            ("p.order-0", "p.order-99")
+        );
+        let used: std::collections::BTreeSet<String> = (1..=1_000)
+            .map(|i| format!("p.{}", many.aggregate_type(i)))
+            .collect();
+        assert_eq!(used, names.into_iter().collect());
+        // Envelopes route like the rows the SQL inserts: type `order-<i % topics>`.
+        let e = many.envelopes(3);
+        assert_eq!(e[2].topic("p."), "p.order-3");
     }
 
     #[test]
