@@ -224,3 +224,108 @@ async fn an_order_cancelled_for_lack_of_stock_takes_the_platforms_refund_and_owe
     );
     assert_audit_clean(&ch).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_return_received_before_the_refund_is_decided_waits_for_the_refund() {
+    let ch = Channel::start(10).await;
+    let (refunded, closed) = (ch.tid("RET-OK"), ch.tid("RET-NO"));
+    let mut outbounds = Vec::new();
+    for tid in [&refunded, &closed] {
+        let id = ch.paid_trade(tid, 1_000).await;
+        let no = ch.ship(&id).await;
+        ch.pushed(&Channel::refund(
+            tid,
+            "WAIT_BUYER_RETURN_GOODS",
+            2_000,
+            PRICE,
+            "RETURN_AND_REFUND",
+        ))
+        .await;
+        ch.sys.wait_outbound(&id, "RECALL").await;
+        // The parcel comes back while the platform has not decided the refund.
+        let (s, body) = ch.sys.return_received(&no).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        ch.wait_applied(&ch.sys.wms_db, &ch.sys.order_db, "ReturnReceived", &no)
+            .await;
+        let order = ch.sys.order_of(&id).await;
+        assert_eq!(
+            order["status"], "SHIPPED",
+            "not returned before the refund is decided: {order}"
+        );
+        outbounds.push(id);
+    }
+    // Paid out: the order is returned.
+    ch.pushed(&Channel::refund(
+        &refunded,
+        "SUCCESS",
+        3_000,
+        PRICE,
+        "RETURN_AND_REFUND",
+    ))
+    .await;
+    ch.sys.wait_order(&outbounds[0], "RETURNED").await;
+    // Closed: the buyer has the money, the warehouse the goods; the order stays shipped and the
+    // audit names it for operators (send the goods back, or refund).
+    ch.pushed(&Channel::refund(
+        &closed,
+        "CLOSED",
+        3_000,
+        PRICE,
+        "RETURN_AND_REFUND",
+    ))
+    .await;
+    assert_eq!(ch.our_refund(&closed).await.2, "CLOSED");
+    let audit = ch.settled_audit().await;
+    assert_eq!(ch.sys.order_of(&outbounds[1]).await["status"], "SHIPPED");
+    let kinds: Vec<(String, String)> = audit
+        .violations()
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap_or_default().to_owned(),
+                v["order_id"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [("return_without_refund".to_owned(), outbounds[1].clone())],
+        "{}",
+        audit.report
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_only_price_adjustment_neither_intercepts_nor_recalls() {
+    let ch = Channel::start(10).await;
+    let (before, after) = (ch.tid("ADJ-PAID"), ch.tid("ADJ-SHIPPED"));
+    let unshipped = ch.paid_trade(&before, 1_000).await;
+    let shipped = ch.paid_trade(&after, 1_000).await;
+    ch.ship(&shipped).await;
+    for (tid, id) in [(&before, &unshipped), (&after, &shipped)] {
+        ch.pushed(&Channel::refund(
+            tid,
+            "WAIT_SELLER_AGREE",
+            2_000,
+            100,
+            "REFUND_ONLY",
+        ))
+        .await;
+        ch.wait_applied(&ch.sys.order_db, &ch.sys.wms_db, "RefundRequested", id)
+            .await;
+    }
+    // Requested, not decided: the unshipped order still ships, the shipped one is not recalled.
+    assert_eq!(ch.sys.outbounds_of(&shipped).await[0]["status"], "SHIPPED");
+    ch.ship(&unshipped).await;
+    for tid in [&before, &after] {
+        ch.pushed(&Channel::refund(tid, "SUCCESS", 3_000, 100, "REFUND_ONLY"))
+            .await;
+    }
+    for id in [&unshipped, &shipped] {
+        let order = ch.sys.order_of(id).await;
+        assert_eq!(order["status"], "SHIPPED", "{order}");
+        assert_eq!(order["refundable_cents"], PRICE - 100, "{order}");
+    }
+    ch.sys.wait_stock(SKU, (8, 0)).await;
+    assert_audit_clean(&ch).await;
+}

@@ -154,6 +154,49 @@ impl Channel {
         .unwrap()
     }
 
+    /// Waits until the consumer on `consumer` applied every `event_type` of `aggregate_id`
+    /// that `producer` wrote (its outbox ledger against the consumer's inbox).
+    pub async fn wait_applied(
+        &self,
+        producer: &crate::db::TestDb,
+        consumer: &crate::db::TestDb,
+        event_type: &str,
+        aggregate_id: &str,
+    ) {
+        crate::wait_for(
+            &format!("{event_type} of {aggregate_id} to be applied"),
+            Duration::from_secs(60),
+            || async {
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT event_id::text FROM outbox_ledger \
+                     WHERE event_type = $1 AND aggregate_id = $2",
+                )
+                .bind(event_type)
+                .bind(aggregate_id)
+                .fetch_all(&producer.pool)
+                .await
+                .ok()?;
+                let mut all = !ids.is_empty();
+                for id in &ids {
+                    all &= crate::fulfilment::in_inbox(&consumer.pool, id).await;
+                }
+                all.then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Waits for `order_id`'s outbound to be `CREATED` and ships it (tracking `SF-<order_id>`);
+    /// returns its number.
+    pub async fn ship(&self, order_id: &str) -> String {
+        let ob = self.sys.wait_outbound(order_id, "CREATED").await;
+        let no = ob["outbound_no"].as_str().unwrap().to_owned();
+        let (s, body, _) = self.sys.ship(&no, "SF", &format!("SF-{order_id}")).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+        self.sys.wait_order(order_id, "SHIPPED").await;
+        no
+    }
+
     /// Waits until everything is published and consumed, then runs the audit on the settled
     /// system.
     pub async fn settled_audit(&self) -> AuditRun {

@@ -483,11 +483,31 @@ pub async fn apply_notice_in(
         };
         events::append(conn, event, &view, Cause::Refund(&refund)).await?;
     }
+    let returned = target == RefundStatus::Succeeded
+        && refund.kind == RefundKind::ReturnAndRefund
+        && locked.return_received_at.is_some()
+        && locked.status.is_shipped()
+        && locked.status != OrderStatus::Returned
+        && !orders::has_open_return(conn, order_id).await?;
+    if returned {
+        // The goods came back before this refund was decided: now the order is returned.
+        let order = orders::find(conn, order_id)
+            .await?
+            .ok_or(Error::Invariant("locked order vanished"))?;
+        advance(
+            conn,
+            &order,
+            LifecycleEvent::ReturnReceived,
+            Cause::Refund(&refund),
+        )
+        .await?;
+    }
     tracing::info!(
         order.id = %order_id,
         refund.no = %notice.refund_no,
         refund.status = %target,
         refunded_in_full,
+        returned,
         "Refund finished"
     );
     Ok(RefundNoticeOutcome::Applied(target))

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use crate::domain::{OrderId, OrderStatus, Transition, UserId};
 
 const ORDER_COLUMNS: &str = "order_id, user_id, status, amount_cents, paid_cents, \
-     refund_reserved_cents, created_at, updated_at, paid_at, cancelled_at";
+     refund_reserved_cents, created_at, updated_at, paid_at, cancelled_at, return_received_at";
 
 /// One `orders` row.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -33,6 +33,8 @@ pub struct OrderRow {
     pub paid_at: Option<DateTime<Utc>>,
     /// When it became CANCELLED or REFUNDED.
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// When the warehouse received its goods back before their refund was decided.
+    pub return_received_at: Option<DateTime<Utc>>,
 }
 
 /// One `order_items` row.
@@ -311,4 +313,39 @@ pub async fn record_paid_for_refund(
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Records that the warehouse received the order's goods back (the first time only).
+///
+/// # Errors
+/// When the query fails.
+pub async fn mark_return_received(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE orders SET return_received_at = now(), updated_at = now() \
+         WHERE order_id = $1 AND return_received_at IS NULL",
+    )
+    .bind(order_id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Whether the order has a return-and-refund refund not decided yet (`REQUESTED`).
+///
+/// # Errors
+/// When the query fails.
+pub async fn has_open_return(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM refunds WHERE order_id = $1 \
+             AND status = 'REQUESTED' AND kind = 'RETURN_AND_REFUND')",
+    )
+    .bind(order_id.uuid())
+    .fetch_one(conn)
+    .await
 }
