@@ -11,7 +11,7 @@
 //! - [`insert`]: what the per-aggregate insert lock costs a writer;
 //! - [`failures`]: claim time with a large failure table, per claim filter;
 //! - [`backlog`]: opt-in, a multi-million event backlog (claim time, leadership stability);
-//! - [`growth`]: opt-in, `sizes` and `topics`: raw produce and relay drain as payloads and
+//! - [`growth`]: `sizes` and (opt-in) `topics`: raw produce and relay drain as payloads and
 //!   topics grow;
 //! - [`report`]: the JSON report and the table.
 

@@ -394,7 +394,7 @@ impl Report {
             let _ = writeln!(
                 o,
                 "{:<52} relay {} · postgres {} · broker {} µs per event",
-                "CPU under load (writers in postgres)",
+                "CPU under load (with the writers and the consumer)",
                 us(l.cpu.relay_us_per_event),
                 us(l.cpu.postgres_us_per_event),
                 us(l.cpu.broker_us_per_event)
