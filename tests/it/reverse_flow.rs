@@ -55,6 +55,34 @@ async fn a_refund_amount_lowered_or_raised_before_success_is_booked_at_the_newes
     ch.sys.wait_outbound(&raise_id, "CANCELLED").await;
     ch.sys.wait_stock(SKU, (10, 1)).await;
     assert_audit_clean(&ch).await;
+
+    // A newer snapshot that contradicts the amount paid out is not applied (money does not
+    // come back), and the audit names the difference.
+    assert_eq!(
+        ch.pushed(&r(&lowered, "SUCCESS", 5_000, 250)).await,
+        "applied"
+    );
+    assert_eq!(ch.our_refund(&lowered).await.0, 300);
+    let audit = ch.settled_audit().await;
+    let found: Vec<(String, String)> = audit
+        .violations()
+        .iter()
+        .map(|v| {
+            (
+                v["kind"].as_str().unwrap_or_default().to_owned(),
+                v["refund_no"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            "refund_amount_mismatch".to_owned(),
+            format!("marketplace:R-{lowered}")
+        )],
+        "{}",
+        audit.report
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -125,6 +125,9 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     report
         .violations
         .extend(store::channel_refunds_unfinished(&order).await?);
+    report
+        .violations
+        .extend(store::channel_refund_amounts(&order).await?);
 
     // Topics: every consumed one, its dead-letter topic, and whatever the ledgers name.
     let kafka_config = config

@@ -145,6 +145,19 @@ pub enum Violation {
         /// The platform's final status.
         platform_status: String,
     },
+    /// A channel refund's amount differs from the platform's newest snapshot.
+    RefundAmountMismatch {
+        /// The order.
+        order_id: String,
+        /// Our refund.
+        refund_no: String,
+        /// Its status (`REQUESTED` or `SUCCEEDED`).
+        status: String,
+        /// Our amount.
+        amount_cents: i64,
+        /// The platform's.
+        platform_cents: i64,
+    },
     /// An event behind a consumer's committed offset is neither in its inbox nor in its dead
     /// letters: the consumer moved past it without applying it.
     EventNotApplied {
@@ -225,6 +238,7 @@ impl Violation {
             Self::ReturnWithoutRefund { .. } => "return_without_refund",
             Self::MoneyUnaccounted { .. } => "money_unaccounted",
             Self::ChannelRefundUnfinished { .. } => "channel_refund_unfinished",
+            Self::RefundAmountMismatch { .. } => "refund_amount_mismatch",
             Self::EventNotApplied { .. } => "event_not_applied",
             Self::EventNotPublished { .. } => "event_not_published",
             Self::OrderViolation { .. } => "order_violation",
@@ -325,6 +339,15 @@ impl Violation {
                 platform_status,
             } => format!(
                 "refund {refund_no} of order {order_id}: the platform says {platform_status}, ours is still requested"
+            ),
+            Self::RefundAmountMismatch {
+                order_id,
+                refund_no,
+                status,
+                amount_cents,
+                platform_cents,
+            } => format!(
+                "refund {refund_no} of order {order_id} ({status}): {amount_cents} booked, the platform says {platform_cents}"
             ),
             Self::EventNotApplied {
                 consumer,

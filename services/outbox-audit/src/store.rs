@@ -181,6 +181,38 @@ pub async fn channel_refunds_unfinished(pool: &PgPool) -> Result<Vec<Violation>,
         .collect())
 }
 
+/// Channel refunds, open or paid out, whose amount differs from the platform's newest snapshot
+/// applied (`channel_refunds.last_refund_cents`): money booked that the platform did not pay,
+/// or the other way round.
+///
+/// # Errors
+/// When the query fails.
+pub async fn channel_refund_amounts(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Error> {
+    let rows: Vec<(String, String, String, i64, i64)> = sqlx::query_as(
+        "SELECT r.order_id::text, r.refund_no, r.status, r.amount_cents, cr.last_refund_cents \
+         FROM channel_refunds cr JOIN refunds r USING (refund_no) \
+         WHERE r.status IN ('REQUESTED', 'SUCCEEDED') AND cr.last_refund_cents IS NOT NULL \
+           AND cr.last_refund_cents <> r.amount_cents \
+         ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(order_id, refund_no, status, amount_cents, platform_cents)| {
+                Violation::RefundAmountMismatch {
+                    order_id,
+                    refund_no,
+                    status,
+                    amount_cents,
+                    platform_cents,
+                }
+            },
+        )
+        .collect())
+}
+
 /// Every outbound: `(order_id, outbound_no)`.
 ///
 /// # Errors

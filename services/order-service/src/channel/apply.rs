@@ -223,12 +223,15 @@ async fn apply_refund(
     }
     store::upsert_refund(
         conn,
-        MARKETPLACE,
-        &r.refund_id,
-        &r.tid,
-        refund_no.as_str(),
-        r.status.as_str(),
-        modified_ms,
+        store::RefundSnapshot {
+            channel: MARKETPLACE,
+            external_refund_id: &r.refund_id,
+            external_order_id: &r.tid,
+            refund_no: refund_no.as_str(),
+            status: r.status.as_str(),
+            modified_ms,
+            refund_cents: r.amount.get(),
+        },
     )
     .await?;
     let outcome = match r.status {
