@@ -416,15 +416,14 @@ fn producer_span(row: &EventEnvelope, topic: &str) -> Option<ProducerSpan> {
     ProducerSpan::start(parent, row.created_at.into(), || {
         (
             format!("send {topic}"),
+            // The messaging conventions' identifying attributes only: every attribute is
+            // encoded and exported per event (the aggregate and event type are in the
+            // writer's span and the message's headers).
             vec![
-                Attribute::Str("messaging.system", "kafka".to_owned()),
-                Attribute::Str("messaging.operation.type", "send".to_owned()),
+                Attribute::Static("messaging.system", "kafka"),
+                Attribute::Static("messaging.operation.type", "send"),
                 Attribute::Str("messaging.destination.name", topic.to_owned()),
                 Attribute::Str("messaging.message.id", row.event_id.to_string()),
-                Attribute::Str("messaging.kafka.message.key", row.message_key().to_owned()),
-                Attribute::Str("outbox.aggregate_type", row.aggregate_type.clone()),
-                Attribute::Str("outbox.aggregate_id", row.aggregate_id.clone()),
-                Attribute::Str("outbox.event_type", row.event_type.clone()),
                 Attribute::Int("outbox.id", row.id),
             ],
         )

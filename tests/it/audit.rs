@@ -10,23 +10,9 @@ use e2e::audit::{create_topics, install_ledgers, run, AuditRun};
 use e2e::fulfilment::{produce, System, PARTITIONS};
 use serde_json::Value;
 
-/// Runs the audit until every consumer's committed offsets reached the end of its topics (the
-/// consumers commit stored offsets every few seconds), so every message is checked.
+/// Runs the audit until every consumer's committed offsets reached the end of its topics.
 async fn audit_caught_up(sys: &System, extra: &[&str]) -> AuditRun {
-    e2e::wait_for(
-        "the consumers' committed offsets to reach the end of their topics",
-        Duration::from_secs(60),
-        || async {
-            let r = run(sys, &sys.brokers, extra).await;
-            assert!(r.code == 0 || r.code == 1, "audit failed: {}", r.stderr);
-            let ahead: i64 = ["order", "wms", "stock"]
-                .iter()
-                .map(|c| r.count(&format!("consumer.{c}.messages_ahead")))
-                .sum();
-            (ahead == 0).then_some(r)
-        },
-    )
-    .await
+    e2e::audit::run_caught_up(sys, extra, Duration::from_secs(60)).await
 }
 
 fn ids(vs: &[Value], field: &str) -> Vec<String> {

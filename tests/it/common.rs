@@ -122,3 +122,34 @@ pub async fn create_topic_by_publishing(
     .await;
     warm.terminate(Duration::from_secs(10));
 }
+
+/// A consumer runtime's settings for tests: consumer `name` in group `<topic>-<name>` on
+/// `topic` (created with `partitions`), a 6 s session (a restarted member is assigned soon),
+/// fast retries, 3 attempts for errors that come back every time.
+pub fn runtime_config(
+    name: &str,
+    topic: &str,
+    partitions: i32,
+    queue_capacity: usize,
+) -> outbox_kit::consumer::RuntimeConfig {
+    outbox_kit::consumer::RuntimeConfig {
+        consumer_name: name.into(),
+        brokers: e2e::kafka_brokers(),
+        group_id: format!("{topic}-{name}"),
+        topics: vec![topic.to_owned()],
+        client_config: vec![("session.timeout.ms".into(), "6000".into())].into(),
+        create_topics: Some(outbox_kit::consumer::TopicSpec {
+            partitions,
+            replication_factor: Some(1),
+        }),
+        retry: outbox_kit::consumer::RetryPolicy {
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(200),
+        },
+        max_attempts_deterministic: 3,
+        shutdown_timeout: Duration::from_secs(10),
+        queue_capacity,
+        inbox_retention: None,
+        purge: Default::default(),
+    }
+}

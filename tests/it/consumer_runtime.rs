@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use e2e::fulfilment::count;
 use e2e::verify::dump;
-use outbox_kit::consumer::{
-    ConsumerMetrics, Effect, Event, Handler, HandlerError, RetryPolicy, RuntimeConfig, TopicSpec,
-};
+use outbox_kit::consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, RuntimeConfig};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -143,24 +141,9 @@ impl Rig {
 
     fn config(&self, queue_capacity: usize) -> RuntimeConfig {
         RuntimeConfig {
-            consumer_name: "probe".into(),
-            brokers: self.brokers.clone(),
             group_id: format!("{}-group", self.topic),
-            topics: vec![self.topic.clone()],
-            client_config: vec![("session.timeout.ms".into(), "6000".into())].into(),
-            create_topics: Some(TopicSpec {
-                partitions: PARTITIONS,
-                replication_factor: Some(1),
-            }),
-            retry: RetryPolicy {
-                initial: Duration::from_millis(50),
-                max: Duration::from_millis(200),
-            },
             max_attempts_deterministic: MAX_ATTEMPTS,
-            shutdown_timeout: Duration::from_secs(10),
-            queue_capacity,
-            inbox_retention: None,
-            purge: Default::default(),
+            ..crate::common::runtime_config("probe", &self.topic, PARTITIONS, queue_capacity)
         }
     }
 

@@ -10,9 +10,7 @@ use std::time::Duration;
 use e2e::fulfilment::{count, inbox_duplicates, produce};
 use e2e::proc::{workspace_binary, ServiceProcess};
 use outbox_kit::consumer::dlq_cli::{self, ConsumerCommand, DlqCommand, RedriveArgs};
-use outbox_kit::consumer::{
-    ConsumerMetrics, Effect, Event, Handler, HandlerError, RetryPolicy, RuntimeConfig, TopicSpec,
-};
+use outbox_kit::consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, RuntimeConfig};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -252,26 +250,7 @@ impl Group {
     /// Starts consumer `name` (group `<topic>-<name>`) on `topic` and waits until it has every
     /// partition of the topic and of its redrive topic.
     async fn start(name: &'static str, topic: &str, pool: &PgPool) -> Self {
-        let config = RuntimeConfig {
-            consumer_name: name.into(),
-            brokers: e2e::kafka_brokers(),
-            group_id: format!("{topic}-{name}"),
-            topics: vec![topic.to_owned()],
-            client_config: vec![("session.timeout.ms".into(), "6000".into())].into(),
-            create_topics: Some(TopicSpec {
-                partitions: 2,
-                replication_factor: Some(1),
-            }),
-            retry: RetryPolicy {
-                initial: Duration::from_millis(50),
-                max: Duration::from_millis(200),
-            },
-            max_attempts_deterministic: 3,
-            shutdown_timeout: Duration::from_secs(10),
-            queue_capacity: 16,
-            inbox_retention: None,
-            purge: Default::default(),
-        };
+        let config = crate::common::runtime_config(name, topic, 2, 16);
         let metrics = ConsumerMetrics::register(&prometheus::Registry::new(), name).unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(outbox_kit::consumer::run(

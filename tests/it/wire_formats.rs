@@ -10,10 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use e2e::proc::{relay_cli, RelayArgs, RelayProcess};
 use e2e::verify::Record;
-use outbox_kit::consumer::{
-    ConsumerMetrics, Effect, Event, Handler, HandlerError, MessageValue, RetryPolicy,
-    RuntimeConfig, TopicSpec,
-};
+use outbox_kit::consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, MessageValue};
 use outbox_kit::{enqueue, NewEvent};
 use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool};
@@ -465,26 +462,7 @@ async fn a_consumer_handler_receives_tombstones_and_binary_values_as_such() {
     let registry = prometheus::Registry::new();
     let metrics = ConsumerMetrics::register(&registry, "recorder").unwrap();
     let shutdown = CancellationToken::new();
-    let config = RuntimeConfig {
-        consumer_name: "recorder".into(),
-        brokers: e2e::kafka_brokers(),
-        group_id: format!("{topic}-recorder"),
-        topics: vec![topic.clone()],
-        client_config: vec![("session.timeout.ms".into(), "6000".into())].into(),
-        create_topics: Some(TopicSpec {
-            partitions: 3,
-            replication_factor: Some(1),
-        }),
-        retry: RetryPolicy {
-            initial: Duration::from_millis(50),
-            max: Duration::from_millis(200),
-        },
-        max_attempts_deterministic: 3,
-        shutdown_timeout: Duration::from_secs(10),
-        queue_capacity: 64,
-        inbox_retention: None,
-        purge: Default::default(),
-    };
+    let config = crate::common::runtime_config("recorder", &topic, 3, 64);
     let task = tokio::spawn(outbox_kit::consumer::run(
         config,
         db.pool.clone(),

@@ -3,6 +3,7 @@
 //! reading its JSON report.
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -99,6 +100,26 @@ pub async fn run(sys: &System, brokers: &str, extra: &[&str]) -> AuditRun {
         report: serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Runs the audit until every consumer's committed offsets reached the end of its topics (the
+/// consumers commit stored offsets every few seconds), so every message is checked; fails the
+/// test after `timeout`.
+pub async fn run_caught_up(sys: &System, extra: &[&str], timeout: Duration) -> AuditRun {
+    crate::wait_for(
+        "the consumers' committed offsets to reach the end of their topics",
+        timeout,
+        || async {
+            let r = run(sys, &sys.brokers, extra).await;
+            assert!(r.code == 0 || r.code == 1, "audit failed: {}", r.stderr);
+            let ahead: i64 = ["order", "wms", "stock"]
+                .iter()
+                .map(|c| r.count(&format!("consumer.{c}.messages_ahead")))
+                .sum();
+            (ahead == 0).then_some(r)
+        },
+    )
+    .await
 }
 
 /// Creates `topics` with the independent client (kafka-python).

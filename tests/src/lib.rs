@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod channel;
 pub mod chaos;
 pub mod db;
 pub mod fulfilment;

@@ -61,6 +61,16 @@ pub struct Config {
     #[arg(long, env = "MARKETPLACE_COMPENSATION_INTERVAL_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub marketplace_compensation_interval_ms: u64,
 
+    /// Seconds an order may wait for its payment: older unpaid orders are closed
+    /// (`CANCELLED`, `OrderCancelled`) in the background, and a payment arriving later is
+    /// flagged for refund. Marketplace orders are left to the platform. 0: never close.
+    #[arg(long, env = "PAYMENT_TIMEOUT_SECS", default_value_t = 1_800)]
+    pub payment_timeout_secs: u64,
+
+    /// How often expired unpaid orders are looked for, in milliseconds.
+    #[arg(long, env = "PAYMENT_TIMEOUT_INTERVAL_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub payment_timeout_interval_ms: u64,
+
     /// Kafka bootstrap servers, comma separated. When set, the service also consumes the
     /// fulfilment events (`OutboundShipped`, `StockReservationRejected`) that move orders;
     /// without it, it only serves HTTP.

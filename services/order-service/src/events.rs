@@ -21,7 +21,8 @@ pub enum EventType {
     /// The order was cancelled: before payment, or after it when its stock could not be
     /// reserved (the payment is then flagged for refund).
     OrderCancelled,
-    /// A refund was asked for.
+    /// A refund was asked for, or its terms (amount, kind) changed: the payload carries the
+    /// current ones.
     RefundRequested,
     /// A refund was paid out. When it completes a full refund before shipping, the order in
     /// the payload is `REFUNDED` (that move's one event).
@@ -36,6 +37,9 @@ pub enum EventType {
     OrderCompleted,
     /// The warehouse received the order's goods back.
     OrderReturned,
+    /// Fulfilment must wait (`hold.reason`, e.g. `trade_closed`: the platform closed the paid
+    /// trade and its refund is not known yet); the order's status does not change.
+    OrderHeld,
 }
 
 impl EventType {
@@ -52,6 +56,7 @@ impl EventType {
             Self::OrderDelivered => "OrderDelivered",
             Self::OrderCompleted => "OrderCompleted",
             Self::OrderReturned => "OrderReturned",
+            Self::OrderHeld => "OrderHeld",
         }
     }
 }
@@ -67,6 +72,14 @@ struct Payload<'a> {
     refund: Option<&'a RefundView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     shipment: Option<&'a ShipmentView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<HoldView>,
+}
+
+/// Why fulfilment waits, in `OrderHeld`.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct HoldView {
+    reason: &'static str,
 }
 
 /// The warehouse's shipment of an order, as `OutboundShipped` reported it.
@@ -91,6 +104,8 @@ pub enum Cause<'a> {
     Refund(&'a RefundView),
     /// The shipment that shipped the order.
     Shipment(&'a ShipmentView),
+    /// Why fulfilment waits (`OrderHeld`).
+    Hold(&'static str),
 }
 
 /// Appends an event to the outbox in the caller's transaction. The caller must hold the
@@ -105,18 +120,21 @@ pub async fn append(
     order: &OrderView,
     cause: Cause<'_>,
 ) -> Result<outbox_kit::EnqueuedEvent, Error> {
-    let (payment, refund, shipment) = match cause {
-        Cause::None => (None, None, None),
-        Cause::Payment(p) => (Some(p), None, None),
-        Cause::Refund(r) => (None, Some(r), None),
-        Cause::Shipment(s) => (None, None, Some(s)),
-    };
+    let (mut payment, mut refund, mut shipment, mut hold) = (None, None, None, None);
+    match cause {
+        Cause::None => {}
+        Cause::Payment(p) => payment = Some(p),
+        Cause::Refund(r) => refund = Some(r),
+        Cause::Shipment(s) => shipment = Some(s),
+        Cause::Hold(reason) => hold = Some(HoldView { reason }),
+    }
     let payload = serde_json::to_value(Payload {
         event_type: event_type.as_str(),
         order,
         payment,
         refund,
         shipment,
+        hold,
     })
     .map_err(Error::Serialize)?;
     let aggregate_id = order.order_id.to_string();

@@ -6,7 +6,7 @@
 //! - `ShipBackRequested` (this service, topic `<prefix>shipback`): reports the tracking
 //!   number to the platform ([`crate::channel::shipback`]);
 //! - `ReturnReceived` (WMS): `SHIPPED | DELIVERED | COMPLETED -> RETURNED`, emits
-//!   `OrderReturned`;
+//!   `OrderReturned`; before its refund is decided, only recorded (`return_received_at`);
 //! - `StockReservationRejected` (stock): `PAID -> CANCELLED`, the payment is flagged for
 //!   refund (`REFUND_REQUIRED`, reason `stock_rejected`) for what no refund had reserved yet,
 //!   emits `OrderCancelled`.
@@ -184,7 +184,10 @@ pub async fn ship(
 }
 
 /// `SHIPPED | DELIVERED | COMPLETED -> RETURNED` and `OrderReturned`: the warehouse has the
-/// goods back (and the stock consumer restocks them from the same `ReturnReceived`).
+/// goods back (and the stock consumer restocks them from the same `ReturnReceived`). While a
+/// return-and-refund refund is still undecided the order only records `return_received_at`
+/// and waits: its success returns the order, its closing leaves it shipped (goods back, money
+/// kept, for operators).
 ///
 /// # Errors
 /// [`HandlerError::Unapplicable`] for an unknown order or one that never shipped; database
@@ -196,6 +199,20 @@ pub async fn receive_return(
     let order = lock_known(conn, order_id).await?;
     if order.status == OrderStatus::Returned {
         return Ok(Effect::Unchanged);
+    }
+    if order.status.is_shipped() && orders::has_open_return(conn, order_id).await? {
+        // The goods are back but the platform has not decided the refund: RETURNED now would
+        // leave the buyer with neither goods nor money if it closes. The refund's success
+        // returns the order (crate::refunds::apply_notice_in).
+        if order.return_received_at.is_some() {
+            return Ok(Effect::Unchanged);
+        }
+        orders::mark_return_received(conn, order_id).await?;
+        tracing::info!(
+            order.id = %order_id,
+            "Return received before its refund is decided; the order waits for the refund"
+        );
+        return Ok(Effect::Changed);
     }
     advance(conn, &order, LifecycleEvent::ReturnReceived, Cause::None)
         .await

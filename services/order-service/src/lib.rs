@@ -19,6 +19,7 @@ pub mod fulfilment;
 pub mod http;
 pub mod metrics;
 pub mod orders;
+pub mod payment_timeout;
 pub mod payments;
 pub mod refunds;
 pub mod server;

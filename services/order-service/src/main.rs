@@ -81,6 +81,15 @@ async fn main() -> anyhow::Result<()> {
             shutdown.clone(),
         ))
     });
+    let payment_timeout = (config.payment_timeout_secs > 0).then(|| {
+        tokio::spawn(order_service::payment_timeout::run(
+            pool.clone(),
+            Duration::from_secs(config.payment_timeout_secs),
+            Duration::from_millis(config.payment_timeout_interval_ms),
+            metrics.clone(),
+            shutdown.clone(),
+        ))
+    });
     let retention = tokio::spawn(outbox_kit::retention::run(
         pool.clone(),
         vec![config.idempotency_retention()],
@@ -145,6 +154,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(compensation) = compensation {
         compensation.await.context("compensation task")?;
+    }
+    if let Some(payment_timeout) = payment_timeout {
+        payment_timeout.await.context("payment timeout task")?;
     }
     pool.close().await;
     served?;

@@ -304,6 +304,49 @@ pub(crate) async fn advance(
     Ok(view)
 }
 
+/// Why an order's fulfilment must wait without the order moving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldReason {
+    /// The marketplace closed the paid trade; its refund is not known yet.
+    TradeClosed,
+}
+
+impl HoldReason {
+    /// As in `OrderHeld`'s `hold.reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TradeClosed => "trade_closed",
+        }
+    }
+}
+
+/// Emits `OrderHeld` for a locked order: the WMS holds (intercepts) its fulfilment until the
+/// order is final. The order's status does not change.
+///
+/// # Errors
+/// Database and outbox errors.
+pub(crate) async fn hold(
+    conn: &mut PgConnection,
+    row: orders::OrderRow,
+    reason: HoldReason,
+) -> Result<OrderView, Error> {
+    let order_id = OrderId::from(row.order_id);
+    let view = view_of(conn, row).await?;
+    events::append(
+        conn,
+        EventType::OrderHeld,
+        &view,
+        Cause::Hold(reason.as_str()),
+    )
+    .await?;
+    tracing::warn!(
+        order.id = %order_id,
+        hold.reason = reason.as_str(),
+        "Order fulfilment held"
+    );
+    Ok(view)
+}
+
 /// Whether `user_id` owns the order: `Ok` if so, [`Error::OrderNotFound`] if the order is
 /// missing or someone else's (the same answer, so ids don't leak). An order's owner never
 /// changes, so the check holds for the request's later transaction too.

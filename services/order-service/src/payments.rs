@@ -76,6 +76,9 @@ pub enum FlagReason {
     AlreadyPaid,
     /// The paid order was cancelled because its stock could not be reserved.
     StockRejected,
+    /// The marketplace trade was first seen closed, with the money it took: the order is
+    /// cancelled and the money owed until the platform's refund takes it.
+    TradeClosed,
 }
 
 impl FlagReason {
@@ -85,6 +88,7 @@ impl FlagReason {
             Self::OrderCancelled => "order_cancelled",
             Self::AlreadyPaid => "already_paid",
             Self::StockRejected => "stock_rejected",
+            Self::TradeClosed => "trade_closed",
         }
     }
 }
@@ -205,4 +209,70 @@ pub async fn apply_in(
         "Order paid"
     );
     Ok(PaymentOutcome::Applied)
+}
+
+/// A marketplace trade first seen closed (`TRADE_CLOSED`) with the money it took: the paid
+/// push was lost and the platform closed the trade (a refund in full). Such an order must never
+/// start fulfilment, so it is not paid (no `OrderPaid`): the payment is recorded flagged
+/// (`trade_closed`, all of it due), the order records what it took with all of it reserved for
+/// refunds, like a paid order cancelled for lack of stock, and is cancelled (`OrderCancelled`
+/// with the flagged payment). The platform's refund then draws on the flag, so the money is
+/// owed once. On an order that is not `PENDING_PAYMENT` this is [`apply_in`] (a duplicate of
+/// the payment that paid it, or money flagged for a cancelled order).
+///
+/// # Errors
+/// As [`apply_in`]; on an error the caller must roll back.
+pub async fn close_paid_in(
+    conn: &mut PgConnection,
+    notice: &PaymentNotice,
+) -> Result<PaymentOutcome, Error> {
+    let order_id = notice.order_id;
+    let order = orders::lock(conn, order_id)
+        .await?
+        .ok_or(Error::OrderNotFound)?;
+    if order.status != OrderStatus::PendingPayment {
+        return apply_in(conn, notice).await;
+    }
+    if notice.amount.get() != order.amount_cents {
+        return Err(Error::AmountMismatch {
+            expected_cents: order.amount_cents,
+            received_cents: notice.amount.get(),
+        });
+    }
+    let reason = FlagReason::TradeClosed;
+    if !payments::insert(
+        conn,
+        &notice.transaction_id,
+        order_id,
+        notice.amount,
+        Disposition::RefundRequired,
+        Some(reason.as_str()),
+    )
+    .await?
+    {
+        // The transaction id is known but the order is unpaid: it belongs to another order.
+        return Err(Error::TransactionIdReused);
+    }
+    if !orders::record_paid_for_refund(conn, order_id, notice.amount.get()).await? {
+        return Err(Error::Invariant("locked order left PENDING_PAYMENT"));
+    }
+    let payment: PaymentView = payments::find(conn, &notice.transaction_id)
+        .await?
+        .ok_or(Error::Invariant("payment row vanished"))?
+        .into();
+    advance(
+        conn,
+        &order,
+        LifecycleEvent::Cancel,
+        Cause::Payment(&payment),
+    )
+    .await?;
+    tracing::warn!(
+        order.id = %order_id,
+        payment.transaction_id = %notice.transaction_id,
+        amount_cents = notice.amount.get(),
+        reason = reason.as_str(),
+        "Trade first seen closed after payment; order cancelled, payment flagged for refund"
+    );
+    Ok(PaymentOutcome::FlaggedForRefund(reason))
 }

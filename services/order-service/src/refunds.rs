@@ -5,6 +5,16 @@
 //! is reserved on the order row under a conditional update (`refund_reserved_cents + amount <=
 //! paid_cents`, also a CHECK), and released when the provider closes the refund.
 //!
+//! An order cancelled after payment (for lack of stock, or a marketplace trade first seen
+//! closed) has everything reserved, and its flagged payment owes the rest to the buyer
+//! (`refund_due_cents`). It still takes refunds (the platform refunds such trades itself): a
+//! refund draws its amount from that flag, and gives it back to the flag if it closes without
+//! paying out, so money owed is owed to exactly one place ([`reserve`]).
+//!
+//! A requested refund's amount and kind follow the platform's newest snapshot ([`amend_in`]):
+//! the reservation moves by the difference and `RefundRequested` is emitted again with the new
+//! terms.
+//!
 //! Provider notifications are snapshots stamped with `modified` (epoch ms): a snapshot only
 //! applies if it is newer than the one applied before, and a refund reaches `SUCCEEDED` or
 //! `CLOSED` once. Money that went back cannot come back, so a final state is never left: a
@@ -20,7 +30,7 @@ use crate::domain::{
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
 use crate::orders::{advance, view_of};
-use crate::store::{orders, refunds};
+use crate::store::{orders, payments, refunds};
 use crate::views::RefundView;
 
 /// `POST /orders/{id}/refunds` body as received.
@@ -121,18 +131,13 @@ pub async fn request_in(
     if let Some(existing) = refunds::find(conn, &req.refund_no).await? {
         return replay(existing, order_id, req);
     }
-    if !order.status.is_paid() {
+    if !takes_refunds(&order) {
         return Err(Error::IllegalTransition {
             current: order.status,
             action: "refund",
         });
     }
-    // The CHECK orders_refunds_within_paid is the truth behind this conditional update.
-    if !orders::reserve_refund(conn, order_id, req.amount.get()).await? {
-        return Err(Error::RefundExceedsPaid {
-            refundable_cents: order.paid_cents - order.refund_reserved_cents,
-        });
-    }
+    reserve(conn, &order, req.amount.get()).await?;
     let inserted = refunds::insert(
         conn,
         &req.refund_no,
@@ -146,7 +151,7 @@ pub async fn request_in(
         // The same number was just committed for another order (this order's writers are
         // serialized by the lock, and the insert waited for that one). Undo the reservation
         // and answer from that refund, which this statement can now see.
-        orders::release_refund(conn, order_id, req.amount.get()).await?;
+        reserve(conn, &order, -req.amount.get()).await?;
         let existing = refunds::find(conn, &req.refund_no)
             .await?
             .ok_or(Error::Invariant("conflicting refund row vanished"))?;
@@ -175,6 +180,104 @@ pub async fn request_in(
         refund,
         replayed: false,
     })
+}
+
+/// Whether the order can take a refund: it is paid, or it was cancelled after payment (what it
+/// took is owed to the buyer through its flagged payment).
+fn takes_refunds(order: &orders::OrderRow) -> bool {
+    order.status.is_paid() || (order.status == OrderStatus::Cancelled && order.paid_cents > 0)
+}
+
+/// Reserves `cents` more for the order's refunds (a negative `cents` gives them back). A live
+/// order reserves on `refund_reserved_cents`, under the CHECK `orders_refunds_within_paid`. An
+/// order cancelled after payment had everything reserved when it was cancelled, the rest owed
+/// through its flagged payment: its refunds draw on that flag, and give back to it.
+///
+/// # Errors
+/// [`Error::RefundExceedsPaid`] when not enough is left, database errors.
+async fn reserve(
+    conn: &mut PgConnection,
+    order: &orders::OrderRow,
+    cents: i64,
+) -> Result<(), Error> {
+    let order_id = OrderId::from(order.order_id);
+    let done = if order.status == OrderStatus::Cancelled {
+        payments::move_due(conn, order_id, -cents).await?
+    } else if cents >= 0 {
+        orders::reserve_refund(conn, order_id, cents).await?
+    } else {
+        orders::release_refund(conn, order_id, -cents).await?
+    };
+    if done {
+        return Ok(());
+    }
+    if cents < 0 {
+        return Err(Error::Invariant("a refund gave back more than it reserved"));
+    }
+    let refundable_cents = if order.status == OrderStatus::Cancelled {
+        payments::order_debt(conn, order_id).await?.unwrap_or(0)
+    } else {
+        order.paid_cents - order.refund_reserved_cents
+    };
+    Err(Error::RefundExceedsPaid { refundable_cents })
+}
+
+/// Brings a requested refund to the platform's newest terms: a snapshot newer than the one
+/// applied carries the refund's amount and kind (seed 000: the newest snapshot overwrites
+/// status, amount and reason), so a buyer who lowers or raises the amount before it is paid
+/// out gets what the platform pays. The reservation moves by the difference (never above what
+/// was paid) and `RefundRequested` is emitted again with the new terms, so the WMS holds or
+/// releases per the new kind. A refund already final, or with the same terms, is left as it
+/// is. Returns whether it changed.
+///
+/// # Errors
+/// [`Error::RefundNotFound`], [`Error::RefundExceedsPaid`] when the new amount does not fit,
+/// database errors; on an error the caller must roll back.
+pub async fn amend_in(
+    conn: &mut PgConnection,
+    refund_no: &RefundNo,
+    amount: Cents,
+    kind: RefundKind,
+) -> Result<bool, Error> {
+    let order_id = refunds::find(conn, refund_no)
+        .await?
+        .map(|r| OrderId::from(r.order_id))
+        .ok_or(Error::RefundNotFound)?;
+    let order = orders::lock(conn, order_id)
+        .await?
+        .ok_or(Error::Invariant("refund without order"))?;
+    let refund = refunds::find(conn, refund_no)
+        .await?
+        .ok_or(Error::Invariant("refund vanished"))?;
+    if refund.status.is_terminal() || (refund.amount_cents == amount.get() && refund.kind == kind) {
+        return Ok(false);
+    }
+    reserve(conn, &order, amount.get() - refund.amount_cents).await?;
+    let row = refunds::set_terms(conn, refund_no, amount, kind)
+        .await?
+        .ok_or(Error::Invariant("locked refund left REQUESTED"))?;
+    let view = RefundView::from(row);
+    let order = orders::find(conn, order_id)
+        .await?
+        .ok_or(Error::Invariant("locked order vanished"))?;
+    let order_view = view_of(conn, order).await?;
+    events::append(
+        conn,
+        EventType::RefundRequested,
+        &order_view,
+        Cause::Refund(&view),
+    )
+    .await?;
+    tracing::info!(
+        order.id = %order_id,
+        refund.no = %refund_no,
+        refund.kind = kind.as_str(),
+        amount_cents = amount.get(),
+        previous_amount_cents = refund.amount_cents,
+        previous_kind = refund.kind.as_str(),
+        "Refund terms changed"
+    );
+    Ok(true)
 }
 
 fn replay(
@@ -298,7 +401,8 @@ pub async fn apply_notice(
 /// unshipped order (`PAID -> REFUNDED`, emitted as that `RefundSucceeded`); otherwise the order
 /// stays where it is: a partial refund does not stop fulfilment, a refund after shipping waits
 /// for the return (if any), and a cancelled order stays cancelled (its stock-rejection flag
-/// covers only what no refund had reserved, so this money goes back once).
+/// covers only what no refund had reserved, so this money goes back once; a refund closed on
+/// it gives its amount back to that flag, so it is still owed to the buyer).
 ///
 /// # Errors
 /// As [`apply_notice`]; on an error the caller must roll back.
@@ -310,7 +414,7 @@ pub async fn apply_notice_in(
         .await?
         .map(|r| OrderId::from(r.order_id))
         .ok_or(Error::RefundNotFound)?;
-    orders::lock(conn, order_id)
+    let locked = orders::lock(conn, order_id)
         .await?
         .ok_or(Error::Invariant("refund without order"))?;
     // Read again under the order lock: another notification may have applied meanwhile.
@@ -352,10 +456,9 @@ pub async fn apply_notice_in(
     else {
         return Ok(RefundNoticeOutcome::Stale);
     };
-    if target == RefundStatus::Closed
-        && !orders::release_refund(conn, order_id, row.amount_cents).await?
-    {
-        return Err(Error::Invariant("closed refund was not reserved"));
+    if target == RefundStatus::Closed {
+        // On an order cancelled after payment the amount is owed to the buyer again.
+        reserve(conn, &locked, -row.amount_cents).await?;
     }
     let refund = RefundView::from(row);
     let order = orders::find(conn, order_id)
@@ -380,11 +483,31 @@ pub async fn apply_notice_in(
         };
         events::append(conn, event, &view, Cause::Refund(&refund)).await?;
     }
+    let returned = target == RefundStatus::Succeeded
+        && refund.kind == RefundKind::ReturnAndRefund
+        && locked.return_received_at.is_some()
+        && locked.status.is_shipped()
+        && locked.status != OrderStatus::Returned
+        && !orders::has_open_return(conn, order_id).await?;
+    if returned {
+        // The goods came back before this refund was decided: now the order is returned.
+        let order = orders::find(conn, order_id)
+            .await?
+            .ok_or(Error::Invariant("locked order vanished"))?;
+        advance(
+            conn,
+            &order,
+            LifecycleEvent::ReturnReceived,
+            Cause::Refund(&refund),
+        )
+        .await?;
+    }
     tracing::info!(
         order.id = %order_id,
         refund.no = %notice.refund_no,
         refund.status = %target,
         refunded_in_full,
+        returned,
         "Refund finished"
     );
     Ok(RefundNoticeOutcome::Applied(target))

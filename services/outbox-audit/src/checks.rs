@@ -54,11 +54,7 @@ pub fn business(b: &Business<'_>) -> Vec<Violation> {
         .collect();
     let settled = |id: &str| orders.get(id).is_none_or(|o| !o.recent);
 
-    let mut paid: Vec<&OrderRow> = b
-        .orders
-        .iter()
-        .filter(|o| o.paid_cents > 0 && !o.recent)
-        .collect();
+    let mut paid: Vec<&OrderRow> = b.orders.iter().filter(|o| o.fulfils && !o.recent).collect();
     paid.sort_by(|a, b| a.order_id.cmp(&b.order_id));
     for o in &paid {
         let id = o.order_id.as_str();
@@ -87,7 +83,7 @@ pub fn business(b: &Business<'_>) -> Vec<Violation> {
         }
         let reason = match (orders.get(order_id), reservations.get(order_id)) {
             (None, _) => Some("the order service does not know the order"),
-            (Some(o), _) if o.paid_cents == 0 => Some("the order was never paid"),
+            (Some(o), _) if !o.fulfils => Some("the order was never paid (or was closed first)"),
             (_, Some(&"REJECTED")) => Some("its stock was rejected"),
             (_, None) => Some("the order has no reservation"),
             _ => None,
@@ -104,7 +100,7 @@ pub fn business(b: &Business<'_>) -> Vec<Violation> {
     }
     let mut unexpected: Vec<(&str, &str)> = reservations
         .iter()
-        .filter(|(id, _)| settled(id) && orders.get(*id).is_none_or(|o| o.paid_cents == 0))
+        .filter(|(id, _)| settled(id) && orders.get(*id).is_none_or(|o| !o.fulfils))
         .map(|(id, s)| (*id, *s))
         .collect();
     unexpected.sort();
@@ -497,6 +493,7 @@ mod tests {
             order_id: id.into(),
             status: "PAID".into(),
             paid_cents: paid,
+            fulfils: paid > 0,
             recent: false,
         }
     }

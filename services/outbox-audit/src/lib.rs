@@ -16,6 +16,7 @@ pub mod broker;
 pub mod checks;
 pub mod config;
 pub mod report;
+pub mod states;
 pub mod store;
 
 use std::collections::BTreeMap;
@@ -90,7 +91,7 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     report.count("orders", orders.len() as i64);
     report.count(
         "orders_paid",
-        orders.iter().filter(|o| o.paid_cents > 0).count() as i64,
+        orders.iter().filter(|o| o.fulfils).count() as i64,
     );
     report.count(
         "orders_left_out_recent",
@@ -114,6 +115,19 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     report
         .violations
         .extend(store::refund_arithmetic(&order).await?);
+    let order_states = store::order_states(&order, settle).await?;
+    let outbound_states = store::outbound_states(&wms).await?;
+    report.violations.extend(states::check(
+        &order_states,
+        &outbound_states,
+        &reservations,
+    ));
+    report
+        .violations
+        .extend(store::channel_refunds_unfinished(&order).await?);
+    report
+        .violations
+        .extend(store::channel_refund_amounts(&order).await?);
 
     // Topics: every consumed one, its dead-letter topic, and whatever the ledgers name.
     let kafka_config = config

@@ -81,6 +81,83 @@ pub enum Violation {
         /// What the refunds and flagged payments add up to.
         expected_cents: i64,
     },
+    /// An order, its outbound and its reservation disagree (e.g. refunded with a parcel that
+    /// left, shipped with a cancelled outbound, returned with goods not restocked).
+    StateMismatch {
+        /// The order.
+        order_id: String,
+        /// Its status in the order service.
+        order_status: String,
+        /// Its outbound, if it has one.
+        outbound_no: Option<String>,
+        /// The outbound's status in the WMS.
+        outbound_status: Option<String>,
+        /// Its reservation's status in the stock service.
+        reservation_status: Option<String>,
+        /// What disagrees.
+        detail: String,
+    },
+    /// A live order's outbound is intercepted or recalled with no refund or closed trade
+    /// that holds it.
+    HoldWithoutCause {
+        /// The order.
+        order_id: String,
+        /// The outbound.
+        outbound_no: String,
+        /// `INTERCEPTED` or `RECALL`.
+        outbound_status: String,
+    },
+    /// The marketplace closed the trade, yet its paid order is being fulfilled.
+    ClosedTradeFulfilled {
+        /// The order.
+        order_id: String,
+        /// The outbound.
+        outbound_no: String,
+        /// Its status.
+        outbound_status: String,
+    },
+    /// The goods came back without a return-and-refund refund open or paid out: the buyer has
+    /// neither goods nor money.
+    ReturnWithoutRefund {
+        /// The order.
+        order_id: String,
+        /// Its status.
+        order_status: String,
+    },
+    /// An order cancelled or refunded after payment: what was paid minus what was refunded is
+    /// not what is still owed to the buyer (open refunds plus the flagged payment's due).
+    MoneyUnaccounted {
+        /// The order.
+        order_id: String,
+        /// What was paid.
+        paid_cents: i64,
+        /// Refunds paid out.
+        refunded_cents: i64,
+        /// Open refunds plus what the flagged payment owes.
+        owed_cents: i64,
+    },
+    /// The platform's newest snapshot of a refund is final, ours is still open.
+    ChannelRefundUnfinished {
+        /// The order.
+        order_id: String,
+        /// Our refund.
+        refund_no: String,
+        /// The platform's final status.
+        platform_status: String,
+    },
+    /// A channel refund's amount differs from the platform's newest snapshot.
+    RefundAmountMismatch {
+        /// The order.
+        order_id: String,
+        /// Our refund.
+        refund_no: String,
+        /// Its status (`REQUESTED` or `SUCCEEDED`).
+        status: String,
+        /// Our amount.
+        amount_cents: i64,
+        /// The platform's.
+        platform_cents: i64,
+    },
     /// An event behind a consumer's committed offset is neither in its inbox nor in its dead
     /// letters: the consumer moved past it without applying it.
     EventNotApplied {
@@ -155,6 +232,13 @@ impl Violation {
             Self::StockArithmetic { .. } => "stock_arithmetic",
             Self::MovementMismatch { .. } => "movement_mismatch",
             Self::RefundArithmetic { .. } => "refund_arithmetic",
+            Self::StateMismatch { .. } => "state_mismatch",
+            Self::HoldWithoutCause { .. } => "hold_without_cause",
+            Self::ClosedTradeFulfilled { .. } => "closed_trade_fulfilled",
+            Self::ReturnWithoutRefund { .. } => "return_without_refund",
+            Self::MoneyUnaccounted { .. } => "money_unaccounted",
+            Self::ChannelRefundUnfinished { .. } => "channel_refund_unfinished",
+            Self::RefundAmountMismatch { .. } => "refund_amount_mismatch",
             Self::EventNotApplied { .. } => "event_not_applied",
             Self::EventNotPublished { .. } => "event_not_published",
             Self::OrderViolation { .. } => "order_violation",
@@ -207,6 +291,63 @@ impl Violation {
                 expected_cents,
             } => format!(
                 "order {order_id}: refund_reserved_cents {refund_reserved_cents}, its refunds add up to {expected_cents}"
+            ),
+            Self::StateMismatch {
+                order_id,
+                order_status,
+                outbound_no,
+                outbound_status,
+                reservation_status,
+                detail,
+            } => format!(
+                "order {order_id} ({order_status}), outbound {} ({}), reservation {}: {detail}",
+                outbound_no.as_deref().unwrap_or("none"),
+                outbound_status.as_deref().unwrap_or("-"),
+                reservation_status.as_deref().unwrap_or("none")
+            ),
+            Self::HoldWithoutCause {
+                order_id,
+                outbound_no,
+                outbound_status,
+            } => format!(
+                "outbound {outbound_no} of order {order_id} is {outbound_status} with no refund or closed trade holding it"
+            ),
+            Self::ClosedTradeFulfilled {
+                order_id,
+                outbound_no,
+                outbound_status,
+            } => format!(
+                "order {order_id}: the marketplace closed its trade, yet outbound {outbound_no} is {outbound_status}"
+            ),
+            Self::ReturnWithoutRefund {
+                order_id,
+                order_status,
+            } => format!(
+                "order {order_id} ({order_status}): its goods came back, but no return-and-refund refund is open or paid out"
+            ),
+            Self::MoneyUnaccounted {
+                order_id,
+                paid_cents,
+                refunded_cents,
+                owed_cents,
+            } => format!(
+                "order {order_id}: paid {paid_cents}, refunded {refunded_cents}, but {owed_cents} is owed to the buyer"
+            ),
+            Self::ChannelRefundUnfinished {
+                order_id,
+                refund_no,
+                platform_status,
+            } => format!(
+                "refund {refund_no} of order {order_id}: the platform says {platform_status}, ours is still requested"
+            ),
+            Self::RefundAmountMismatch {
+                order_id,
+                refund_no,
+                status,
+                amount_cents,
+                platform_cents,
+            } => format!(
+                "refund {refund_no} of order {order_id} ({status}): {amount_cents} booked, the platform says {platform_cents}"
             ),
             Self::EventNotApplied {
                 consumer,

@@ -37,6 +37,9 @@ pub struct OrderRow {
     pub status: String,
     /// What its applied payment brought in (0 until paid).
     pub paid_cents: i64,
+    /// Its payment starts fulfilment (a reservation, an outbound): paid, and not a marketplace
+    /// trade first seen closed (cancelled with the money it took, never fulfilled).
+    pub fulfils: bool,
     /// Changed within the settle window: left out of the cross-database checks.
     pub recent: bool,
 }
@@ -48,8 +51,10 @@ pub struct OrderRow {
 pub async fn orders(pool: &PgPool, settle: Duration) -> Result<Vec<OrderRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT order_id::text AS order_id, status, paid_cents, \
+                (paid_cents > 0 AND NOT EXISTS (SELECT 1 FROM payments p \
+                    WHERE p.order_id = o.order_id AND p.flag_reason = 'trade_closed')) AS fulfils, \
                 (updated_at > now() - make_interval(secs => $1)) AS recent \
-         FROM orders",
+         FROM orders o",
     )
     .bind(settle.as_secs_f64())
     .fetch_all(pool)
@@ -79,7 +84,7 @@ pub async fn refund_arithmetic(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Er
          LEFT JOIN (SELECT order_id, sum(amount_cents) AS cents FROM refunds \
                     WHERE status IN ('REQUESTED', 'SUCCEEDED') GROUP BY order_id) r USING (order_id) \
          LEFT JOIN (SELECT order_id, sum(refund_due_cents) AS cents FROM payments \
-                    WHERE flag_reason = 'stock_rejected' GROUP BY order_id) p USING (order_id) \
+                    WHERE flag_reason IN ('stock_rejected', 'trade_closed') GROUP BY order_id) p USING (order_id) \
          WHERE o.refund_reserved_cents <> COALESCE(r.cents, 0) + COALESCE(p.cents, 0) \
          ORDER BY 1",
     )
@@ -92,6 +97,117 @@ pub async fn refund_arithmetic(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Er
                 order_id,
                 refund_reserved_cents,
                 expected_cents,
+            },
+        )
+        .collect())
+}
+
+/// Every order's state for the cross-service comparison ([`crate::states`]).
+///
+/// # Errors
+/// When the query fails.
+pub async fn order_states(
+    pool: &PgPool,
+    settle: Duration,
+) -> Result<Vec<crate::states::OrderState>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT o.order_id::text AS order_id, o.status, o.paid_cents, \
+            COALESCE(r.refunded, 0)::bigint AS refunded_cents, \
+            COALESCE(r.open, 0)::bigint AS open_refund_cents, \
+            COALESCE((SELECT sum(refund_due_cents) FROM payments p WHERE p.order_id = o.order_id \
+                AND p.flag_reason IN ('stock_rejected', 'trade_closed')), 0)::bigint AS owed_cents, \
+            COALESCE(r.open_return, false) AS open_return, \
+            COALESCE(r.paid_return, false) AS paid_return, \
+            (COALESCE(r.open_refund_only, false) AND o.paid_cents = o.refund_reserved_cents) \
+                AS holding_refund_only, \
+            (o.status = 'RETURNED' OR o.return_received_at IS NOT NULL) AS goods_back, \
+            (SELECT ch.status FROM channel_orders co JOIN channel_changes ch \
+                ON ch.channel = co.channel AND ch.external_order_id = co.external_order_id \
+                AND ch.kind = 'trade' \
+             WHERE co.order_id = o.order_id ORDER BY ch.modified_ms DESC LIMIT 1) AS trade_status, \
+            (o.updated_at > now() - make_interval(secs => $1)) AS recent \
+         FROM orders o \
+         LEFT JOIN (SELECT order_id, \
+                sum(amount_cents) FILTER (WHERE status = 'SUCCEEDED') AS refunded, \
+                sum(amount_cents) FILTER (WHERE status = 'REQUESTED') AS open, \
+                bool_or(status = 'REQUESTED' AND kind = 'RETURN_AND_REFUND') AS open_return, \
+                bool_or(status = 'SUCCEEDED' AND kind = 'RETURN_AND_REFUND') AS paid_return, \
+                bool_or(status = 'REQUESTED' AND kind = 'REFUND_ONLY') AS open_refund_only \
+             FROM refunds GROUP BY order_id) r USING (order_id)",
+    )
+    .bind(settle.as_secs_f64())
+    .fetch_all(pool)
+    .await
+}
+
+/// Every outbound with its status: `(order_id, outbound_no, status)`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn outbound_states(pool: &PgPool) -> Result<Vec<(String, String, String)>, sqlx::Error> {
+    sqlx::query_as("SELECT order_id::text, outbound_no, status FROM outbounds ORDER BY outbound_no")
+        .fetch_all(pool)
+        .await
+}
+
+/// Channel refunds whose newest snapshot recorded (layer 2, `channel_changes`) is final while
+/// our refund is still `REQUESTED`: a final snapshot absorbed or dropped.
+///
+/// # Errors
+/// When the query fails.
+pub async fn channel_refunds_unfinished(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Error> {
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT r.order_id::text, r.refund_no, c.status \
+         FROM channel_refunds cr JOIN refunds r USING (refund_no) \
+         JOIN LATERAL (SELECT ch.status FROM channel_changes ch \
+             WHERE ch.channel = cr.channel AND ch.kind = 'refund' \
+               AND ch.external_refund_id = cr.external_refund_id \
+             ORDER BY ch.modified_ms DESC, (ch.status IN ('SUCCESS', 'CLOSED', 'FAILED')) DESC \
+             LIMIT 1) c ON true \
+         WHERE r.status = 'REQUESTED' AND c.status IN ('SUCCESS', 'CLOSED', 'FAILED') \
+         ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(order_id, refund_no, platform_status)| Violation::ChannelRefundUnfinished {
+                order_id,
+                refund_no,
+                platform_status,
+            },
+        )
+        .collect())
+}
+
+/// Channel refunds, open or paid out, whose amount differs from the platform's newest snapshot
+/// applied (`channel_refunds.last_refund_cents`): money booked that the platform did not pay,
+/// or the other way round.
+///
+/// # Errors
+/// When the query fails.
+pub async fn channel_refund_amounts(pool: &PgPool) -> Result<Vec<Violation>, sqlx::Error> {
+    let rows: Vec<(String, String, String, i64, i64)> = sqlx::query_as(
+        "SELECT r.order_id::text, r.refund_no, r.status, r.amount_cents, cr.last_refund_cents \
+         FROM channel_refunds cr JOIN refunds r USING (refund_no) \
+         WHERE r.status IN ('REQUESTED', 'SUCCEEDED') AND cr.last_refund_cents IS NOT NULL \
+           AND cr.last_refund_cents <> r.amount_cents \
+         ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(order_id, refund_no, status, amount_cents, platform_cents)| {
+                Violation::RefundAmountMismatch {
+                    order_id,
+                    refund_no,
+                    status,
+                    amount_cents,
+                    platform_cents,
+                }
             },
         )
         .collect())

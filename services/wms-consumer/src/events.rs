@@ -168,9 +168,23 @@ pub struct OrderEvent {
     /// before shipping).
     #[serde(default)]
     pub status: Option<String>,
+    /// What may still be refunded after the change (paid minus refunds requested or
+    /// succeeded; absent from older producers).
+    #[serde(default)]
+    pub refundable_cents: Option<i64>,
     /// The refund of `Refund*` events.
     #[serde(default)]
     pub refund: Option<RefundRef>,
+    /// Why fulfilment waits, in `OrderHeld`.
+    #[serde(default)]
+    pub hold: Option<HoldRef>,
+}
+
+/// The reason inside an `OrderHeld`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HoldRef {
+    /// E.g. `trade_closed`.
+    pub reason: String,
 }
 
 /// A refund inside an order event.
@@ -184,19 +198,34 @@ pub struct RefundRef {
 }
 
 impl OrderEvent {
+    fn refund_only(&self) -> bool {
+        self.refund
+            .as_ref()
+            .and_then(|r| r.kind.as_deref())
+            .is_some_and(|k| k == "REFUND_ONLY")
+    }
+
+    /// How a refund's request (or a change of its terms) changes its hold. A return-and-refund
+    /// holds fulfilment: the goods must not leave, or must come back. A refund-only (a price
+    /// adjustment, or goods the buyer keeps) does not, unless it leaves nothing of the order
+    /// paid (`refundable_cents` 0): shipping that would send the goods for nothing.
+    pub fn refund_request_hold(&self) -> crate::fulfilment::HoldChange {
+        use crate::fulfilment::HoldChange;
+        if self.refund_only() && self.refundable_cents.is_some_and(|c| c > 0) {
+            HoldChange::Release
+        } else {
+            HoldChange::Open
+        }
+    }
+
     /// How a refund's success changes its hold: an order refunded in full will never ship; a
     /// return-and-refund keeps a shipped parcel recalled; a refund-only (a price adjustment,
     /// or goods the buyer keeps) releases the hold and fulfilment goes on.
     pub fn refund_success_hold(&self) -> crate::fulfilment::HoldChange {
         use crate::fulfilment::HoldChange;
-        let refund_only = self
-            .refund
-            .as_ref()
-            .and_then(|r| r.kind.as_deref())
-            .is_some_and(|k| k == "REFUND_ONLY");
         if self.status.as_deref() == Some("REFUNDED") {
             HoldChange::MakePermanent
-        } else if refund_only {
+        } else if self.refund_only() {
             HoldChange::Release
         } else {
             HoldChange::PermanentIfShipped
@@ -207,6 +236,11 @@ impl OrderEvent {
 /// The hold a refund puts on its order.
 pub fn refund_hold(refund_no: &str) -> String {
     format!("refund:{refund_no}")
+}
+
+/// The hold an `OrderHeld` puts on its order.
+pub fn order_hold(reason: &str) -> String {
+    format!("held:{reason}")
 }
 
 /// The hold a cancellation puts on its order.
@@ -242,6 +276,34 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(e.refund.as_ref().unwrap().refund_no, "R-1");
+    }
+
+    #[test]
+    fn a_refund_only_request_holds_fulfilment_only_when_it_leaves_nothing_paid() {
+        use crate::fulfilment::HoldChange;
+        let event = |kind: Option<&str>, refundable: Option<i64>| -> OrderEvent {
+            serde_json::from_value(serde_json::json!({
+                "order_id": "7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90",
+                "status": "PAID",
+                "refundable_cents": refundable,
+                "refund": {"refund_no": "R-1", "kind": kind}
+            }))
+            .unwrap()
+        };
+        let table = [
+            (Some("REFUND_ONLY"), Some(900), HoldChange::Release),
+            (Some("REFUND_ONLY"), Some(0), HoldChange::Open),
+            (Some("REFUND_ONLY"), None, HoldChange::Open),
+            (Some("RETURN_AND_REFUND"), Some(900), HoldChange::Open),
+            (None, Some(900), HoldChange::Open),
+        ];
+        for (kind, refundable, change) in table {
+            assert_eq!(
+                event(kind, refundable).refund_request_hold(),
+                change,
+                "{kind:?} {refundable:?}"
+            );
+        }
     }
 
     #[test]

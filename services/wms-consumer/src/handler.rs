@@ -8,7 +8,7 @@
 use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
 use sqlx::PgConnection;
 
-use crate::events::{refund_hold, OrderEvent, StockReserved, CANCELLED_HOLD};
+use crate::events::{order_hold, refund_hold, OrderEvent, StockReserved, CANCELLED_HOLD};
 use crate::fulfilment::{self, HoldChange};
 
 /// The inbox's consumer name.
@@ -27,7 +27,7 @@ impl Handler for WmsHandler {
     fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
         match event_type {
             "StockReserved" | "RefundRequested" | "RefundClosed" | "RefundSucceeded"
-            | "OrderCancelled" => Some(V1),
+            | "OrderCancelled" | "OrderHeld" => Some(V1),
             _ => None,
         }
     }
@@ -53,13 +53,26 @@ impl Handler for WmsHandler {
                 )
                 .await?
             }
+            "OrderHeld" => {
+                let order: OrderEvent = event.payload_as()?;
+                let reason = order.hold.as_ref().ok_or_else(|| {
+                    HandlerError::Unapplicable("OrderHeld without a hold".to_owned())
+                })?;
+                fulfilment::change_hold(
+                    conn,
+                    order.order_id,
+                    &order_hold(&reason.reason),
+                    HoldChange::Open,
+                )
+                .await?
+            }
             refund_event @ ("RefundRequested" | "RefundClosed" | "RefundSucceeded") => {
                 let order: OrderEvent = event.payload_as()?;
                 let refund = order.refund.as_ref().ok_or_else(|| {
                     HandlerError::Unapplicable(format!("{refund_event} without a refund"))
                 })?;
                 let change = match refund_event {
-                    "RefundRequested" => HoldChange::Open,
+                    "RefundRequested" => order.refund_request_hold(),
                     "RefundClosed" => HoldChange::Release,
                     _ => order.refund_success_hold(),
                 };

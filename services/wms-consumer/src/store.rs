@@ -203,8 +203,10 @@ pub async fn ship(
     .await
 }
 
-/// Opens a hold on the order; an existing hold of the same name is left as it is (a refund
-/// that was closed or succeeded already stays so).
+/// Opens a hold on the order, or opens it again if it was released (a refund's terms changed
+/// to ones that hold: `RefundRequested` again); a permanent one stays so. Events of one order
+/// arrive in order, and a refund's request never follows its close or success, so this never
+/// reopens a finished refund.
 ///
 /// # Errors
 /// When the query fails.
@@ -215,7 +217,8 @@ pub async fn open_hold(
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO order_holds (order_id, hold, active) VALUES ($1, $2, true) \
-         ON CONFLICT (order_id, hold) DO NOTHING",
+         ON CONFLICT (order_id, hold) DO UPDATE SET active = true, updated_at = now() \
+         WHERE NOT order_holds.active",
     )
     .bind(order_id)
     .bind(hold)

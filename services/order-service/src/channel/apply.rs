@@ -13,7 +13,7 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::events::Cause;
-use crate::orders::{advance, insert_order};
+use crate::orders::{advance, hold, insert_order, HoldReason};
 use crate::payments::{self, PaymentNotice};
 use crate::refunds::{self, RefundNotice, RefundRequest};
 use crate::store::orders;
@@ -139,6 +139,11 @@ async fn order_for(conn: &mut PgConnection, t: &TradeChange) -> Result<OrderId, 
 /// paying (the platform's payment under transaction id `marketplace:<tid>`), cancelling an
 /// unpaid order, completing a shipped one. Shipping is ours to do (the WMS), not the
 /// platform's to tell.
+///
+/// A closed trade never starts fulfilment (seed 001's close saga): first seen closed with the
+/// money it took, the order is cancelled and that money owed to the buyer until the platform's
+/// refund takes it ([`payments::close_paid_in`]); closed while paid and not shipped, the order
+/// holds its fulfilment (`OrderHeld`) until its refund is known.
 async fn apply_trade(conn: &mut PgConnection, t: &TradeChange) -> Result<Outcome, Error> {
     let order_id = order_for(conn, t).await?;
     if let Some(amount) = t.paid {
@@ -150,13 +155,21 @@ async fn apply_trade(conn: &mut PgConnection, t: &TradeChange) -> Result<Outcome
             )?,
             amount,
         };
-        payments::apply_in(conn, &notice).await?;
+        if t.status == TradeStatus::TradeClosed {
+            payments::close_paid_in(conn, &notice).await?;
+        } else {
+            payments::apply_in(conn, &notice).await?;
+        }
     }
     let order = orders::lock(conn, order_id)
         .await?
         .ok_or(Error::Invariant("channel order vanished"))?;
     let event = match (t.status, order.status) {
         (TradeStatus::TradeClosed, OrderStatus::PendingPayment) => Some(LifecycleEvent::Cancel),
+        (TradeStatus::TradeClosed, OrderStatus::Paid) => {
+            hold(conn, order.clone(), HoldReason::TradeClosed).await?;
+            None
+        }
         (TradeStatus::TradeFinished, OrderStatus::Shipped | OrderStatus::Delivered) => {
             Some(LifecycleEvent::Complete)
         }
@@ -175,8 +188,10 @@ async fn apply_trade(conn: &mut PgConnection, t: &TradeChange) -> Result<Outcome
     Ok(Outcome::Applied)
 }
 
-/// A refund snapshot: the first one requests the refund (`marketplace:<refund_id>`), a final
-/// one (`SUCCESS`, `CLOSED`) finishes it; one older than the newest applied is stale.
+/// A refund snapshot: the first one requests the refund (`marketplace:<refund_id>`), a later
+/// one brings its amount and kind to the newest terms, a final one (`SUCCESS`; `CLOSED` or
+/// `FAILED`, nothing paid out) finishes it. A snapshot that does not supersede the newest
+/// applied (an older `modified`, or the same one without moving forward) is stale.
 async fn apply_refund(
     conn: &mut PgConnection,
     r: &RefundChange,
@@ -188,8 +203,14 @@ async fn apply_refund(
         .ok_or(Error::ChannelOrderUnknown)?;
     let refund_no = RefundNo::parse("refund_no", format!("{MARKETPLACE}:{}", r.refund_id))?;
     match store::find_refund(conn, MARKETPLACE, &r.refund_id).await? {
-        Some((_, last)) if modified_ms <= last => return Ok(Outcome::Stale),
-        Some(_) => {}
+        Some((last_status, last_ms))
+            if !r.status.supersedes(modified_ms, &last_status, last_ms) =>
+        {
+            return Ok(Outcome::Stale)
+        }
+        Some(_) => {
+            refunds::amend_in(conn, &refund_no, r.amount, r.kind).await?;
+        }
         None => {
             let request = RefundRequest {
                 refund_no: refund_no.clone(),
@@ -202,18 +223,21 @@ async fn apply_refund(
     }
     store::upsert_refund(
         conn,
-        MARKETPLACE,
-        &r.refund_id,
-        &r.tid,
-        refund_no.as_str(),
-        r.status.as_str(),
-        modified_ms,
+        store::RefundSnapshot {
+            channel: MARKETPLACE,
+            external_refund_id: &r.refund_id,
+            external_order_id: &r.tid,
+            refund_no: refund_no.as_str(),
+            status: r.status.as_str(),
+            modified_ms,
+            refund_cents: r.amount.get(),
+        },
     )
     .await?;
     let outcome = match r.status {
         RefundSyncStatus::Open(_) => return Ok(Outcome::Applied),
         RefundSyncStatus::Success => RefundOutcome::Success,
-        RefundSyncStatus::Closed => RefundOutcome::Closed,
+        RefundSyncStatus::Closed | RefundSyncStatus::Failed => RefundOutcome::Closed,
     };
     let notice = RefundNotice {
         refund_no,

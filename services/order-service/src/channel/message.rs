@@ -76,9 +76,9 @@ pub struct RefundSyncBody {
     /// The platform's refund id.
     pub refund_id: String,
     /// `WAIT_SELLER_AGREE`, `WAIT_BUYER_RETURN_GOODS`, `WAIT_SELLER_CONFIRM_GOODS`, `SUCCESS`,
-    /// `CLOSED`.
+    /// `CLOSED`, `FAILED`.
     pub status: String,
-    /// Amount to give back.
+    /// Amount to give back (the newest snapshot's amount is the refund's amount).
     #[serde(deserialize_with = "outbox_kit::validate::integer")]
     pub refund_cents: i64,
     /// `REFUND_ONLY` or `RETURN_AND_REFUND` (default).
@@ -142,6 +142,9 @@ pub enum RefundSyncStatus {
     Success,
     /// Closed without paying out.
     Closed,
+    /// Failed on the platform (e.g. its checks refused it): final, nothing paid out, like
+    /// `CLOSED` for us (seed 001 lists it among the terminal states).
+    Failed,
 }
 
 impl RefundSyncStatus {
@@ -151,18 +154,43 @@ impl RefundSyncStatus {
             Self::Open(s) => s,
             Self::Success => "SUCCESS",
             Self::Closed => "CLOSED",
+            Self::Failed => "FAILED",
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    /// The status of a wire (or stored) text; `None` for one this version does not know.
+    pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "WAIT_SELLER_AGREE" => Self::Open("WAIT_SELLER_AGREE"),
             "WAIT_BUYER_RETURN_GOODS" => Self::Open("WAIT_BUYER_RETURN_GOODS"),
             "WAIT_SELLER_CONFIRM_GOODS" => Self::Open("WAIT_SELLER_CONFIRM_GOODS"),
             "SUCCESS" => Self::Success,
             "CLOSED" => Self::Closed,
+            "FAILED" => Self::Failed,
             _ => return None,
         })
+    }
+
+    /// How far along the refund is: the platform's open states in their order, then the final
+    /// ones. Two snapshots with the same `modified` are ordered by it (platforms that stamp in
+    /// seconds send a request and its success within one `modified`).
+    pub fn progress(self) -> u8 {
+        match self {
+            Self::Open("WAIT_SELLER_AGREE") => 1,
+            Self::Open("WAIT_BUYER_RETURN_GOODS") => 2,
+            Self::Open(_) => 3,
+            Self::Success | Self::Closed | Self::Failed => 4,
+        }
+    }
+
+    /// Whether a snapshot in this status at `modified_ms` supersedes the newest one applied,
+    /// `(last_status, last_modified_ms)`: a newer `modified`, or the same `modified` with a
+    /// status that moves forward (seed 000: `>=` for forward moves; a repeat or a move back at
+    /// the same `modified` is stale).
+    pub fn supersedes(self, modified_ms: i64, last_status: &str, last_modified_ms: i64) -> bool {
+        modified_ms > last_modified_ms
+            || (modified_ms == last_modified_ms
+                && Self::parse(last_status).is_none_or(|last| self.progress() > last.progress()))
     }
 }
 
@@ -352,6 +380,35 @@ mod tests {
 
     fn parse(json: serde_json::Value) -> Result<ChannelMessage, MessageError> {
         ChannelMessage::try_from(serde_json::from_value::<PushBody>(json).unwrap())
+    }
+
+    #[test]
+    fn a_snapshot_supersedes_an_older_one_or_a_less_advanced_one_of_the_same_modified() {
+        let s = |text: &str| RefundSyncStatus::parse(text).unwrap();
+        let table = [
+            // (status, modified, last status, last modified, supersedes)
+            ("WAIT_SELLER_AGREE", 2, "SUCCESS", 1, true),
+            ("SUCCESS", 1, "WAIT_SELLER_AGREE", 2, false),
+            ("SUCCESS", 5, "WAIT_SELLER_AGREE", 5, true),
+            ("FAILED", 5, "WAIT_BUYER_RETURN_GOODS", 5, true),
+            (
+                "WAIT_SELLER_CONFIRM_GOODS",
+                5,
+                "WAIT_BUYER_RETURN_GOODS",
+                5,
+                true,
+            ),
+            ("WAIT_SELLER_AGREE", 5, "SUCCESS", 5, false),
+            ("WAIT_SELLER_AGREE", 5, "WAIT_SELLER_AGREE", 5, false),
+            ("CLOSED", 5, "SUCCESS", 5, false),
+        ];
+        for (status, m, last, last_m, expected) in table {
+            assert_eq!(
+                s(status).supersedes(m, last, last_m),
+                expected,
+                "{status}@{m} over {last}@{last_m}"
+            );
+        }
     }
 
     #[test]

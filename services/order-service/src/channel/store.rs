@@ -166,7 +166,7 @@ pub async fn external_order_of(
         .await
 }
 
-/// The newest snapshot applied of a platform refund: `(refund_no, last_modified_ms)`.
+/// The newest snapshot applied of a platform refund: `(last_status, last_modified_ms)`.
 ///
 /// # Errors
 /// When the query fails.
@@ -176,7 +176,7 @@ pub async fn find_refund(
     external_refund_id: &str,
 ) -> Result<Option<(String, i64)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT refund_no, last_modified_ms FROM channel_refunds \
+        "SELECT last_status, last_modified_ms FROM channel_refunds \
          WHERE channel = $1 AND external_refund_id = $2",
     )
     .bind(channel)
@@ -185,33 +185,53 @@ pub async fn find_refund(
     .await
 }
 
-/// Records the newest snapshot applied of a platform refund (inserting it the first time).
+/// A platform refund's snapshot as `channel_refunds` records it.
+#[derive(Debug, Clone, Copy)]
+pub struct RefundSnapshot<'a> {
+    /// The channel.
+    pub channel: &'a str,
+    /// The platform's refund id.
+    pub external_refund_id: &'a str,
+    /// The platform's order id.
+    pub external_order_id: &'a str,
+    /// Our refund.
+    pub refund_no: &'a str,
+    /// The platform's status.
+    pub status: &'a str,
+    /// The snapshot's `modified`.
+    pub modified_ms: i64,
+    /// The snapshot's amount.
+    pub refund_cents: i64,
+}
+
+/// Records the newest snapshot applied of a platform refund, its amount included (inserting it
+/// the first time). The caller decided that it supersedes the one recorded (a newer
+/// `modified`, or the same one with a status further along), so only an older `modified` is
+/// refused here.
 ///
 /// # Errors
 /// When the query fails.
 pub async fn upsert_refund(
     conn: &mut PgConnection,
-    channel: &str,
-    external_refund_id: &str,
-    external_order_id: &str,
-    refund_no: &str,
-    status: &str,
-    modified_ms: i64,
+    snapshot: RefundSnapshot<'_>,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO channel_refunds \
-             (channel, external_refund_id, external_order_id, refund_no, last_status, last_modified_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6) \
+             (channel, external_refund_id, external_order_id, refund_no, last_status, last_modified_ms, \
+              last_refund_cents) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) \
          ON CONFLICT (channel, external_refund_id) DO UPDATE \
-             SET last_status = EXCLUDED.last_status, last_modified_ms = EXCLUDED.last_modified_ms \
-             WHERE channel_refunds.last_modified_ms < EXCLUDED.last_modified_ms",
+             SET last_status = EXCLUDED.last_status, last_modified_ms = EXCLUDED.last_modified_ms, \
+                 last_refund_cents = EXCLUDED.last_refund_cents \
+             WHERE channel_refunds.last_modified_ms <= EXCLUDED.last_modified_ms",
     )
-    .bind(channel)
-    .bind(external_refund_id)
-    .bind(external_order_id)
-    .bind(refund_no)
-    .bind(status)
-    .bind(modified_ms)
+    .bind(snapshot.channel)
+    .bind(snapshot.external_refund_id)
+    .bind(snapshot.external_order_id)
+    .bind(snapshot.refund_no)
+    .bind(snapshot.status)
+    .bind(snapshot.modified_ms)
+    .bind(snapshot.refund_cents)
     .execute(conn)
     .await?;
     Ok(())

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use crate::domain::{OrderId, OrderStatus, Transition, UserId};
 
 const ORDER_COLUMNS: &str = "order_id, user_id, status, amount_cents, paid_cents, \
-     refund_reserved_cents, created_at, updated_at, paid_at, cancelled_at";
+     refund_reserved_cents, created_at, updated_at, paid_at, cancelled_at, return_received_at";
 
 /// One `orders` row.
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -33,6 +33,8 @@ pub struct OrderRow {
     pub paid_at: Option<DateTime<Utc>>,
     /// When it became CANCELLED or REFUNDED.
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// When the warehouse received its goods back before their refund was decided.
+    pub return_received_at: Option<DateTime<Utc>>,
 }
 
 /// One `order_items` row.
@@ -287,4 +289,63 @@ pub async fn release_refund(
     .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
+}
+
+/// Records the payment of an order that is cancelled in the same transaction without ever
+/// being `PAID` (a marketplace trade first seen closed with the money it took): `paid_cents`
+/// and `paid_at` as for a payment, and all of it reserved for refunds, as for a paid order
+/// cancelled for lack of stock. Returns whether the order was `PENDING_PAYMENT`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn record_paid_for_refund(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    paid_cents: i64,
+) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "UPDATE orders SET paid_cents = $2, refund_reserved_cents = $2, paid_at = now(), \
+             updated_at = now() \
+         WHERE order_id = $1 AND status = 'PENDING_PAYMENT'",
+    )
+    .bind(order_id.uuid())
+    .bind(paid_cents)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Records that the warehouse received the order's goods back (the first time only).
+///
+/// # Errors
+/// When the query fails.
+pub async fn mark_return_received(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE orders SET return_received_at = now(), updated_at = now() \
+         WHERE order_id = $1 AND return_received_at IS NULL",
+    )
+    .bind(order_id.uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Whether the order has a return-and-refund refund not decided yet (`REQUESTED`).
+///
+/// # Errors
+/// When the query fails.
+pub async fn has_open_return(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM refunds WHERE order_id = $1 \
+             AND status = 'REQUESTED' AND kind = 'RETURN_AND_REFUND')",
+    )
+    .bind(order_id.uuid())
+    .fetch_one(conn)
+    .await
 }

@@ -117,3 +117,26 @@ pub async fn apply_snapshot(
     .fetch_optional(conn)
     .await
 }
+
+/// Sets a `REQUESTED` refund's amount and kind (the platform's newest snapshot changed them).
+/// Returns the updated row, or `None` when the refund is not `REQUESTED` (nothing changed).
+///
+/// # Errors
+/// When the query fails.
+pub async fn set_terms(
+    conn: &mut PgConnection,
+    refund_no: &RefundNo,
+    amount: Cents,
+    kind: RefundKind,
+) -> Result<Option<RefundRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE refunds SET amount_cents = $2, kind = $3, updated_at = now() \
+         WHERE refund_no = $1 AND status = 'REQUESTED' \
+         RETURNING {REFUND_COLUMNS}"
+    ))
+    .bind(refund_no.as_str())
+    .bind(amount.get())
+    .bind(kind.as_str())
+    .fetch_optional(conn)
+    .await
+}

@@ -7,6 +7,7 @@ mod callbacks;
 mod channel;
 mod compensation;
 mod lifecycle;
+mod migrations;
 mod ops;
 mod orders;
 mod refund_kinds;

@@ -179,20 +179,28 @@ async fn refunds_never_exceed_what_was_paid_whichever_path_asks() {
     assert_eq!(detail["payments"][0]["refund_due_cents"], amount - 300);
     assert_eq!(detail["refundable_cents"], 0);
 
-    // The open refund still finishes (its money), the order stays cancelled, and no further
-    // refund fits.
+    // The open refund still finishes (its money), the order stays cancelled. A further refund
+    // draws on what the flag owes, never beyond it: then nothing is owed twice.
     app.refund_notice("RF-1", "SUCCESS", 1).await;
     let detail = app.get_order(&id).await;
     assert_eq!(detail["status"], "CANCELLED");
     assert_eq!(detail["refunded_cents"], 300);
     let before = app.snapshot().await;
-    expect_error(
-        app.refund(&id, "RF-2", 1).await,
-        StatusCode::CONFLICT,
-        "illegal_transition",
+    let refused = expect_error(
+        app.refund(&id, "RF-2", amount - 300 + 1).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "refund_exceeds_paid",
     )
     .await;
+    assert_eq!(refused["refundable_cents"], amount - 300);
     assert_eq!(app.snapshot().await, before);
+    assert_eq!(
+        app.refund(&id, "RF-2", amount - 300).await.status(),
+        StatusCode::CREATED
+    );
+    let detail = app.get_order(&id).await;
+    assert_eq!(detail["payments"][0]["disposition"], "REFUND_COVERED");
+    assert_eq!(detail["payments"][0]["refund_due_cents"], 0);
 
     // The database refuses any path that would reserve more than was paid.
     let err =

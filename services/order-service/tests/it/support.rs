@@ -84,6 +84,15 @@ impl TestApp {
 
     /// As [`Self::spawn`], with a callback replay window of `replay_window`.
     pub async fn spawn_with_window(replay_window: Duration) -> Self {
+        let pool = fresh_pool().await;
+        order_service::migrate(&pool).await.expect("migrations");
+        Self::serve_on(pool, replay_window).await
+    }
+}
+
+/// A pool on a new, empty database.
+pub async fn fresh_pool() -> PgPool {
+    {
         let admin =
             PgConnectOptions::from_str(&admin_url()).expect("DATABASE_URL is not a valid URL");
         let name = format!("order_it_{}", uuid::Uuid::new_v4().simple());
@@ -102,10 +111,11 @@ impl TestApp {
             .connect_with(admin.database(&name))
             .await
             .expect("connect to the test database");
-        order_service::migrate(&pool).await.expect("migrations");
-        Self::serve_on(pool, replay_window).await
+        pool
     }
+}
 
+impl TestApp {
     /// Serves the app on a migrated `pool` with the given callback replay window.
     async fn serve_on(pool: PgPool, replay_window: Duration) -> Self {
         let secret = CallbackSecret::new(SECRET).unwrap();

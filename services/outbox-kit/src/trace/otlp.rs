@@ -148,6 +148,7 @@ fn otel_ids(ctx: &TraceContext) -> (opentelemetry::trace::TraceId, opentelemetry
 fn key_value(a: Attribute) -> KeyValue {
     match a {
         Attribute::Str(k, v) => KeyValue::new(k, v),
+        Attribute::Static(k, v) => KeyValue::new(k, v),
         Attribute::Int(k, v) => KeyValue::new(k, v),
     }
 }

@@ -23,6 +23,8 @@ pub enum SpanKind {
 pub enum Attribute {
     /// A text value.
     Str(&'static str, String),
+    /// A text value known at compile time (no allocation).
+    Static(&'static str, &'static str),
     /// A number.
     Int(&'static str, i64),
 }
