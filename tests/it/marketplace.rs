@@ -334,7 +334,7 @@ async fn marketplace_orders_reach_the_platforms_state_through_duplicates_drops_a
         || async {
             let n = count(
                 &m.sys.order_db.pool,
-                "SELECT count(*) FROM channel_shipbacks",
+                "SELECT count(*) FROM channel_shipbacks WHERE result IS NOT NULL",
             )
             .await;
             (n >= expected).then_some(n)
@@ -404,7 +404,7 @@ async fn a_ship_api_failing_five_times_is_retried_and_reported_once() {
     );
     // The platform answers before the consumer commits the row: wait for it.
     let attempts: i32 = e2e::wait_for("the ship-back row", Duration::from_secs(30), || async {
-        sqlx::query_scalar("SELECT attempts FROM channel_shipbacks")
+        sqlx::query_scalar("SELECT attempts FROM channel_shipbacks WHERE result IS NOT NULL")
             .fetch_optional(&m.sys.order_db.pool)
             .await
             .unwrap()
@@ -445,11 +445,95 @@ async fn a_ship_back_the_platform_refuses_is_dead_lettered_and_counted() {
     assert_eq!(
         count(
             &m.sys.order_db.pool,
-            "SELECT count(*) FROM channel_shipbacks"
+            "SELECT count(*) FROM channel_shipbacks WHERE result IS NOT NULL"
         )
         .await,
         0
     );
+    // The intent stays, unanswered, with the refusal.
+    let error: Option<String> = sqlx::query_scalar(
+        "SELECT last_error FROM channel_shipbacks WHERE result IS NULL AND external_order_id = $1",
+    )
+    .bind(&tid)
+    .fetch_one(&m.sys.order_db.pool)
+    .await
+    .unwrap();
+    assert!(
+        error.as_deref().is_some_and(|e| e.contains("refused")),
+        "the unanswered ship-back says why: {error:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_ship_api_is_called_with_no_database_transaction_open() {
+    const DELAY_MS: u64 = 3_000;
+    let m = Market::start(json!({"ship_delay_ms": DELAY_MS})).await;
+    m.sys.set_stock(SKU, 10).await;
+    let tid = format!("TD-{}", m.run_id());
+    m.trade(&tid).await;
+    let order = vec![(tid.clone(), m.our_orders().await[&tid].0.clone())];
+    m.ship_all(&order).await;
+    // The platform records the call, then answers DELAY_MS later: from the moment it has the
+    // call until the answer is recorded, no backend of the order database may be inside a
+    // transaction for more than a second (before, the consumer's transaction stayed open
+    // around the call).
+    e2e::wait_for(
+        "the platform to receive the ship call",
+        Duration::from_secs(60),
+        || async { m.ship_calls().await.contains_key(&tid).then_some(()) },
+    )
+    .await;
+    let in_flight = Instant::now();
+    // (samples taken, transactions seen open for over a second)
+    let seen = std::sync::Mutex::new((0u32, Vec::<(String, String)>::new()));
+    let (pool, seen_ref) = (&m.sys.order_db.pool, &seen);
+    e2e::wait_for(
+        "the ship-back answer to be recorded",
+        Duration::from_secs(60),
+        move || async move {
+            let open: Vec<(String, String)> = sqlx::query_as(
+                "SELECT coalesce(application_name, ''), coalesce(state, '') FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                   AND xact_start < now() - interval '1 second'",
+            )
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            {
+                let mut seen = seen_ref.lock().unwrap();
+                seen.0 += 1;
+                seen.1.extend(open);
+            }
+            let answered: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM channel_shipbacks WHERE result IS NOT NULL",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            (answered == 1).then_some(())
+        },
+    )
+    .await;
+    let waited = in_flight.elapsed();
+    let (samples, long_transactions) = seen.into_inner().unwrap();
+    eprintln!(
+        "slow ship API: answer recorded {:.2}s after the call reached the platform, \
+         {samples} samples of pg_stat_activity, {} of them saw a transaction open over 1 s",
+        waited.as_secs_f64(),
+        long_transactions.len()
+    );
+    assert!(
+        waited >= Duration::from_millis(DELAY_MS / 2),
+        "the samples covered the slow call ({:.2}s)",
+        waited.as_secs_f64()
+    );
+    assert!(
+        long_transactions.is_empty(),
+        "a transaction stayed open while the platform was called ({} times; first: {:?})",
+        long_transactions.len(),
+        long_transactions.first()
+    );
+    assert_eq!(m.ship_calls().await[&tid], ["shipped"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -500,7 +584,7 @@ async fn the_ship_back_consumer_sigkilled_mid_run_and_restarted_still_ships_back
     let shipped_at_kill = shipped_tids(&calls_at_kill);
     let rows_at_kill = count(
         &m.sys.order_db.pool,
-        "SELECT count(*) FROM channel_shipbacks",
+        "SELECT count(*) FROM channel_shipbacks WHERE result IS NOT NULL",
     )
     .await;
     assert!(
@@ -529,7 +613,7 @@ async fn the_ship_back_consumer_sigkilled_mid_run_and_restarted_still_ships_back
         || async {
             (count(
                 &m.sys.order_db.pool,
-                "SELECT count(*) FROM channel_shipbacks",
+                "SELECT count(*) FROM channel_shipbacks WHERE result IS NOT NULL",
             )
             .await
                 == i64::try_from(N).unwrap())
@@ -582,11 +666,12 @@ async fn the_ship_back_consumer_sigkilled_mid_run_and_restarted_still_ships_back
     assert_eq!(by_shipment.len(), N, "no call for another shipment");
 
     // One channel_shipbacks row per shipment.
-    let rows: Vec<(String, String, String)> =
-        sqlx::query_as("SELECT external_order_id, out_sid, result FROM channel_shipbacks")
-            .fetch_all(&m.sys.order_db.pool)
-            .await
-            .unwrap();
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT external_order_id, out_sid, result FROM channel_shipbacks WHERE result IS NOT NULL",
+    )
+    .fetch_all(&m.sys.order_db.pool)
+    .await
+    .unwrap();
     assert_eq!(rows.len(), N);
     let mut row_keys: Vec<(String, String)> = rows
         .iter()

@@ -60,6 +60,11 @@ pub struct Faults {
     #[arg(long, env = "SIM_SHIP_REFUSE", default_value_t = false)]
     #[serde(default)]
     pub ship_refuse: bool,
+
+    /// The ship API answers this many milliseconds after it recorded the call.
+    #[arg(long, env = "SIM_SHIP_DELAY_MS", default_value_t = 0)]
+    #[serde(default)]
+    pub ship_delay_ms: u64,
 }
 
 fn one() -> u32 {

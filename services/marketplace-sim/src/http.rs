@@ -140,7 +140,13 @@ struct ShipRequest {
 }
 
 async fn ship(State(p): State<Platform>, Json(r): Json<ShipRequest>) -> Response {
-    let (status, result) = match p.ship(&r.tid, &r.out_sid).await {
+    let outcome = p.ship(&r.tid, &r.out_sid).await;
+    let delay = p.faults().ship_delay_ms;
+    if delay > 0 {
+        // The fault itself: a slow platform.
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+    }
+    let (status, result) = match outcome {
         ShipOutcome::Shipped => (StatusCode::OK, json!({"result": "shipped"})),
         ShipOutcome::AlreadyShipped => (StatusCode::OK, json!({"result": "already_shipped"})),
         ShipOutcome::Failed => (

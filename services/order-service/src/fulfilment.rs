@@ -17,7 +17,7 @@
 
 use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
 use serde::Deserialize;
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::channel::{shipback, PlatformClient};
@@ -97,6 +97,18 @@ impl Handler for FulfilmentHandler {
         versions(event_type)
     }
 
+    async fn prepare(&self, pool: &PgPool, event: &Event) -> Result<(), HandlerError> {
+        if event.event_type() != shipback::EVENT_TYPE {
+            return Ok(());
+        }
+        let req: shipback::ShipBackRequested = event.payload_as()?;
+        let called = shipback::call(pool, self.platform.as_ref(), &req).await;
+        if matches!(called, Err(HandlerError::Unapplicable(_))) {
+            self.metrics.shipback_failures.inc();
+        }
+        called
+    }
+
     async fn handle(&self, conn: &mut PgConnection, event: &Event) -> Result<Effect, HandlerError> {
         match event.event_type() {
             "OutboundShipped" => {
@@ -110,11 +122,7 @@ impl Handler for FulfilmentHandler {
             }
             shipback::EVENT_TYPE => {
                 let req: shipback::ShipBackRequested = event.payload_as()?;
-                let reported = shipback::report(conn, self.platform.as_ref(), &req).await;
-                if matches!(reported, Err(HandlerError::Unapplicable(_))) {
-                    self.metrics.shipback_failures.inc();
-                }
-                reported
+                shipback::recorded(conn, &req).await
             }
             "ReturnReceived" => {
                 let returned: ReturnReceived = event.payload_as()?;

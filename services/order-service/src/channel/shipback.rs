@@ -4,17 +4,20 @@
 //! [`request`] runs in the transaction that moves the order to `SHIPPED` and emits
 //! `ShipBackRequested` (aggregate `shipback`) only for channel orders; an order refunded before
 //! shipping never ships, so it is never reported. The order service's own consumer
-//! ([`crate::FulfilmentHandler`]) then calls [`report`]: the platform's ship API with a few
-//! quick retries, `already_shipped` counted as success, the outcome stored in
-//! `channel_shipbacks` (unique on `(order_id, out_sid)`) with the inbox row. A platform that is
-//! down is a transient error (the runtime retries with backoff, the offset stays); a refusal
-//! is permanent: dead-lettered and counted in `order_shipback_failures_total`.
+//! ([`crate::FulfilmentHandler`]) then calls [`call`] before its transaction: the intent is
+//! recorded in `channel_shipbacks` (unique on `(order_id, out_sid)`), the platform's ship API
+//! is called with a few quick retries and no transaction open (`already_shipped` counted as
+//! success), and the answer is recorded; [`recorded`] checks it in the transaction of the
+//! inbox row. A platform that is down is a transient error (the runtime retries with backoff,
+//! the offset stays); a refusal is permanent: dead-lettered and counted in
+//! `order_shipback_failures_total`, the row left without a result and with the refusal in
+//! `last_error`.
 
 use std::time::Duration;
 
 use outbox_kit::consumer::{Effect, HandlerError};
 use serde::{Deserialize, Serialize};
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::client::{ClientError, PlatformClient};
@@ -72,43 +75,58 @@ pub async fn request(
     Ok(true)
 }
 
-/// Reports a shipment to the platform, once.
+/// Reports a shipment to the platform, once, outside any transaction (the consumer's
+/// [`Handler::prepare`](outbox_kit::consumer::Handler::prepare)): records the intent (a
+/// `channel_shipbacks` row without a result), returns at once if an answer is recorded
+/// already (a redelivery, a retry after a crash), calls the platform with a few quick retries
+/// and no connection held, then records the answer. A crash between the call and the record
+/// calls again on the next attempt; the platform answers `already_shipped`, so the shipment
+/// is still reported once.
 ///
 /// # Errors
 /// [`HandlerError::Transient`] while the platform is unavailable (retried),
 /// [`HandlerError::Unapplicable`] when it refuses (dead-lettered), database errors.
-pub async fn report(
-    conn: &mut PgConnection,
+pub async fn call(
+    pool: &PgPool,
     client: Option<&PlatformClient>,
     req: &ShipBackRequested,
-) -> Result<Effect, HandlerError> {
-    let done: Option<String> = sqlx::query_scalar(
-        "SELECT result FROM channel_shipbacks WHERE order_id = $1 AND out_sid = $2",
+) -> Result<(), HandlerError> {
+    let answered: Option<String> = sqlx::query_scalar::<_, Option<String>>(
+        "WITH intent AS ( \
+             INSERT INTO channel_shipbacks (order_id, out_sid, channel, external_order_id, attempts) \
+             VALUES ($1, $2, $3, $4, 0) ON CONFLICT (order_id, out_sid) DO NOTHING RETURNING result) \
+         SELECT result FROM intent \
+         UNION ALL SELECT result FROM channel_shipbacks WHERE order_id = $1 AND out_sid = $2",
     )
     .bind(req.order_id)
     .bind(&req.out_sid)
-    .fetch_optional(&mut *conn)
-    .await?;
-    if done.is_some() {
-        return Ok(Effect::Unchanged);
+    .bind(&req.channel)
+    .bind(&req.tid)
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .flatten()
+    .next();
+    if answered.is_some() {
+        return Ok(());
     }
     let client = client.ok_or_else(|| {
         HandlerError::Unapplicable("MARKETPLACE_URL is not configured; cannot ship back".to_owned())
     })?;
     let mut delay = Duration::from_millis(50);
     let mut attempt = 0;
-    let answer = loop {
+    let outcome = loop {
         attempt += 1;
         match client.ship(&req.tid, &req.out_sid, &req.company).await {
-            Ok(answer) => break answer,
+            Ok(answer) => break Ok(answer),
             Err(ClientError::Unavailable(e)) if attempt < ATTEMPTS => {
                 tracing::info!(order.id = %req.order_id, attempt, error = %e, "Ship-back failed; retrying");
                 tokio::time::sleep(delay).await;
                 delay *= 4;
             }
-            Err(ClientError::Unavailable(e)) => return Err(HandlerError::Transient(e)),
+            Err(ClientError::Unavailable(e)) => break Err(HandlerError::Transient(e)),
             Err(e) => {
-                return Err(HandlerError::Unapplicable(format!(
+                break Err(HandlerError::Unapplicable(format!(
                     "platform refused the ship-back of {} ({}): {e}",
                     req.tid, req.out_sid
                 )))
@@ -116,18 +134,24 @@ pub async fn report(
         }
     };
     let i_attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
+    let (result, error) = match &outcome {
+        Ok(answer) => (Some(answer.as_str()), None),
+        Err(e) => (None, Some(e.describe())),
+    };
     sqlx::query(
-        "INSERT INTO channel_shipbacks (order_id, out_sid, channel, external_order_id, result, attempts) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "UPDATE channel_shipbacks \
+         SET result = coalesce(result, $3), reported_at = coalesce(reported_at, CASE WHEN $3 IS NULL THEN NULL ELSE now() END), \
+             attempts = attempts + $4, last_error = $5 \
+         WHERE order_id = $1 AND out_sid = $2",
     )
     .bind(req.order_id)
     .bind(&req.out_sid)
-    .bind(&req.channel)
-    .bind(&req.tid)
-    .bind(answer.as_str())
+    .bind(result)
     .bind(i_attempts)
-    .execute(&mut *conn)
+    .bind(error)
+    .execute(pool)
     .await?;
+    let answer = outcome?;
     tracing::info!(
         order.id = %req.order_id,
         channel.tid = %req.tid,
@@ -136,5 +160,31 @@ pub async fn report(
         attempts = attempt,
         "Shipment reported to the platform"
     );
-    Ok(Effect::Changed)
+    Ok(())
+}
+
+/// In the consumer's transaction, after [`call`]: the shipment's answer is recorded, or the
+/// event cannot be consumed yet.
+///
+/// # Errors
+/// [`HandlerError::Inconsistent`] without a recorded answer (retried, then dead-lettered),
+/// database errors.
+pub async fn recorded(
+    conn: &mut PgConnection,
+    req: &ShipBackRequested,
+) -> Result<Effect, HandlerError> {
+    let result: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT result FROM channel_shipbacks WHERE order_id = $1 AND out_sid = $2",
+    )
+    .bind(req.order_id)
+    .bind(&req.out_sid)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match result.flatten() {
+        Some(_) => Ok(Effect::Changed),
+        None => Err(HandlerError::Inconsistent(format!(
+            "no recorded answer for the ship-back of {} ({})",
+            req.tid, req.out_sid
+        ))),
+    }
 }

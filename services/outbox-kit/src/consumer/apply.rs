@@ -31,7 +31,8 @@ impl Applied {
 
 /// Applies `event` once: inserts its inbox row for `consumer_name` and runs the handler in the
 /// same transaction, then commits; or, when the inbox has the event already, commits the
-/// duplicate count and skips the handler. Any error rolls everything back.
+/// duplicate count and skips the handler. Any error rolls everything back. The handler's
+/// [`Handler::prepare`] runs first, outside the transaction.
 ///
 /// Only once this returned `Ok` may the message's offset be stored: the effect is durable.
 /// A commit whose outcome is unknown (connection lost during `COMMIT`) is an error; the retry
@@ -46,6 +47,7 @@ pub async fn apply<H: Handler>(
     handler: &H,
     event: &Event,
 ) -> Result<Applied, HandlerError> {
+    handler.prepare(pool, event).await?;
     let mut tx = pool.begin().await?;
     match inbox::claim(&mut tx, consumer_name, event.event_id()).await? {
         Claim::Duplicate => {

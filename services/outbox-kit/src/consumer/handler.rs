@@ -5,7 +5,7 @@
 
 use std::future::Future;
 
-use sqlx::PgConnection;
+use sqlx::{PgConnection, PgPool};
 
 use super::event::Event;
 
@@ -26,6 +26,26 @@ pub trait Handler: Send + Sync + 'static {
     /// not care about (their offsets move on without an inbox row or a transaction). An event
     /// of a handled type in another version goes to the dead-letter topic.
     fn versions(&self, event_type: &str) -> Option<&'static [u32]>;
+
+    /// Runs before the transaction of [`Handler::handle`], for an effect outside the database
+    /// (a call to another system) that must not hold a pooled connection inside a transaction
+    /// while it waits: record the intent, make the call, record the answer, each in its own
+    /// short statement on `pool`; `handle` then reads the answer in the transaction. It runs
+    /// again on every attempt and for redelivered events (before the inbox is consulted), so
+    /// it must be idempotent: look for a recorded answer first, and call only a system that
+    /// absorbs a repeated call. Its errors are handled as those of `handle`. Does nothing by
+    /// default.
+    ///
+    /// # Errors
+    /// A [`HandlerError`]; its [`HandlerError::disposition`] decides what happens next.
+    fn prepare<'a>(
+        &'a self,
+        pool: &'a PgPool,
+        event: &'a Event,
+    ) -> impl Future<Output = Result<(), HandlerError>> + Send + 'a {
+        let _ = (pool, event);
+        std::future::ready(Ok(()))
+    }
 
     /// Applies one event. Runs inside the transaction that already inserted the event's inbox
     /// row; the runtime commits both together when this returns `Ok`, and rolls both back

@@ -13,6 +13,12 @@
 //!
 //! `/healthz` and `/metrics` are outside the bounds, so probes and scrapes still answer while
 //! the API sheds load.
+//!
+//! A connection is closed with a *lingering close* ([`Lingering`]): a refusal (503, 408, 413)
+//! is written before the client's body was read, and closing a socket with unread bytes makes
+//! the kernel send a reset that can destroy the answer on its way, so the client sees
+//! "connection reset" instead of the status. The server shuts its side down, then reads and
+//! discards what the client still sends, for at most [`LINGER_TIME`] and [`LINGER_BYTES`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +36,11 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 use super::ApiError;
+
+/// Longest a closed connection keeps reading what the client still sends ([`Lingering`]).
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+/// Most bytes a closed connection reads and discards ([`Lingering`]).
+pub const LINGER_BYTES: usize = 256 << 10;
 
 /// The body limit of authenticated routes (axum's default).
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 2 << 20;
@@ -261,7 +272,7 @@ pub async fn serve_with_limits(
                 .clone()
                 .map_request(|req: Request<hyper::body::Incoming>| req.map(axum::body::Body::new)),
         );
-        let conn = http.serve_connection(TokioIo::new(stream), service);
+        let conn = http.serve_connection(TokioIo::new(Lingering(Some(stream))), service);
         let stop = shutdown.clone();
         let open = open.clone();
         tokio::spawn(async move {
@@ -290,4 +301,90 @@ pub async fn serve_with_limits(
         );
     }
     Ok(())
+}
+
+/// A connection's stream that, when dropped, closes with a lingering close: it shuts its
+/// sending side down (the client reads the answer, then end of stream) and reads and discards
+/// what the client still sends until the client closes, [`LINGER_TIME`] passes or
+/// [`LINGER_BYTES`] arrive, so the kernel never resets a connection whose answer is in flight.
+#[derive(Debug)]
+struct Lingering(Option<tokio::net::TcpStream>);
+
+impl Lingering {
+    fn stream(&mut self) -> &mut tokio::net::TcpStream {
+        self.0.as_mut().expect("a live connection's stream")
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let (Some(mut stream), Ok(runtime)) =
+            (self.0.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        runtime.spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = stream.shutdown().await;
+            let mut buf = [0u8; 4096];
+            let mut read = 0;
+            let _ = tokio::time::timeout(LINGER_TIME, async {
+                while read < LINGER_BYTES {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => read += n,
+                    }
+                }
+            })
+            .await;
+        });
+    }
+}
+
+impl tokio::io::AsyncRead for Lingering {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(self.stream()).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Lingering {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(self.stream()).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(self.stream()).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(tokio::io::AsyncWrite::is_write_vectored)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(self.stream()).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(self.stream()).poll_shutdown(cx)
+    }
 }
