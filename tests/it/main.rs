@@ -3,6 +3,7 @@
 
 mod access;
 mod audit;
+mod business_metrics;
 mod chaos;
 mod claim_filter;
 mod commit_order;

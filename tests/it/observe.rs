@@ -6,17 +6,22 @@
 //!
 //! The load is chosen so that every panel has something to show: paid orders through the whole
 //! flow, an event the broker refuses (a publish failure), a malformed message (dead letters),
-//! a request for an unknown order (an HTTP error), a standby relay (a leader series of 0).
+//! a request for an unknown order (an HTTP error), a standby relay (a leader series of 0),
+//! and the marketplace channel against its simulator with compensation passes every second (a
+//! watermark), while the state gauges are read every second.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::fulfilment::{produce_all, System};
+use e2e::fulfilment::{produce_all, Service, System};
 use e2e::observe::{dashboard_queries, Prometheus, ScrapeTarget, DASHBOARD};
 use e2e::proc::{RelayArgs, RelayProcess};
 use outbox_kit::{enqueue, NewEvent};
 use reqwest::StatusCode;
 use serde_json::json;
+
+/// The marketplace channel's HMAC key here.
+const MARKETPLACE_SECRET: &str = "observe-channel-secret";
 
 /// How long the queries have, after the load, to return data (rates need two scrapes).
 const QUERY_DEADLINE: Duration = Duration::from_secs(90);
@@ -24,7 +29,17 @@ const QUERY_DEADLINE: Duration = Duration::from_secs(90);
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_dashboard_query_returns_data_from_the_running_system() {
     let queries = dashboard_queries(&e2e::workspace_root().join(DASHBOARD));
-    let sys = System::start().await;
+    let sim = Service::start_marketplace_simulator(MARKETPLACE_SECRET).await;
+    let sys = System::start_with_env(
+        &e2e::kafka_brokers(),
+        vec![
+            ("MARKETPLACE_SECRET".into(), MARKETPLACE_SECRET.into()),
+            ("MARKETPLACE_URL".into(), sim.url("")),
+            ("MARKETPLACE_COMPENSATION_INTERVAL_MS".into(), "1000".into()),
+        ],
+        vec![("STATE_METRICS_INTERVAL_MS".into(), "1000".into())],
+    )
+    .await;
     // A hot standby on the order database's lease: `outbox_relay_leader` 0 next to a 1.
     let standby = RelayProcess::start(&RelayArgs::new(
         &sys.order_db.url,
@@ -190,8 +205,9 @@ async fn every_dashboard_query_returns_data_from_the_running_system() {
     }
 }
 
-/// The metric selectors in a PromQL expression of ours: every name starting with `outbox_` or
-/// `consumer_` (no label of ours does), `up`, and `{__name__=~"..."}` matchers.
+/// The metric selectors in a PromQL expression of ours: every name starting with `outbox_`,
+/// `consumer_`, `order_`, `wms_` or `stock_` (no label of ours does), `up`, and
+/// `{__name__=~"..."}` matchers.
 fn metric_selectors(expr: &str) -> Vec<String> {
     let mut out = vec![];
     let bytes = expr.as_bytes();
@@ -204,7 +220,8 @@ fn metric_selectors(expr: &str) -> Vec<String> {
                 i += 1;
             }
             let word = &expr[start..i];
-            if word.starts_with("outbox_") || word.starts_with("consumer_") || word == "up" {
+            let ours = ["outbox_", "consumer_", "order_", "wms_", "stock_"];
+            if ours.iter().any(|p| word.starts_with(p)) || word == "up" {
                 out.push(word.to_owned());
             }
         } else {

@@ -37,9 +37,19 @@ impl Channel {
     }
 
     /// [`Channel::start`] with extra environment for the order service.
-    pub async fn start_with(stock: i64, mut order_env: Vec<(String, String)>) -> Self {
+    pub async fn start_with(stock: i64, order_env: Vec<(String, String)>) -> Self {
+        Self::start_with_env(stock, order_env, Vec::new()).await
+    }
+
+    /// [`Channel::start`] with extra environment for the order service and for all three
+    /// services.
+    pub async fn start_with_env(
+        stock: i64,
+        mut order_env: Vec<(String, String)>,
+        services_env: Vec<(String, String)>,
+    ) -> Self {
         order_env.push(("MARKETPLACE_SECRET".into(), SECRET.into()));
-        let sys = System::start_with(&crate::kafka_brokers(), order_env).await;
+        let sys = System::start_with_env(&crate::kafka_brokers(), order_env, services_env).await;
         crate::audit::install_ledgers(&sys).await;
         sys.sku(SKU, PRICE).await;
         sys.set_stock(SKU, stock).await;

@@ -73,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let marketplace = config.marketplace_url.as_deref().map(PlatformClient::new);
     let compensation = marketplace.clone().map(|client| {
+        metrics.enable_compensation();
         tokio::spawn(order_service::channel::compensation::run(
             pool.clone(),
             client,
@@ -90,6 +91,11 @@ async fn main() -> anyhow::Result<()> {
             shutdown.clone(),
         ))
     });
+    let state_gauges = tokio::spawn(metrics.state_gauges().run(
+        pool.clone(),
+        Duration::from_millis(config.service.state_metrics_interval_ms),
+        shutdown.clone(),
+    ));
     let retention = tokio::spawn(outbox_kit::retention::run(
         pool.clone(),
         vec![config.idempotency_retention()],
@@ -146,6 +152,7 @@ async fn main() -> anyhow::Result<()> {
     .context("serving HTTP");
     shutdown.cancel();
     let _ = retention.await;
+    let _ = state_gauges.await;
     if let Some(consumer) = consumer {
         consumer
             .await

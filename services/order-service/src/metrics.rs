@@ -39,6 +39,12 @@ pub struct Metrics {
     pub channel_recovered: IntCounter,
     /// Ship-backs the platform refused for good (dead-lettered).
     pub shipback_failures: IntCounter,
+    /// When the compensation poller last finished a pass with every change applied (set and
+    /// registered only where the poller runs: [`Metrics::enable_compensation`]).
+    pub channel_compensation_last_success: prometheus::Gauge,
+    /// Changes the compensation poller fetched and could not apply (retried next pass; the
+    /// watermark stays below them).
+    pub channel_compensation_failed: IntCounter,
     /// The fulfilment consumer's metrics (messages, inbox duplicates, retries, dead letters).
     pub consumer: outbox_kit::consumer::ConsumerMetrics,
 }
@@ -125,8 +131,19 @@ impl Metrics {
             "Ship-backs the platform refused for good (dead-lettered)",
         )
         .unwrap();
+        let channel_compensation_failed = IntCounter::new(
+            "order_channel_compensation_failed_changes_total",
+            "Changes fetched by the compensation poller that could not be applied (retried at the next pass)",
+        )
+        .unwrap();
+        let channel_compensation_last_success = prometheus::Gauge::new(
+            "order_channel_compensation_last_success_timestamp_seconds",
+            "When the compensation poller last finished a pass with every fetched change applied (unix seconds; the process start before the first)",
+        )
+        .unwrap();
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(channel_compensation_failed.clone()),
             Box::new(channel_recovered.clone()),
             Box::new(shipback_failures.clone()),
             Box::new(channel_messages.clone()),
@@ -164,8 +181,71 @@ impl Metrics {
             channel_messages,
             channel_recovered,
             shipback_failures,
+            channel_compensation_failed,
+            channel_compensation_last_success,
             consumer,
         }
+    }
+
+    /// Exports `order_channel_compensation_last_success_timestamp_seconds`, starting at now: a
+    /// poller that never finishes a clean pass alerts as one that stopped.
+    pub fn enable_compensation(&self) {
+        self.channel_compensation_last_success
+            .set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
+        let _ = self
+            .registry
+            .register(Box::new(self.channel_compensation_last_success.clone()));
+    }
+
+    /// The gauges of the order database's business state ([`outbox_kit::service::StateGauges`]),
+    /// registered here; the caller runs them.
+    pub fn state_gauges(&self) -> outbox_kit::service::StateGauges {
+        let r = &self.registry;
+        outbox_kit::service::StateGauges::new()
+            .gauge(
+                r,
+                "order_payments_refund_required",
+                "Payments flagged for refund whose money is still owed to the buyer (REFUND_REQUIRED)",
+                "SELECT count(*)::float8 FROM payments WHERE disposition = 'REFUND_REQUIRED'",
+            )
+            .gauge(
+                r,
+                "order_payments_refund_due_cents",
+                "The money still owed to buyers by payments flagged for refund, in cents",
+                "SELECT sum(refund_due_cents)::float8 FROM payments WHERE disposition = 'REFUND_REQUIRED'",
+            )
+            .gauge(
+                r,
+                "order_refunds_open",
+                "Refunds requested and not yet decided (each holds its order's fulfilment unless refund-only)",
+                "SELECT count(*)::float8 FROM refunds WHERE status = 'REQUESTED'",
+            )
+            .gauge(
+                r,
+                "order_refund_oldest_open_age_seconds",
+                "Age of the oldest refund requested and not yet decided (0 without one)",
+                "SELECT extract(epoch FROM now() - min(created_at))::float8 FROM refunds WHERE status = 'REQUESTED'",
+            )
+            .gauge(
+                r,
+                "order_shipbacks_unreported",
+                "Ship-backs requested and not reported to the platform (unanswered or refused)",
+                "SELECT count(*)::float8 FROM channel_shipbacks WHERE result IS NULL",
+            )
+            .gauge(
+                r,
+                "order_shipback_oldest_unreported_age_seconds",
+                "Age of the oldest ship-back not reported to the platform (0 without one)",
+                "SELECT extract(epoch FROM now() - min(requested_at))::float8 FROM channel_shipbacks WHERE result IS NULL",
+            )
+            .gauge(
+                r,
+                "order_channel_refund_amount_mismatches",
+                "Refunds changed in the last 7 days booked at another amount than the platform's newest snapshot (the audit lists them all)",
+                "SELECT count(*)::float8 FROM refunds r JOIN channel_refunds c USING (refund_no) \
+                 WHERE r.updated_at > now() - interval '7 days' AND r.status IN ('REQUESTED', 'SUCCEEDED') \
+                   AND c.last_refund_cents IS NOT NULL AND c.last_refund_cents <> r.amount_cents",
+            )
     }
 
     /// The registry `/metrics` renders.

@@ -11,6 +11,7 @@ pub mod extract;
 mod openapi;
 pub mod operations;
 pub mod server;
+mod state_gauges;
 
 pub use api_error::ApiError;
 pub use args::{Migrations, ServiceArgs};
@@ -21,6 +22,7 @@ pub use openapi::{
 };
 pub use operations::Operations;
 pub use server::{serve, serve_with_limits, HttpLimitArgs, HttpLimits};
+pub use state_gauges::StateGauges;
 
 use std::time::Duration;
 

@@ -47,4 +47,29 @@ pub fn service() -> ConsumerService<WmsHandler> {
     )
     .migrator(migrator())
     .router(|pool, metrics| router(AppState { pool, metrics }))
+    .state_gauges(|registry| {
+        outbox_kit::service::StateGauges::new()
+            .gauge_by(
+                registry,
+                "wms_outbounds_waiting",
+                "Outbounds waiting on a refund: held before shipping (INTERCEPTED) or recalled after (RECALL)",
+                "status",
+                WAITING_COUNT,
+            )
+            .gauge_by(
+                registry,
+                "wms_outbound_oldest_waiting_age_seconds",
+                "Age of the oldest outbound waiting on a refund, by status (since it entered it; 0 without one)",
+                "status",
+                WAITING_AGE,
+            )
+    })
 }
+
+/// Outbounds held or recalled, both statuses always present.
+const WAITING_COUNT: &str = "SELECT s, count(o.outbound_no)::float8 \
+     FROM unnest(ARRAY['INTERCEPTED', 'RECALL']) s LEFT JOIN outbounds o ON o.status = s GROUP BY s";
+
+/// The oldest of them per status (`updated_at` is when the outbound entered its status).
+const WAITING_AGE: &str = "SELECT s, coalesce(extract(epoch FROM now() - min(o.updated_at)), 0)::float8 \
+     FROM unnest(ARRAY['INTERCEPTED', 'RECALL']) s LEFT JOIN outbounds o ON o.status = s GROUP BY s";

@@ -96,6 +96,7 @@ pub async fn run_once(
         let modified = raw["modified"].as_i64().unwrap_or(since);
         if apply_fetched(pool, metrics, raw, &mut pass).await.is_err() {
             pass.failed += 1;
+            metrics.channel_compensation_failed.inc();
             first_failed = Some(first_failed.map_or(modified, |m| m.min(modified)));
         }
     }
@@ -103,6 +104,11 @@ pub async fn run_once(
     if next > since {
         set_watermark(pool, next).await?;
         pass.watermark_ms = next;
+    }
+    if pass.failed == 0 {
+        metrics
+            .channel_compensation_last_success
+            .set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
     }
     tracing::info!(
         fetched = pass.fetched,

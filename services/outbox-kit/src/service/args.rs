@@ -45,6 +45,11 @@ pub struct ServiceArgs {
     #[arg(long, env = "DATABASE_MIGRATIONS", value_enum, default_value_t = Migrations::Apply)]
     pub migrations: Migrations,
 
+    /// How often the business state gauges (refunds and holds left open, money flagged for
+    /// refund, ...) are read from the database, in milliseconds.
+    #[arg(long, env = "STATE_METRICS_INTERVAL_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub state_metrics_interval_ms: u64,
+
     /// Timeouts, body limits and concurrency bounds of the HTTP server.
     #[command(flatten)]
     pub http: super::HttpLimitArgs,

@@ -7,6 +7,7 @@ use axum::Router;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::PgPool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{ConsumerServiceMetrics, ServiceArgs};
 use crate::consumer::dlq_cli::ConsumerCommand;
@@ -90,6 +91,9 @@ pub enum ServiceError {
 /// Builds the HTTP API from the pool and the process's metrics.
 type RouterFn = Box<dyn FnOnce(PgPool, ConsumerServiceMetrics) -> Router + Send>;
 
+/// Registers the state gauges in the process's registry.
+type StateGaugesFn = Box<dyn FnOnce(&prometheus::Registry) -> super::StateGauges + Send>;
+
 /// One consuming service: its name, consumer, migrations, HTTP API and event handler.
 pub struct ConsumerService<H> {
     name: &'static str,
@@ -98,6 +102,7 @@ pub struct ConsumerService<H> {
     aggregate_types: &'static [&'static str],
     migrator: Option<Migrator>,
     router: Option<RouterFn>,
+    state_gauges: Option<StateGaugesFn>,
     handler: Arc<H>,
 }
 
@@ -130,6 +135,7 @@ impl<H: Handler> ConsumerService<H> {
             aggregate_types,
             migrator: None,
             router: None,
+            state_gauges: None,
             handler: Arc::new(handler),
         }
     }
@@ -149,6 +155,17 @@ impl<H: Handler> ConsumerService<H> {
         router: impl FnOnce(PgPool, ConsumerServiceMetrics) -> Router + Send + 'static,
     ) -> Self {
         self.router = Some(Box::new(router));
+        self
+    }
+
+    /// Gauges of the service's business state, registered in the process's registry and read
+    /// every `--state-metrics-interval-ms` ([`super::StateGauges`]).
+    #[must_use]
+    pub fn state_gauges(
+        mut self,
+        gauges: impl FnOnce(&prometheus::Registry) -> super::StateGauges + Send + 'static,
+    ) -> Self {
+        self.state_gauges = Some(Box::new(gauges));
         self
     }
 
@@ -220,6 +237,13 @@ impl<H: Handler> ConsumerService<H> {
             })?;
         let shutdown = super::shutdown_on_signal();
         let metrics = ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name);
+        let gauges = self.state_gauges.map(|g| {
+            tokio::spawn(g(&metrics.registry).run(
+                pool.clone(),
+                Duration::from_millis(settings.state_metrics_interval_ms),
+                shutdown.clone(),
+            ))
+        });
         let router = match self.router {
             Some(router) => router(pool.clone(), metrics.clone()),
             None => Router::new(),
@@ -242,6 +266,9 @@ impl<H: Handler> ConsumerService<H> {
         // The consumer only returns early on a fatal error: stop serving too.
         shutdown.cancel();
         let served = http.await?;
+        if let Some(gauges) = gauges {
+            let _ = gauges.await;
+        }
         pool.close().await;
         consumed?;
         served.map_err(ServiceError::Serve)?;
