@@ -357,3 +357,64 @@ async fn a_refund_only_price_adjustment_neither_intercepts_nor_recalls() {
     ch.sys.wait_stock(SKU, (8, 0)).await;
     assert_audit_clean(&ch).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refund_racing_a_shipment_ends_shipped_and_recalled_in_all_three_services() {
+    let ch = Channel::start(10).await;
+    let tid = ch.tid("RACE");
+    let id = ch.paid_trade(&tid, 1_000).await;
+    ch.sys.wait_stock(SKU, (10, 1)).await;
+    let outbound_no = ch.sys.wait_outbound(&id, "CREATED").await["outbound_no"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Hold both directions (SIGSTOP the order and WMS relays): the WMS does not hear of the
+    // refund, the order service does not hear of the shipment.
+    let (order_relay, wms_relay) = (ch.sys.relays[0].pid(), ch.sys.relays[1].pid());
+    e2e::proc::signal(order_relay, "STOP");
+    e2e::proc::signal(wms_relay, "STOP");
+    let r = |status: &str, m: i64| Channel::refund(&tid, status, m, PRICE, "RETURN_AND_REFUND");
+    ch.pushed(&r("WAIT_SELLER_AGREE", 2_000)).await;
+    // The warehouse ships: its outbound is still CREATED, the refund has not reached it.
+    let (s, body, _) = ch
+        .sys
+        .ship(&outbound_no, "SF", &format!("SF-{}", &id[..8]))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    // The platform refunds in full before the order service knows of the shipment.
+    assert_eq!(ch.pushed(&r("SUCCESS", 3_000)).await, "applied");
+    let order = ch.sys.order_of(&id).await;
+    assert_eq!(
+        order["status"], "PAID",
+        "the order service does not decide 'refunded before shipping' on its own: {order}"
+    );
+    e2e::proc::signal(order_relay, "CONT");
+    e2e::proc::signal(wms_relay, "CONT");
+
+    // The warehouse's word: shipped. The order ships, the outbound stays recalled (the money
+    // went back, the goods must come back), the stock is deducted.
+    ch.sys.wait_order(&id, "SHIPPED").await;
+    ch.sys.wait_outbound(&id, "RECALL").await;
+    ch.sys.wait_stock(SKU, (9, 0)).await;
+    assert_audit_clean(&ch).await;
+    let ship_backs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_ledger \
+         WHERE event_type = 'ShipBackRequested' AND aggregate_id = $1",
+    )
+    .bind(&id)
+    .fetch_one(&ch.sys.order_db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        ship_backs, 0,
+        "a trade the platform closed is not reported shipped"
+    );
+
+    // The parcel comes back: returned in all three, restocked.
+    let (s, body) = ch.sys.return_received(&outbound_no).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    ch.sys.wait_order(&id, "RETURNED").await;
+    ch.sys.wait_outbound(&id, "RETURNED").await;
+    ch.sys.wait_stock(SKU, (10, 0)).await;
+    assert_audit_clean(&ch).await;
+}

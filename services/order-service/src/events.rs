@@ -24,11 +24,15 @@ pub enum EventType {
     /// A refund was asked for, or its terms (amount, kind) changed: the payload carries the
     /// current ones.
     RefundRequested,
-    /// A refund was paid out. When it completes a full refund before shipping, the order in
-    /// the payload is `REFUNDED` (that move's one event).
+    /// A refund was paid out. When refunds now give back everything paid of an order not
+    /// shipped, `refunded_in_full` is `true`: the warehouse stops the outbound for good, and
+    /// its word decides where the order goes (`OrderRefunded` once it cancelled the outbound,
+    /// `OrderShipped` if the parcel had left already).
     RefundSucceeded,
     /// A refund was closed without paying out.
     RefundClosed,
+    /// Refunded in full, and the warehouse cancelled the outbound: `PAID -> REFUNDED`, final.
+    OrderRefunded,
     /// The warehouse shipped the order.
     OrderShipped,
     /// The carrier delivered the order (signed).
@@ -52,6 +56,7 @@ impl EventType {
             Self::RefundRequested => "RefundRequested",
             Self::RefundSucceeded => "RefundSucceeded",
             Self::RefundClosed => "RefundClosed",
+            Self::OrderRefunded => "OrderRefunded",
             Self::OrderShipped => "OrderShipped",
             Self::OrderDelivered => "OrderDelivered",
             Self::OrderCompleted => "OrderCompleted",
@@ -74,6 +79,8 @@ struct Payload<'a> {
     shipment: Option<&'a ShipmentView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hold: Option<HoldView>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    refunded_in_full: bool,
 }
 
 /// Why fulfilment waits, in `OrderHeld`.
@@ -102,6 +109,9 @@ pub enum Cause<'a> {
     Payment(&'a PaymentView),
     /// The refund that was requested or finished.
     Refund(&'a RefundView),
+    /// The refund whose success gives back everything paid of an unshipped order
+    /// (`refunded_in_full: true` in `RefundSucceeded`).
+    RefundInFull(&'a RefundView),
     /// The shipment that shipped the order.
     Shipment(&'a ShipmentView),
     /// Why fulfilment waits (`OrderHeld`).
@@ -121,10 +131,15 @@ pub async fn append(
     cause: Cause<'_>,
 ) -> Result<outbox_kit::EnqueuedEvent, Error> {
     let (mut payment, mut refund, mut shipment, mut hold) = (None, None, None, None);
+    let mut refunded_in_full = false;
     match cause {
         Cause::None => {}
         Cause::Payment(p) => payment = Some(p),
         Cause::Refund(r) => refund = Some(r),
+        Cause::RefundInFull(r) => {
+            refund = Some(r);
+            refunded_in_full = true;
+        }
         Cause::Shipment(s) => shipment = Some(s),
         Cause::Hold(reason) => hold = Some(HoldView { reason }),
     }
@@ -135,6 +150,7 @@ pub async fn append(
         refund,
         shipment,
         hold,
+        refunded_in_full,
     })
     .map_err(Error::Serialize)?;
     let aggregate_id = order.order_id.to_string();

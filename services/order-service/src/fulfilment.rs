@@ -5,6 +5,8 @@
 //!   order, `ShipBackRequested`);
 //! - `ShipBackRequested` (this service, topic `<prefix>shipback`): reports the tracking
 //!   number to the platform ([`crate::channel::shipback`]);
+//! - `OutboundCancelled` (WMS): `PAID -> REFUNDED`, emits `OrderRefunded`, when refunds gave
+//!   back everything paid (the warehouse's word that the goods never left);
 //! - `ReturnReceived` (WMS): `SHIPPED | DELIVERED | COMPLETED -> RETURNED`, emits
 //!   `OrderReturned`; before its refund is decided, only recorded (`return_received_at`);
 //! - `StockReservationRejected` (stock): `PAID -> CANCELLED`, the payment is flagged for
@@ -41,7 +43,9 @@ const V1: &[u32] = &[1];
 /// ignores (they get no inbox row): [`Handler::versions`], also for `outbox-audit`.
 pub fn versions(event_type: &str) -> Option<&'static [u32]> {
     match event_type {
-        "OutboundShipped" | "ReturnReceived" | "StockReservationRejected" => Some(V1),
+        "OutboundShipped" | "OutboundCancelled" | "ReturnReceived" | "StockReservationRejected" => {
+            Some(V1)
+        }
         shipback::EVENT_TYPE => Some(V1),
         _ => None,
     }
@@ -56,9 +60,9 @@ struct OutboundShipped {
     tracking_no: String,
 }
 
-/// The part of `ReturnReceived` the order service reads.
+/// The part of `ReturnReceived` and `OutboundCancelled` the order service reads.
 #[derive(Debug, Clone, Deserialize)]
-struct ReturnReceived {
+struct OutboundOfOrder {
     order_id: Uuid,
 }
 
@@ -125,8 +129,12 @@ impl Handler for FulfilmentHandler {
                 shipback::recorded(conn, &req).await
             }
             "ReturnReceived" => {
-                let returned: ReturnReceived = event.payload_as()?;
+                let returned: OutboundOfOrder = event.payload_as()?;
                 receive_return(conn, OrderId::from(returned.order_id)).await
+            }
+            "OutboundCancelled" => {
+                let cancelled: OutboundOfOrder = event.payload_as()?;
+                outbound_cancelled(conn, OrderId::from(cancelled.order_id)).await
             }
             "StockReservationRejected" => {
                 let rejected: StockRejected = event.payload_as()?;
@@ -157,11 +165,15 @@ async fn lock_known(
         .ok_or_else(|| HandlerError::Unapplicable(format!("order {order_id} does not exist")))
 }
 
-/// `PAID -> SHIPPED` and `OrderShipped`.
+/// `PAID -> SHIPPED` and `OrderShipped`: the warehouse's word, also for an order whose refunds
+/// gave everything back while the parcel was leaving (the WMS recalls it and its return ends
+/// the order `RETURNED`). Such an order is not reported to the platform: the platform closed
+/// the trade when the refund succeeded.
 ///
 /// # Errors
 /// [`HandlerError::Unapplicable`] for an unknown order or one that cannot ship (not paid,
-/// cancelled, refunded): a contradiction for operators; database errors.
+/// cancelled, refunded after the warehouse cancelled the outbound): a contradiction for
+/// operators; database errors.
 pub async fn ship(
     conn: &mut PgConnection,
     order_id: OrderId,
@@ -171,6 +183,8 @@ pub async fn ship(
     if order.status.is_shipped() {
         return Ok(Effect::Unchanged);
     }
+    let refunded_in_full = order.status == OrderStatus::Paid
+        && orders::refunded_cents(conn, order_id).await? >= order.paid_cents;
     advance(
         conn,
         &order,
@@ -179,15 +193,53 @@ pub async fn ship(
     )
     .await
     .map_err(order_error)?;
-    let ship_back = shipback::request(conn, order_id, shipment)
-        .await
-        .map_err(order_error)?;
+    let ship_back = if refunded_in_full {
+        tracing::warn!(
+            order.id = %order_id,
+            outbound.no = %shipment.outbound_no,
+            "Order shipped after its refunds gave everything back: the parcel must come back (the WMS recalls it); not reported to the platform"
+        );
+        false
+    } else {
+        shipback::request(conn, order_id, shipment)
+            .await
+            .map_err(order_error)?
+    };
     tracing::info!(
         order.id = %order_id,
         outbound.no = %shipment.outbound_no,
         ship_back,
         "Order shipped"
     );
+    Ok(Effect::Changed)
+}
+
+/// `PAID -> REFUNDED` and `OrderRefunded` when the warehouse cancelled the outbound of an order
+/// whose refunds gave everything back: the goods never left. An outbound cancelled for any
+/// other reason (the order cancelled, or not refunded in full) changes nothing here.
+///
+/// # Errors
+/// [`HandlerError::Unapplicable`] for an unknown order; database errors.
+pub async fn outbound_cancelled(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+) -> Result<Effect, HandlerError> {
+    let order = lock_known(conn, order_id).await?;
+    if order.status != OrderStatus::Paid
+        || order.paid_cents == 0
+        || orders::refunded_cents(conn, order_id).await? < order.paid_cents
+    {
+        tracing::info!(
+            order.id = %order_id,
+            order.status = %order.status,
+            "Outbound cancelled; the order is not refunded in full, nothing to move"
+        );
+        return Ok(Effect::Unchanged);
+    }
+    advance(conn, &order, LifecycleEvent::RefundedInFull, Cause::None)
+        .await
+        .map_err(order_error)?;
+    tracing::info!(order.id = %order_id, "Order refunded in full and its outbound cancelled");
     Ok(Effect::Changed)
 }
 

@@ -397,9 +397,10 @@ pub async fn apply_notice(
 /// [`apply_notice`] in the caller's transaction. Only [`RefundNoticeOutcome::Applied`] changed
 /// something.
 ///
-/// A refund that succeeds moves the order only if it completes a full refund of a paid,
-/// unshipped order (`PAID -> REFUNDED`, emitted as that `RefundSucceeded`); otherwise the order
-/// stays where it is: a partial refund does not stop fulfilment, a refund after shipping waits
+/// A refund that succeeds never moves the order by itself. When it completes a full refund of
+/// a paid, unshipped order, its `RefundSucceeded` says `refunded_in_full` and the warehouse
+/// decides: the outbound cancelled moves the order to `REFUNDED`, a parcel that had left ships
+/// it ([`crate::fulfilment`]). Otherwise the order stays where it is: a partial refund does not stop fulfilment, a refund after shipping waits
 /// for the return (if any), and a cancelled order stays cancelled (its stock-rejection flag
 /// covers only what no refund had reserved, so this money goes back once; a refund closed on
 /// it gives its amount back to that flag, so it is still owed to the buyer).
@@ -467,22 +468,17 @@ pub async fn apply_notice_in(
     let refunded_in_full = target == RefundStatus::Succeeded
         && order.status == OrderStatus::Paid
         && orders::refunded_cents(conn, order_id).await? >= order.paid_cents;
-    if refunded_in_full {
-        advance(
-            conn,
-            &order,
-            LifecycleEvent::RefundedInFull,
-            Cause::Refund(&refund),
-        )
-        .await?;
-    } else {
-        let view = view_of(conn, order).await?;
-        let event = match target {
-            RefundStatus::Succeeded => EventType::RefundSucceeded,
-            _ => EventType::RefundClosed,
-        };
-        events::append(conn, event, &view, Cause::Refund(&refund)).await?;
-    }
+    // The order does not move here even when refunded in full: the warehouse decides whether
+    // the goods left (crate::fulfilment::outbound_cancelled moves it to REFUNDED).
+    let view = view_of(conn, order).await?;
+    let (event, cause) = match target {
+        RefundStatus::Succeeded if refunded_in_full => {
+            (EventType::RefundSucceeded, Cause::RefundInFull(&refund))
+        }
+        RefundStatus::Succeeded => (EventType::RefundSucceeded, Cause::Refund(&refund)),
+        _ => (EventType::RefundClosed, Cause::Refund(&refund)),
+    };
+    events::append(conn, event, &view, cause).await?;
     let returned = target == RefundStatus::Succeeded
         && refund.kind == RefundKind::ReturnAndRefund
         && locked.return_received_at.is_some()

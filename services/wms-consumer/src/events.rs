@@ -164,8 +164,8 @@ pub struct StockReserved {
 pub struct OrderEvent {
     /// The order.
     pub order_id: Uuid,
-    /// The order's status after the change (`REFUNDED` when a refund took everything back
-    /// before shipping).
+    /// The order's status after the change (older producers sent `REFUNDED` in the
+    /// `RefundSucceeded` that took everything back before shipping).
     #[serde(default)]
     pub status: Option<String>,
     /// What may still be refunded after the change (paid minus refunds requested or
@@ -175,6 +175,9 @@ pub struct OrderEvent {
     /// The refund of `Refund*` events.
     #[serde(default)]
     pub refund: Option<RefundRef>,
+    /// In `RefundSucceeded`: refunds now give back everything paid of an order not shipped.
+    #[serde(default)]
+    pub refunded_in_full: bool,
     /// Why fulfilment waits, in `OrderHeld`.
     #[serde(default)]
     pub hold: Option<HoldRef>,
@@ -218,12 +221,14 @@ impl OrderEvent {
         }
     }
 
-    /// How a refund's success changes its hold: an order refunded in full will never ship; a
-    /// return-and-refund keeps a shipped parcel recalled; a refund-only (a price adjustment,
-    /// or goods the buyer keeps) releases the hold and fulfilment goes on.
+    /// How a refund's success changes its hold: an order refunded in full will never ship (a
+    /// parcel that left is recalled); a return-and-refund keeps a shipped parcel recalled; a
+    /// refund-only (a price adjustment, or goods the buyer keeps) releases the hold and
+    /// fulfilment goes on. `refunded_in_full` says "in full" (the order stays `PAID` until
+    /// this WMS reports the outbound cancelled); `REFUNDED` is what older producers sent.
     pub fn refund_success_hold(&self) -> crate::fulfilment::HoldChange {
         use crate::fulfilment::HoldChange;
-        if self.status.as_deref() == Some("REFUNDED") {
+        if self.refunded_in_full || self.status.as_deref() == Some("REFUNDED") {
             HoldChange::MakePermanent
         } else if self.refund_only() {
             HoldChange::Release

@@ -13,8 +13,10 @@
 //! ([`crate::store::orders::transition`] is the only writer of `orders.status`).
 //!
 //! A refund moves the order only when it takes all of it back before shipping
-//! ([`LifecycleEvent::RefundedInFull`]); a partial refund, or any refund after shipping, leaves
-//! the order where it is. After shipping, the goods coming back ([`LifecycleEvent::ReturnReceived`],
+//! ([`LifecycleEvent::RefundedInFull`]), and "before shipping" is the warehouse's word: the
+//! order moves when the WMS reports the outbound cancelled, not when the refund succeeds, so
+//! a parcel that left while the refund was in flight ships the order instead (and comes back
+//! as a return). A partial refund, or any refund after shipping, leaves the order where it is. After shipping, the goods coming back ([`LifecycleEvent::ReturnReceived`],
 //! the WMS received the return) ends the order in `RETURNED`.
 
 use crate::domain::OrderStatus;
@@ -35,7 +37,8 @@ pub enum LifecycleEvent {
     Deliver,
     /// The buyer confirmed receipt (or the confirmation period ended).
     Complete,
-    /// Refunds that succeeded add up to everything paid, before the order shipped.
+    /// Refunds that succeeded add up to everything paid, and the warehouse cancelled the
+    /// outbound (`OutboundCancelled`): on the warehouse's word, the goods never left.
     RefundedInFull,
     /// The warehouse received the returned goods and restocked them.
     ReturnReceived,
@@ -106,7 +109,7 @@ pub const TRANSITIONS: [Transition; 11] = {
         ),
         t(S::Paid, L::StockRejected, S::Cancelled, E::OrderCancelled),
         t(S::Paid, L::Ship, S::Shipped, E::OrderShipped),
-        t(S::Paid, L::RefundedInFull, S::Refunded, E::RefundSucceeded),
+        t(S::Paid, L::RefundedInFull, S::Refunded, E::OrderRefunded),
         t(S::Shipped, L::Deliver, S::Delivered, E::OrderDelivered),
         t(S::Shipped, L::ReturnReceived, S::Returned, E::OrderReturned),
         t(S::Delivered, L::Complete, S::Completed, E::OrderCompleted),
@@ -153,7 +156,7 @@ mod tests {
             (S::PendingPayment, _) => None,
             (S::Paid, L::StockRejected) => Some((S::Cancelled, E::OrderCancelled)),
             (S::Paid, L::Ship) => Some((S::Shipped, E::OrderShipped)),
-            (S::Paid, L::RefundedInFull) => Some((S::Refunded, E::RefundSucceeded)),
+            (S::Paid, L::RefundedInFull) => Some((S::Refunded, E::OrderRefunded)),
             (S::Paid, _) => None,
             (S::Shipped, L::Deliver) => Some((S::Delivered, E::OrderDelivered)),
             (S::Shipped, L::Complete) => Some((S::Completed, E::OrderCompleted)),

@@ -259,6 +259,13 @@ async fn a_closed_unpaid_trade_cancels_and_a_full_refund_before_shipping_refunds
     full["refund"]["kind"] = json!("RETURN_AND_REFUND");
     pushed(&app, &full).await;
     let id = our_order(&app, "TB").await;
+    // Refunded in full: the order waits for the warehouse's word (no WMS here: applied by hand).
+    assert_eq!(app.get_order(&id).await["status"], "PAID");
+    let mut conn = app.pool.acquire().await.unwrap();
+    let order_id = order_service::orders::parse_order_id(&id).unwrap();
+    order_service::fulfilment::outbound_cancelled(&mut conn, order_id)
+        .await
+        .unwrap();
     assert_eq!(app.get_order(&id).await["status"], "REFUNDED");
     assert_eq!(
         app.event_types(&id).await,
@@ -266,7 +273,8 @@ async fn a_closed_unpaid_trade_cancels_and_a_full_refund_before_shipping_refunds
             "OrderCreated",
             "OrderPaid",
             "RefundRequested",
-            "RefundSucceeded"
+            "RefundSucceeded",
+            "OrderRefunded"
         ]
     );
 }

@@ -92,14 +92,33 @@ async fn a_full_refund_before_shipping_ends_refunded_and_nothing_moves_it_again(
     app.refund_notice("RF-1", "SUCCESS", 1).await;
     assert_eq!(app.get_order(&id).await["status"], "PAID");
     app.refund_notice("RF-2", "SUCCESS", 1).await;
+    // Refunded in full: the order waits for the warehouse's word.
     let detail = app.get_order(&id).await;
-    assert_eq!(detail["status"], "REFUNDED");
+    assert_eq!(detail["status"], "PAID");
     assert_eq!(detail["refunded_cents"], amount);
     let events = app.events(&id).await;
     let (last_type, last) = events.last().unwrap();
-    assert_eq!(last_type, "RefundSucceeded", "the move emits its one event");
+    assert_eq!(last_type, "RefundSucceeded");
+    assert_eq!(last["refunded_in_full"], true, "{last}");
+    assert_eq!(
+        events[events.len() - 2].1.get("refunded_in_full"),
+        None,
+        "the partial success is not in full"
+    );
+    // The WMS cancelled the outbound: the goods never left.
+    let order_id = parse_order_id(&id).unwrap();
+    let mut conn = app.pool.acquire().await.unwrap();
+    fulfilment::outbound_cancelled(&mut conn, order_id)
+        .await
+        .unwrap();
+    drop(conn);
+    let detail = app.get_order(&id).await;
+    assert_eq!(detail["status"], "REFUNDED");
+    let events = app.events(&id).await;
+    let (last_type, last) = events.last().unwrap();
+    assert_eq!(last_type, "OrderRefunded", "the move emits its one event");
     assert_eq!(last["status"], "REFUNDED");
-    assert_eq!(events.len(), 6);
+    assert_eq!(events.len(), 7);
 
     // A refunded order cannot ship, be delivered or cancelled: 409 with the current state.
     for action in ["deliver", "complete", "cancel"] {
@@ -125,6 +144,32 @@ async fn a_full_refund_before_shipping_ends_refunded_and_nothing_moves_it_again(
             .is_err(),
         "a refunded order is never shipped"
     );
+}
+
+#[tokio::test]
+async fn a_parcel_shipped_while_a_full_refund_succeeded_ships_the_order_on_the_warehouses_word() {
+    let app = TestApp::spawn().await;
+    app.sku("MUG", 1_000).await;
+    let (id, amount) = app.paid_order("u1", "MUG", 1).await;
+    assert_eq!(
+        app.refund(&id, "RR-1", amount).await.status(),
+        StatusCode::CREATED
+    );
+    app.refund_notice("RR-1", "SUCCESS", 1).await;
+    assert_eq!(app.get_order(&id).await["status"], "PAID");
+    // The warehouse had shipped before it heard of the refund.
+    ship(&app, &id).await;
+    let detail = app.get_order(&id).await;
+    assert_eq!(detail["status"], "SHIPPED", "{detail}");
+    assert_eq!(detail["refunded_cents"], amount);
+    let types: Vec<String> = app.events(&id).await.into_iter().map(|(t, _)| t).collect();
+    assert_eq!(types.last().map(String::as_str), Some("OrderShipped"));
+    // Its outbound's cancellation can no longer come; if one did, nothing would move.
+    let mut conn = app.pool.acquire().await.unwrap();
+    let effect = fulfilment::outbound_cancelled(&mut conn, parse_order_id(&id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(effect, outbox_kit::consumer::Effect::Unchanged);
 }
 
 #[tokio::test]
