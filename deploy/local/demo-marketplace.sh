@@ -59,12 +59,13 @@ for u in $ORD $WMS $STK $SIM; do wait_until "$u/healthz" 60 curl -sf "$u/healthz
 ops -X PUT "$ORD/skus/mk-lamp" -H 'Content-Type: application/json' -d '{"name":"lamp","price_cents":2500}' >/dev/null
 ops -X PUT "$STK/stock/mk-lamp" -H 'Content-Type: application/json' -d '{"on_hand":20}' >/dev/null
 
-say "8 buyers place and pay trades on the platform; trade 5 is refunded in full before shipping, trade 6 gets a 1.00 price adjustment (refund only)"
+say "8 buyers place and pay trades on the platform; trade 5 is refunded in full before shipping, trade 6 gets a 1.00 price adjustment (refund only), trade 7's buyer asks for 25.00 back and lowers it to 8.00 before the platform pays it"
 for n in $(seq 1 8); do
     json_post "$SIM/trades" '{"tid":"MK-'$n'","buyer_id":"b'$n'","items":[{"sku_id":"mk-lamp","quantity":1}],"paid_cents":2500,"pay":true}' >/dev/null
 done
 json_post "$SIM/trades/MK-5/refunds" '{"refund_id":"RF-5","refund_cents":2500,"kind":"RETURN_AND_REFUND","statuses":["WAIT_SELLER_AGREE","SUCCESS"]}' >/dev/null
 json_post "$SIM/trades/MK-6/refunds" '{"refund_id":"RF-6","refund_cents":100,"kind":"REFUND_ONLY","statuses":["WAIT_SELLER_AGREE","SUCCESS"]}' >/dev/null
+json_post "$SIM/trades/MK-7/refunds" '{"refund_id":"RF-7","refund_cents":2500,"kind":"RETURN_AND_REFUND","statuses":["WAIT_SELLER_AGREE","WAIT_SELLER_AGREE","SUCCESS"],"amounts":[2500,800,800]}' >/dev/null
 curl -s "$SIM/calls" | jq -c '{changes, pushes_sent, pushes_new_msg_id, pushes_dropped, pushes_refused: .pushes_failed}'
 echo "orders the service knows after the pushes: $(psql -qtA "$MO" -c "SELECT count(*) FROM channel_orders")"
 
@@ -88,4 +89,7 @@ echo "platform trades:"; curl -s "$SIM/trades" | jq -r '.[] | "  \(.tid) \(.stat
 echo "our orders by status:"; psql -qtA "$MO" -F ' ' -c "SELECT status, count(*) FROM orders GROUP BY 1 ORDER BY 1" | sed 's/^/  /'
 psql -qtA "$MO" -c "SELECT 'absorbed: layer 1 (msg_id) ' || COALESCE(sum(duplicates), 0) || ', layer 2 (same change, new msg_id) ' || count(*) FILTER (WHERE outcome = 'duplicate_change') || ', stale refund snapshots ' || count(*) FILTER (WHERE outcome = 'stale') || ', recovered by compensation ' || count(*) FILTER (WHERE source = 'query' AND outcome = 'applied') FROM channel_messages"
 curl -s "$SIM/calls" | jq -r '"ship API calls: \(.ship | length) (\(.ship | map(.result) | group_by(.) | map("\(.[0]) \(length)") | join(", ")))"'
-echo "ship-backs recorded: $(psql -qtA "$MO" -c "SELECT count(*) FROM channel_shipbacks"), for MK-5 (refunded): $(curl -s "$SIM/calls" | jq '[.ship[] | select(.tid == "MK-5")] | length')"
+echo "ship-backs reported: $(psql -qtA "$MO" -c "SELECT count(*) FROM channel_shipbacks WHERE result IS NOT NULL"), for MK-5 (refunded): $(curl -s "$SIM/calls" | jq '[.ship[] | select(.tid == "MK-5")] | length')"
+echo "refunds booked at the platform's newest amount (MK-7 lowered from 25.00 to 8.00; its order ships the rest):"
+psql -qtA "$MO" -F ' ' -c "SELECT r.refund_no, r.kind, r.amount_cents, r.status, c.last_refund_cents AS platform_cents, o.status AS order_status FROM refunds r JOIN channel_refunds c USING (refund_no) JOIN orders o USING (order_id) ORDER BY 1" | sed 's/^/  /'
+echo "(returns by line are not modelled yet: a return-and-refund returns the whole outbound)"

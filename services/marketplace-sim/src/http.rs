@@ -3,7 +3,7 @@
 //! | route | what |
 //! |---|---|
 //! | `POST /trades` `{tid, buyer_id, items, paid_cents, pay}` | a buyer places (and pays) a trade |
-//! | `POST /trades/{tid}/refunds` `{refund_id, refund_cents, kind, statuses}` | a refund goes through `statuses` |
+//! | `POST /trades/{tid}/refunds` `{refund_id, refund_cents, kind, statuses, amounts?, same_modified?}` | a refund goes through `statuses` (each at its amount in `amounts`, all at one `modified` with `same_modified`) |
 //! | `POST /trades/{tid}/finish` | the buyer confirms receipt |
 //! | `GET /trades`, `GET /trades/{tid}` | latest snapshots |
 //! | `GET /query/changes?since=MS` | the query API: `{messages, until}` |
@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::config::Faults;
-use crate::platform::{Item, Platform, PlatformError, ShipOutcome};
+use crate::platform::{Item, Platform, PlatformError, RefundStep, ShipOutcome};
 
 /// The whole API.
 pub fn router(platform: Platform) -> Router {
@@ -95,6 +95,12 @@ struct NewRefund {
     #[serde(default = "return_and_refund")]
     kind: String,
     statuses: Vec<String>,
+    /// The amount of each snapshot (default: `refund_cents` for all).
+    #[serde(default)]
+    amounts: Option<Vec<i64>>,
+    /// Every snapshot with the same `modified`.
+    #[serde(default)]
+    same_modified: bool,
 }
 
 fn return_and_refund() -> String {
@@ -106,8 +112,28 @@ async fn refund(
     Path(tid): Path<String>,
     Json(r): Json<NewRefund>,
 ) -> Response {
+    let amounts = r
+        .amounts
+        .unwrap_or_else(|| vec![r.refund_cents; r.statuses.len()]);
+    if amounts.len() != r.statuses.len() {
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            Json(json!({"error": {"code": "invalid", "field": "amounts",
+                "message": "one amount per status"}})),
+        )
+            .into_response();
+    }
+    let steps = r
+        .statuses
+        .into_iter()
+        .zip(amounts)
+        .map(|(status, refund_cents)| RefundStep {
+            status,
+            refund_cents,
+        })
+        .collect();
     match p
-        .refund(&tid, r.refund_id, r.refund_cents, r.kind, r.statuses)
+        .refund(&tid, r.refund_id, r.kind, steps, r.same_modified)
         .await
     {
         Ok(t) => Json(t).into_response(),

@@ -181,6 +181,28 @@ impl State {
     }
 }
 
+/// One snapshot of a refund going through its statuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundStep {
+    /// The platform's status.
+    pub status: String,
+    /// The amount in that snapshot.
+    pub refund_cents: i64,
+}
+
+impl RefundStep {
+    /// `statuses`, each at `refund_cents`.
+    pub fn each(statuses: &[&str], refund_cents: i64) -> Vec<Self> {
+        statuses
+            .iter()
+            .map(|s| Self {
+                status: (*s).to_owned(),
+                refund_cents,
+            })
+            .collect()
+    }
+}
+
 impl Platform {
     /// A platform signing its pushes with `secret`.
     pub fn new(secret: CallbackSecret, faults: Faults) -> Self {
@@ -274,9 +296,11 @@ impl Platform {
         Ok(trade)
     }
 
-    /// A refund goes through `statuses` in order (each a snapshot with a newer `modified`);
-    /// the snapshots are pushed, newest first when `refunds_out_of_order` is set. A refund of
-    /// everything paid that succeeds before shipping closes the trade.
+    /// A refund goes through `steps` in order (each a snapshot with a newer `modified`, or all
+    /// with one `modified` when `same_modified`: a platform that stamps in seconds), each with
+    /// its own amount (the buyer may change it while the refund is open); the snapshots are
+    /// pushed, newest first when `refunds_out_of_order` is set. A refund of everything paid
+    /// that succeeds before shipping closes the trade.
     ///
     /// # Errors
     /// [`PlatformError::UnknownTrade`], [`PlatformError::Conflict`] when not paid.
@@ -284,9 +308,9 @@ impl Platform {
         &self,
         tid: &str,
         refund_id: String,
-        refund_cents: i64,
         kind: String,
-        statuses: Vec<String>,
+        steps: Vec<RefundStep>,
+        same_modified: bool,
     ) -> Result<Trade, PlatformError> {
         let mut messages = Vec::new();
         let (trade, reverse) = {
@@ -296,14 +320,19 @@ impl Platform {
                 return Err(PlatformError::Conflict(format!("trade is {}", t.status)));
             }
             let shipped = t.out_sid.is_some();
-            let full = refund_cents >= t.paid_cents;
-            for status in &statuses {
-                let modified = s.tick();
+            let full = steps.last().is_some_and(|l| l.refund_cents >= t.paid_cents);
+            let mut stamp = None;
+            for step in &steps {
+                let modified = match stamp {
+                    Some(m) if same_modified => m,
+                    _ => s.tick(),
+                };
+                stamp = Some(modified);
                 let t = s.trades.get_mut(tid).ok_or(PlatformError::UnknownTrade)?;
                 let r = Refund {
                     refund_id: refund_id.clone(),
-                    status: status.clone(),
-                    refund_cents,
+                    status: step.status.clone(),
+                    refund_cents: step.refund_cents,
                     kind: kind.clone(),
                     modified,
                 };
@@ -317,7 +346,7 @@ impl Platform {
             if reverse {
                 messages.reverse();
             }
-            if statuses.last().map(String::as_str) == Some("SUCCESS") && full && !shipped {
+            if steps.last().map(|l| l.status.as_str()) == Some("SUCCESS") && full && !shipped {
                 messages.extend(s.set_trade_status(tid, "TRADE_CLOSED"));
             }
             (s.trades.get(tid).cloned(), reverse)
@@ -476,9 +505,9 @@ mod tests {
         p.refund(
             "T1",
             "R1".into(),
-            100,
             "RETURN_AND_REFUND".into(),
-            vec!["WAIT_SELLER_AGREE".into(), "SUCCESS".into()],
+            RefundStep::each(&["WAIT_SELLER_AGREE", "SUCCESS"], 100),
+            false,
         )
         .await
         .unwrap();

@@ -38,6 +38,8 @@ pub struct LoadStats {
     pub retries: u64,
     /// Marketplace trades placed.
     pub trades: u64,
+    /// Trades refunded on the platform, by reverse sequence.
+    pub trade_refunds: std::collections::BTreeMap<String, u64>,
     /// Flows by kind.
     pub flows: std::collections::BTreeMap<String, u64>,
 }
@@ -60,6 +62,10 @@ enum Flow {
     RefundAfterShipping,
     /// Paid for the SKU that runs out: rejected or reserved, then shipped if it can be.
     Rare,
+    /// Paid, then a full refund and the warehouse's shipment at the same moment: either the
+    /// outbound is cancelled (the order `REFUNDED`) or the parcel left (the order `SHIPPED`,
+    /// recalled, returned).
+    RefundRacingShipment,
 }
 
 impl Flow {
@@ -69,12 +75,14 @@ impl Flow {
             Self::RefundBeforeShipping => "refund_before_shipping",
             Self::RefundAfterShipping => "refund_after_shipping",
             Self::Rare => "rare_sku",
+            Self::RefundRacingShipment => "refund_racing_shipment",
         }
     }
 
     fn pick(rng: &mut StdRng) -> Self {
         match rng.gen_range(0..100) {
-            0..=59 => Self::Ship,
+            0..=54 => Self::Ship,
+            55..=59 => Self::RefundRacingShipment,
             60..=74 => Self::RefundBeforeShipping,
             75..=89 => Self::RefundAfterShipping,
             _ => Self::Rare,
@@ -256,6 +264,10 @@ async fn one_order(
         outbound_in(&sys, &c, deadline, &order, "CANCELLED").await?;
         return Some(());
     }
+    if flow == Flow::RefundRacingShipment {
+        return refund_racing_shipment(&sys, &c, deadline, &order, &outbound, &refund_no, &run, n)
+            .await;
+    }
     let (ob, tracking) = (outbound.clone(), format!("{run}-T-{n}"));
     warehouse(&sys, &c, deadline, move |s| {
         let (ob, t) = (ob.clone(), tracking.clone());
@@ -281,6 +293,76 @@ async fn one_order(
     .await?;
     order_in(&sys, &c, deadline, &order, &["RETURNED"]).await?;
     Some(())
+}
+
+/// A full refund requested while the warehouse ships (both at once), then its success: the
+/// warehouse's word decides (issue 19, item 4). Ends with the order `REFUNDED`, or shipped,
+/// recalled and `RETURNED`.
+#[allow(clippy::too_many_arguments)]
+async fn refund_racing_shipment(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    order: &str,
+    outbound: &str,
+    refund_no: &str,
+    run: &str,
+    n: u64,
+) -> Option<()> {
+    let (o, r) = (order.to_owned(), refund_no.to_owned());
+    let refund = retry(sys, c, deadline, move |s| {
+        let (o, r) = (o.clone(), r.clone());
+        async move { s.request_refund(&o, &r).await }
+    });
+    let (ob, tracking) = (outbound.to_owned(), format!("{run}-T-{n}"));
+    let ship = warehouse(sys, c, deadline, move |s| {
+        let (ob, t) = (ob.clone(), tracking.clone());
+        // Refused (409) once the refund intercepted the outbound first: that is the race too.
+        async move {
+            let status = s.ship(&ob, "DHL", &t).await.0;
+            status.is_success() || status == reqwest::StatusCode::CONFLICT
+        }
+    });
+    let (refunded, _) = tokio::join!(refund, ship);
+    refunded?;
+    succeed_refund(sys, c, deadline, refund_no).await?;
+    if order_in(sys, c, deadline, order, &["REFUNDED", "SHIPPED"]).await? == "REFUNDED" {
+        return Some(());
+    }
+    outbound_in(sys, c, deadline, order, "RECALL").await?;
+    let ob = outbound.to_owned();
+    warehouse(sys, c, deadline, move |s| {
+        let ob = ob.clone();
+        async move { s.return_received(&ob).await.0.is_success() }
+    })
+    .await?;
+    order_in(sys, c, deadline, order, &["RETURNED"]).await?;
+    Some(())
+}
+
+/// The reverse sequence (issue 19) the `k`-th refunded trade goes through on the platform: a
+/// refund lowered before it succeeds (a partial refund; the rest ships), a full refund whose
+/// success has the same `modified` as its request, or a refund that fails.
+fn trade_refund(k: u64, tid: &str) -> (&'static str, serde_json::Value) {
+    let refund_id = format!("R-{tid}");
+    match k % 3 {
+        0 => (
+            "amount_lowered",
+            serde_json::json!({"refund_id": refund_id, "refund_cents": 1_000,
+                "statuses": ["WAIT_SELLER_AGREE", "WAIT_SELLER_AGREE", "SUCCESS"],
+                "amounts": [1_000, 300, 300]}),
+        ),
+        1 => (
+            "same_modified_success",
+            serde_json::json!({"refund_id": refund_id, "refund_cents": 1_000,
+                "statuses": ["WAIT_SELLER_AGREE", "SUCCESS"], "same_modified": true}),
+        ),
+        _ => (
+            "failed",
+            serde_json::json!({"refund_id": refund_id, "refund_cents": 1_000,
+                "statuses": ["WAIT_SELLER_AGREE", "FAILED"]}),
+        ),
+    }
 }
 
 async fn succeed_refund(
@@ -327,12 +409,25 @@ pub async fn run(world: Arc<World>, rate: f64, until: Instant, seed: u64) -> Loa
         });
         if n.is_multiple_of(5) {
             let (w, tid) = (world.clone(), format!("{run_id}-tid-{n}"));
+            // Every third trade is refunded on the platform through one of the reverse
+            // sequences.
+            let refund = n.is_multiple_of(15).then(|| trade_refund(n / 15, &tid));
+            if let Some((name, _)) = &refund {
+                *stats.trade_refunds.entry((*name).to_owned()).or_default() += 1;
+            }
             flows.spawn(async move {
                 // The simulator keeps the trade whatever happens to the order service; the
                 // push or the compensation pass brings it over.
                 let deadline = Instant::now() + FLOW_DEADLINE;
-                while !w.trade(&tid).await && Instant::now() < deadline {
+                let mut placed = w.trade(&tid).await;
+                while !placed && Instant::now() < deadline {
                     sleep(Duration::from_millis(500)).await;
+                    placed = w.trade(&tid).await;
+                }
+                if let (true, Some((_, body))) = (placed, refund) {
+                    while !w.refund_trade(&tid, &body).await && Instant::now() < deadline {
+                        sleep(Duration::from_millis(500)).await;
+                    }
                 }
             });
             stats.trades += 1;

@@ -191,6 +191,20 @@ impl World {
         )
     }
 
+    /// Sends one of the reverse sequences through the simulator's refund API (`refund` is its
+    /// body: statuses, amounts, `same_modified`); `false` when the simulator refused (the
+    /// trade not placed yet, or closed).
+    pub async fn refund_trade(&self, tid: &str, refund: &Value) -> bool {
+        matches!(
+            self.http
+                .post(self.sim.url(&format!("/trades/{tid}/refunds")))
+                .json(refund)
+                .send()
+                .await,
+            Ok(r) if r.status().is_success()
+        )
+    }
+
     /// The Kafka bootstrap address (the proxy).
     pub fn brokers(&self) -> String {
         self.sys.brokers.clone()
