@@ -40,6 +40,9 @@ pub struct LoadStats {
     pub trades: u64,
     /// Trades refunded on the platform, by reverse sequence.
     pub trade_refunds: std::collections::BTreeMap<String, u64>,
+    /// How the refunds racing shipments ended: `refunded` (the outbound was cancelled) or
+    /// `shipped_and_returned` (the parcel had left).
+    pub races: std::collections::BTreeMap<String, u64>,
     /// Flows by kind.
     pub flows: std::collections::BTreeMap<String, u64>,
 }
@@ -49,6 +52,8 @@ struct Counters {
     completed: AtomicU64,
     abandoned: AtomicU64,
     retries: AtomicU64,
+    race_refunded: AtomicU64,
+    race_returned: AtomicU64,
 }
 
 /// One order's path.
@@ -327,6 +332,7 @@ async fn refund_racing_shipment(
     refunded?;
     succeed_refund(sys, c, deadline, refund_no).await?;
     if order_in(sys, c, deadline, order, &["REFUNDED", "SHIPPED"]).await? == "REFUNDED" {
+        c.race_refunded.fetch_add(1, Ordering::Relaxed);
         return Some(());
     }
     outbound_in(sys, c, deadline, order, "RECALL").await?;
@@ -337,6 +343,7 @@ async fn refund_racing_shipment(
     })
     .await?;
     order_in(sys, c, deadline, order, &["RETURNED"]).await?;
+    c.race_returned.fetch_add(1, Ordering::Relaxed);
     Some(())
 }
 
@@ -438,5 +445,13 @@ pub async fn run(world: Arc<World>, rate: f64, until: Instant, seed: u64) -> Loa
     stats.completed = counters.completed.load(Ordering::Relaxed);
     stats.abandoned = counters.abandoned.load(Ordering::Relaxed);
     stats.retries = counters.retries.load(Ordering::Relaxed);
+    for (name, n) in [
+        ("refunded", &counters.race_refunded),
+        ("shipped_and_returned", &counters.race_returned),
+    ] {
+        stats
+            .races
+            .insert(name.to_owned(), n.load(Ordering::Relaxed));
+    }
     stats
 }

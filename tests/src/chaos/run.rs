@@ -91,19 +91,17 @@ impl Summary {
         let mut o = String::new();
         let _ = writeln!(
             o,
-            "chaos run: seed {}, {} orders/s for {} s: {} orders ({}), {} marketplace trades; \
+            "chaos run: seed {}, {} orders/s for {} s: {} orders ({}), {} marketplace trades \
+             (refunded on the platform: {}); refunds racing shipments: {}; \
              {} flows completed, {} abandoned, {} calls retried",
             self.seed,
             self.rate,
             self.duration_s,
             self.load.orders,
-            self.load
-                .flows
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            pairs(&self.load.flows),
             self.load.trades,
+            pairs(&self.load.trade_refunds),
+            pairs(&self.load.races),
             self.load.completed,
             self.load.abandoned,
             self.load.retries
@@ -355,4 +353,12 @@ pub async fn run(spec: &Spec) -> Summary {
         audit: audit.report,
         audit_code: audit.code,
     }
+}
+
+/// `k v, k v` of a count map.
+fn pairs(m: &std::collections::BTreeMap<String, u64>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
