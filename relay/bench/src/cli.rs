@@ -65,6 +65,14 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = crate::workload::PayloadKind::Json)]
     pub payload_kind: crate::workload::PayloadKind,
 
+    /// The main phases' rows carry a `traceparent` header each (a trace of its own per event).
+    /// With `OTEL_EXPORTER_OTLP_ENDPOINT` set for relay-bench (the relay it starts inherits
+    /// it), the relay exports one PRODUCER span per event: compare the drain's CPU per event
+    /// with and without to see what the spans cost; without the variable, what traced rows
+    /// cost with export off.
+    #[arg(long)]
+    pub traced: bool,
+
     /// Partitions of every topic the bench creates.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..))]
     pub partitions: i32,

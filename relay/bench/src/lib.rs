@@ -109,7 +109,10 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     )?;
     infra.cpu = infra.cpu_probe().await;
     let postgres = infra.server_settings().await?;
-    let w = Workload::new(args.aggregates, args.payload_bytes, args.payload_kind);
+    let w = Workload {
+        traced: args.traced,
+        ..Workload::new(args.aggregates, args.payload_bytes, args.payload_kind)
+    };
     let relay_bin = args.relay_binary();
     let log_dir = args
         .out_path()
@@ -298,6 +301,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
             aggregates: args.aggregates,
             payload_bytes: args.payload_bytes,
             payload_kind: args.payload_kind,
+            traced: args
+                .traced
+                .then(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok()),
             load_rate: args.load_rate,
             writers: args.writers,
             relay_binary: relay_bin.display().to_string(),

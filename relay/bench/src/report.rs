@@ -45,6 +45,9 @@ pub struct Settings {
     pub payload_bytes: u64,
     /// The payload column (`--payload-kind`).
     pub payload_kind: crate::workload::PayloadKind,
+    /// Rows with a `traceparent` (`--traced`), and where the relay exports its spans
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`; `None`: export off).
+    pub traced: Option<Option<String>>,
     /// Offered load of the latency phase, events/s.
     pub load_rate: u64,
     /// Writer tasks of the latency phase.
@@ -184,6 +187,15 @@ impl Report {
             s.payload_bytes,
             s.payload_kind
         );
+        if let Some(export) = &s.traced {
+            let _ = writeln!(
+                o,
+                "traced rows (a traceparent each) · span export {}",
+                export
+                    .as_deref()
+                    .map_or_else(|| "off".to_owned(), |e| format!("to {e}"))
+            );
+        }
         let _ = writeln!(o);
         let _ = writeln!(
             o,

@@ -94,6 +94,9 @@ pub struct Workload {
     pub topics: u64,
     /// What fills the payloads.
     pub padding: Padding,
+    /// Every row's `headers` carry a W3C `traceparent` (a trace of its own per event), so a
+    /// relay with OTLP export on makes one PRODUCER span per event (`--traced`).
+    pub traced: bool,
 }
 
 impl Workload {
@@ -105,6 +108,7 @@ impl Workload {
             kind,
             topics: 1,
             padding: Padding::Repeat,
+            traced: false,
         }
     }
 
@@ -204,6 +208,17 @@ impl Workload {
                 ),
                 "p, ",
             ),
+        };
+        let (columns, values) = if self.traced {
+            (
+                format!("{columns}, headers"),
+                format!(
+                    "{values}, jsonb_build_object('traceparent', \
+                     '00-' || md5(g::text) || '-' || left(md5('s' || g::text), 16) || '-01')"
+                ),
+            )
+        } else {
+            (columns.to_owned(), values)
         };
         let aggregate_type = if self.topics <= 1 {
             "$1".to_owned()
