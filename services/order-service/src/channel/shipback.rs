@@ -2,8 +2,10 @@
 //! per `(order_id, out_sid)`.
 //!
 //! [`request`] runs in the transaction that moves the order to `SHIPPED` and emits
-//! `ShipBackRequested` (aggregate `shipback`) only for channel orders; an order refunded before
-//! shipping never ships, so it is never reported. The order service's own consumer
+//! `ShipBackRequested` (aggregate `shipback`) only for channel orders, and not for an order
+//! whose refunds gave everything back before the warehouse's shipment reached us (it ships on
+//! the warehouse's word, the WMS recalls the parcel, the platform has closed the trade). The
+//! order service's own consumer
 //! ([`crate::FulfilmentHandler`]) then calls [`call`] before its transaction: the intent is
 //! recorded in `channel_shipbacks` (unique on `(order_id, out_sid)`), the platform's ship API
 //! is called with a few quick retries and no transaction open (`already_shipped` counted as
