@@ -396,10 +396,12 @@ async fn refund_before_shipping(sys: &System) {
     sys.refund_outcome(&refund_no, "SUCCESS").await;
     sys.wait_outbound(&order, "CANCELLED").await;
     sys.wait_stock("R1", (10, 0)).await;
-    let o = sys.order_of(&order).await;
+    // The order ends REFUNDED on the warehouse's word: once the order service has consumed
+    // the WMS's OutboundCancelled, which may come after the outbound is seen cancelled.
+    let o = sys.wait_order(&order, "REFUNDED").await;
     assert_eq!(
-        (o["status"].as_str(), o["refunds"][0]["status"].as_str()),
-        (Some("REFUNDED"), Some("SUCCEEDED")),
+        o["refunds"][0]["status"].as_str(),
+        Some("SUCCEEDED"),
         "a full refund before shipping ends the order"
     );
 }

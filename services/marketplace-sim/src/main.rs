@@ -10,7 +10,7 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     let secret = outbox_kit::signature::CallbackSecret::new(&config.secret)
         .context("invalid MARKETPLACE_SECRET")?;
-    let listener = tokio::net::TcpListener::bind(&config.listen)
+    let listener = outbox_kit::service::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
     let shutdown = outbox_kit::service::shutdown_on_signal();

@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
             .await
             .context("applying the outbox, inbox and order migrations")?;
     }
-    let listener = tokio::net::TcpListener::bind(&config.service.listen)
+    let listener = outbox_kit::service::bind(&config.service.listen)
         .await
         .with_context(|| format!("binding {}", config.service.listen))?;
     let shutdown = outbox_kit::service::shutdown_on_signal();

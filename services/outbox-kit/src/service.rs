@@ -21,7 +21,7 @@ pub use openapi::{
     error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health, BEARER_SCHEME,
 };
 pub use operations::Operations;
-pub use server::{serve, serve_with_limits, HttpLimitArgs, HttpLimits};
+pub use server::{bind, serve, serve_with_limits, HttpLimitArgs, HttpLimits};
 pub use state_gauges::StateGauges;
 
 use std::time::Duration;

@@ -229,12 +229,13 @@ impl<H: Handler> ConsumerService<H> {
             pool.close().await;
             return Ok(());
         };
-        let listener = tokio::net::TcpListener::bind(&settings.listen)
-            .await
-            .map_err(|source| ServiceError::Bind {
-                addr: settings.listen.clone(),
-                source,
-            })?;
+        let listener =
+            super::bind(&settings.listen)
+                .await
+                .map_err(|source| ServiceError::Bind {
+                    addr: settings.listen.clone(),
+                    source,
+                })?;
         let shutdown = super::shutdown_on_signal();
         let metrics = ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name);
         let gauges = self.state_gauges.map(|g| {

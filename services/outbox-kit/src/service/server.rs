@@ -42,6 +42,40 @@ pub const LINGER_TIME: Duration = Duration::from_secs(2);
 /// Most bytes a closed connection reads and discards ([`Lingering`]).
 pub const LINGER_BYTES: usize = 256 << 10;
 
+/// Connections the kernel queues for a service's listener before it accepts them. The
+/// standard library's and tokio's `bind` ask for 128: 500 clients connecting at once to a
+/// service starved of CPU overflowed it here, and the kernel then reset connections whose
+/// clients had already sent their requests (`ListenOverflows`), so they never saw the 503 the
+/// server answers when it is overloaded. The kernel caps it at `net.core.somaxconn`.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds a service's listener with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as tokio's `bind`):
+/// the first of `addr`'s addresses that binds.
+///
+/// # Errors
+/// When `addr` does not resolve, or no address binds.
+pub async fn bind(addr: impl tokio::net::ToSocketAddrs) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(LISTEN_BACKLOG)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolved to nothing",
+        )
+    }))
+}
+
 /// The body limit of authenticated routes (axum's default).
 pub const DEFAULT_BODY_LIMIT_BYTES: usize = 2 << 20;
 
