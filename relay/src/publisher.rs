@@ -1,7 +1,8 @@
 //! Publishing a batch of outbox rows to Kafka with an idempotent producer.
 //!
 //! All messages of a batch are handed to librdkafka at once (pipelined), in `id` order, keyed
-//! by aggregate id; the idempotent producer keeps their order per partition. Each row's
+//! by the row's `message_key` or else its aggregate id; the idempotent producer keeps their
+//! order per partition. Each row's
 //! outcome comes from its own delivery report: only a report that says "persisted" counts.
 
 use std::collections::HashSet;
