@@ -2,8 +2,8 @@
 //!
 //! All messages of a batch are handed to librdkafka at once (pipelined), in `id` order, keyed
 //! by the row's `message_key` or else its aggregate id; the idempotent producer keeps their
-//! order per partition. Each row's
-//! outcome comes from its own delivery report: only a report that says "persisted" counts.
+//! order per partition. Each row's outcome comes from its own delivery report: only a report
+//! that says "persisted" counts.
 
 use std::collections::HashSet;
 use std::sync::Arc;

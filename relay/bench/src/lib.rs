@@ -301,9 +301,8 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
             aggregates: args.aggregates,
             payload_bytes: args.payload_bytes,
             payload_kind: args.payload_kind,
-            traced: args
-                .traced
-                .then(|| std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok()),
+            traced: args.traced,
+            span_export: std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok(),
             load_rate: args.load_rate,
             writers: args.writers,
             relay_binary: relay_bin.display().to_string(),

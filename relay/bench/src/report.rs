@@ -45,9 +45,10 @@ pub struct Settings {
     pub payload_bytes: u64,
     /// The payload column (`--payload-kind`).
     pub payload_kind: crate::workload::PayloadKind,
-    /// Rows with a `traceparent` (`--traced`), and where the relay exports its spans
-    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`; `None`: export off).
-    pub traced: Option<Option<String>>,
+    /// Rows with a `traceparent` each (`--traced`).
+    pub traced: bool,
+    /// Where the relay exports its spans (`OTEL_EXPORTER_OTLP_ENDPOINT`; `None`: export off).
+    pub span_export: Option<String>,
     /// Offered load of the latency phase, events/s.
     pub load_rate: u64,
     /// Writer tasks of the latency phase.
@@ -187,13 +188,11 @@ impl Report {
             s.payload_bytes,
             s.payload_kind
         );
-        if let Some(export) = &s.traced {
+        if s.traced {
             let _ = writeln!(
                 o,
-                "traced rows (a traceparent each) · span export {}",
-                export
-                    .as_deref()
-                    .map_or_else(|| "off".to_owned(), |e| format!("to {e}"))
+                "traced rows (a traceparent each) · span export to {}",
+                s.span_export.as_deref().unwrap_or("nowhere (off)")
             );
         }
         let _ = writeln!(o);
