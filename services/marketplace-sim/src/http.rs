@@ -3,7 +3,7 @@
 //! | route | what |
 //! |---|---|
 //! | `POST /trades` `{tid, buyer_id, items, paid_cents, pay}` | a buyer places (and pays) a trade |
-//! | `POST /trades/{tid}/refunds` `{refund_id, refund_cents, kind, statuses, amounts?, same_modified?}` | a refund goes through `statuses` (each at its amount in `amounts`, all at one `modified` with `same_modified`) |
+//! | `POST /trades/{tid}/refunds` `{refund_id, refund_cents, kind, statuses, amounts?, items?, same_modified?}` | a refund goes through `statuses` (each at its amount in `amounts`, all at one `modified` with `same_modified`), taking back `items` (`[{sku_id, quantity}]`, default the whole trade) |
 //! | `POST /trades/{tid}/finish` | the buyer confirms receipt |
 //! | `GET /trades`, `GET /trades/{tid}` | latest snapshots |
 //! | `GET /query/changes?since=MS` | the query API: `{messages, until}` |
@@ -98,6 +98,10 @@ struct NewRefund {
     /// The amount of each snapshot (default: `refund_cents` for all).
     #[serde(default)]
     amounts: Option<Vec<i64>>,
+    /// The lines a return-and-refund takes back, in every snapshot (default: none, the
+    /// whole trade).
+    #[serde(default)]
+    items: Vec<crate::platform::Item>,
     /// Every snapshot with the same `modified`.
     #[serde(default)]
     same_modified: bool,
@@ -130,6 +134,7 @@ async fn refund(
         .map(|(status, refund_cents)| RefundStep {
             status,
             refund_cents,
+            items: r.items.clone(),
         })
         .collect();
     match p

@@ -15,7 +15,7 @@ use crate::config::Faults;
 mod push;
 
 /// One line of a trade.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
     /// The seller's SKU.
     pub sku_id: String,
@@ -34,6 +34,9 @@ pub struct Refund {
     pub refund_cents: i64,
     /// `REFUND_ONLY` or `RETURN_AND_REFUND`.
     pub kind: String,
+    /// The lines a return-and-refund takes back; empty: the whole trade.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<Item>,
     /// Last change.
     pub modified: i64,
 }
@@ -157,11 +160,15 @@ fn trade_message(msg_id: &str, t: &Trade) -> Value {
 }
 
 fn refund_message(msg_id: &str, tid: &str, r: &Refund) -> Value {
-    json!({
+    let mut m = json!({
         "msg_id": msg_id, "type": "RefundSync", "modified": r.modified,
         "refund": {"tid": tid, "refund_id": r.refund_id, "status": r.status,
                    "refund_cents": r.refund_cents, "kind": r.kind}
-    })
+    });
+    if !r.items.is_empty() {
+        m["refund"]["items"] = json!(r.items);
+    }
+    m
 }
 
 impl State {
@@ -188,6 +195,8 @@ pub struct RefundStep {
     pub status: String,
     /// The amount in that snapshot.
     pub refund_cents: i64,
+    /// The lines taken back in that snapshot (empty: the whole trade).
+    pub items: Vec<Item>,
 }
 
 impl RefundStep {
@@ -198,6 +207,7 @@ impl RefundStep {
             .map(|s| Self {
                 status: (*s).to_owned(),
                 refund_cents,
+                items: vec![],
             })
             .collect()
     }
@@ -298,7 +308,7 @@ impl Platform {
 
     /// A refund goes through `steps` in order (each a snapshot with a newer `modified`, or all
     /// with one `modified` when `same_modified`: a platform that stamps in seconds), each with
-    /// its own amount (the buyer may change it while the refund is open); the snapshots are
+    /// its own amount and lines (the buyer may change them while the refund is open); the snapshots are
     /// pushed, newest first when `refunds_out_of_order` is set. A refund of everything paid
     /// that succeeds before shipping closes the trade.
     ///
@@ -334,6 +344,7 @@ impl Platform {
                     status: step.status.clone(),
                     refund_cents: step.refund_cents,
                     kind: kind.clone(),
+                    items: step.items.clone(),
                     modified,
                 };
                 messages.push(refund_message(&uuid::Uuid::new_v4().to_string(), tid, &r));

@@ -70,6 +70,17 @@ pub enum Error {
         /// What may still be refunded.
         refundable_cents: i64,
     },
+    /// A refund takes back more units of a line than the order has left to take back (not
+    /// ordered, or taken back by its other refunds that were not closed) (422).
+    #[error(
+        "refund takes back more of `{sku_id}` than the order has left: {refundable_quantity} units"
+    )]
+    RefundExceedsLine {
+        /// The line's SKU.
+        sku_id: String,
+        /// Units of it no other live refund takes back (0 for a SKU the order does not have).
+        refundable_quantity: i32,
+    },
     /// A marketplace message's `type` is not one we know (422).
     #[error("unknown message type `{0}`; expected TradeSync or RefundSync")]
     UnknownMessageType(String),

@@ -39,8 +39,12 @@ pub enum EventType {
     OrderDelivered,
     /// The buyer confirmed receipt.
     OrderCompleted,
-    /// The warehouse received the order's goods back.
+    /// The warehouse received every shipped unit back: `RETURNED`, final.
     OrderReturned,
+    /// The warehouse received some of the goods back (a return by line): `items[]
+    /// .returned_quantity` says how many units of each line; the order's status does not
+    /// change.
+    OrderPartlyReturned,
     /// Fulfilment must wait (`hold.reason`, e.g. `trade_closed`: the platform closed the paid
     /// trade and its refund is not known yet); the order's status does not change.
     OrderHeld,
@@ -61,6 +65,7 @@ impl EventType {
             Self::OrderDelivered => "OrderDelivered",
             Self::OrderCompleted => "OrderCompleted",
             Self::OrderReturned => "OrderReturned",
+            Self::OrderPartlyReturned => "OrderPartlyReturned",
             Self::OrderHeld => "OrderHeld",
         }
     }

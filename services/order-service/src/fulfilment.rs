@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::channel::{shipback, PlatformClient};
 use crate::domain::{LifecycleEvent, OrderId, OrderStatus};
-use crate::events::{Cause, ShipmentView};
+use crate::events::{Cause, EventType, ShipmentView};
 use crate::metrics::Metrics;
 use crate::orders::advance;
 use crate::payments::FlagReason;
@@ -60,10 +60,51 @@ struct OutboundShipped {
     tracking_no: String,
 }
 
-/// The part of `ReturnReceived` and `OutboundCancelled` the order service reads.
+/// The part of `OutboundCancelled` the order service reads.
 #[derive(Debug, Clone, Deserialize)]
 struct OutboundOfOrder {
     order_id: Uuid,
+}
+
+/// The part of `ReturnReceived` the order service reads: the outbound after the receipt.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReturnReceived {
+    /// The order.
+    pub order_id: Uuid,
+    /// `RETURNED` when every shipped unit is back; `SHIPPED` after a partial return (by
+    /// line). Absent from older WMS versions, whose returns were always whole.
+    #[serde(default)]
+    pub status: Option<String>,
+    /// The outbound's lines with the units back so far.
+    #[serde(default)]
+    pub lines: Vec<ReturnedLine>,
+}
+
+/// A line of a `ReturnReceived`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReturnedLine {
+    /// The SKU.
+    pub sku_id: String,
+    /// Units the outbound shipped.
+    pub quantity: i32,
+    /// Units back so far (cumulative); absent from older WMS versions: the whole line.
+    #[serde(default)]
+    pub returned_quantity: Option<i32>,
+}
+
+impl ReturnReceived {
+    /// Whether every shipped unit is back.
+    pub fn is_complete(&self) -> bool {
+        self.status.as_deref().is_none_or(|s| s == "RETURNED")
+    }
+
+    /// Units back per SKU so far.
+    pub fn returned_units(&self) -> Vec<(String, i32)> {
+        self.lines
+            .iter()
+            .map(|l| (l.sku_id.clone(), l.returned_quantity.unwrap_or(l.quantity)))
+            .collect()
+    }
 }
 
 /// The part of `StockReservationRejected` the order service reads.
@@ -129,8 +170,8 @@ impl Handler for FulfilmentHandler {
                 shipback::recorded(conn, &req).await
             }
             "ReturnReceived" => {
-                let returned: OutboundOfOrder = event.payload_as()?;
-                receive_return(conn, OrderId::from(returned.order_id)).await
+                let returned: ReturnReceived = event.payload_as()?;
+                receive_return(conn, &returned).await
             }
             "OutboundCancelled" => {
                 let cancelled: OutboundOfOrder = event.payload_as()?;
@@ -243,22 +284,53 @@ pub async fn outbound_cancelled(
     Ok(Effect::Changed)
 }
 
-/// `SHIPPED | DELIVERED | COMPLETED -> RETURNED` and `OrderReturned`: the warehouse has the
-/// goods back (and the stock consumer restocks them from the same `ReturnReceived`). While a
-/// return-and-refund refund is still undecided the order only records `return_received_at`
-/// and waits: its success returns the order, its closing leaves it shipped (goods back, money
-/// kept, for operators).
+/// `SHIPPED | DELIVERED | COMPLETED -> RETURNED` and `OrderReturned`: the warehouse has every
+/// shipped unit back (and the stock consumer restocks them from the same `ReturnReceived`).
+/// While a return-and-refund refund is still undecided the order only records
+/// `return_received_at` and waits: its success returns the order, its closing leaves it
+/// shipped (goods back, money kept, for operators).
+///
+/// A partial return (some lines or units back, the outbound `SHIPPED` again) records the units
+/// per line (`items[].returned_quantity`) and emits `OrderPartlyReturned`; the order keeps its
+/// status, since part of it is still with the buyer and paid for.
 ///
 /// # Errors
 /// [`HandlerError::Unapplicable`] for an unknown order or one that never shipped; database
 /// errors.
 pub async fn receive_return(
     conn: &mut PgConnection,
-    order_id: OrderId,
+    returned: &ReturnReceived,
 ) -> Result<Effect, HandlerError> {
+    let order_id = OrderId::from(returned.order_id);
     let order = lock_known(conn, order_id).await?;
     if order.status == OrderStatus::Returned {
         return Ok(Effect::Unchanged);
+    }
+    if !order.status.is_shipped() {
+        return Err(HandlerError::Unapplicable(format!(
+            "order {order_id} is {}; it cannot take a return",
+            order.status
+        )));
+    }
+    let recorded =
+        orders::record_returned_units(conn, order_id, &returned.returned_units()).await?;
+    if !returned.is_complete() {
+        if !recorded {
+            return Ok(Effect::Unchanged);
+        }
+        let order = orders::find(conn, order_id)
+            .await?
+            .ok_or(HandlerError::Unapplicable(format!(
+                "order {order_id} vanished"
+            )))?;
+        let view = crate::orders::view_of(conn, order)
+            .await
+            .map_err(order_error)?;
+        crate::events::append(conn, EventType::OrderPartlyReturned, &view, Cause::None)
+            .await
+            .map_err(order_error)?;
+        tracing::info!(order.id = %order_id, "Part of the order returned; it keeps its status");
+        return Ok(Effect::Changed);
     }
     if order.status.is_shipped() && orders::has_open_return(conn, order_id).await? {
         // The goods are back but the platform has not decided the refund: RETURNED now would

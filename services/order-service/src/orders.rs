@@ -18,7 +18,7 @@ use crate::domain::{
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
 use crate::store::{idempotency, orders, payments, refunds, skus};
-use crate::views::{OrderDetail, OrderView, PaymentView, RefundView};
+use crate::views::{OrderDetail, OrderView, PaymentView};
 
 /// Most lines in one order.
 pub const MAX_ITEMS: usize = 100;
@@ -93,20 +93,35 @@ impl NewOrder {
                 format!("must have at most {MAX_ITEMS} lines"),
             ));
         }
+        let items = OrderLine::parse_all("items", body.items)?;
+        Ok(Self { user_id, items })
+    }
+}
+
+impl OrderLine {
+    /// Validates lines (of an order, or of a refund that takes some back); `field` names the
+    /// list in errors (`items[2].quantity`).
+    ///
+    /// # Errors
+    /// [`ValidationError`] naming the first bad line, or a SKU listed twice.
+    pub fn parse_all(
+        field: &str,
+        lines: Vec<CreateOrderItemBody>,
+    ) -> Result<Vec<Self>, ValidationError> {
         let mut seen = HashSet::new();
-        let mut items = Vec::with_capacity(body.items.len());
-        for (i, item) in body.items.into_iter().enumerate() {
-            let sku_id = SkuId::parse(&format!("items[{i}].sku_id"), item.sku_id)?;
-            let quantity = Quantity::parse(&format!("items[{i}].quantity"), item.quantity)?;
+        let mut parsed = Vec::with_capacity(lines.len());
+        for (i, line) in lines.into_iter().enumerate() {
+            let sku_id = SkuId::parse(&format!("{field}[{i}].sku_id"), line.sku_id)?;
+            let quantity = Quantity::parse(&format!("{field}[{i}].quantity"), line.quantity)?;
             if !seen.insert(sku_id.clone()) {
                 return Err(ValidationError::new(
-                    format!("items[{i}].sku_id"),
+                    format!("{field}[{i}].sku_id"),
                     "each SKU may appear once; add up the quantities",
                 ));
             }
-            items.push(OrderLine { sku_id, quantity });
+            parsed.push(Self { sku_id, quantity });
         }
-        Ok(Self { user_id, items })
+        Ok(parsed)
     }
 }
 
@@ -376,9 +391,11 @@ pub async fn get(pool: &PgPool, order_id: OrderId) -> Result<OrderDetail, Error>
         .ok_or(Error::OrderNotFound)?;
     let items = orders::items(&mut tx, order_id).await?;
     let payments = payments::for_order(&mut tx, order_id).await?;
-    let refunds = refunds::for_order(&mut tx, order_id).await?;
+    let mut refunds = Vec::new();
+    for row in refunds::for_order(&mut tx, order_id).await? {
+        refunds.push(crate::refunds::view(&mut tx, row).await?);
+    }
     tx.commit().await?;
-    let refunds: Vec<RefundView> = refunds.into_iter().map(RefundView::from).collect();
     let refunded_cents = refunds
         .iter()
         .filter(|r| r.status == crate::domain::RefundStatus::Succeeded)

@@ -29,7 +29,7 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
-use crate::orders::{advance, view_of};
+use crate::orders::{advance, view_of, CreateOrderItemBody, OrderLine, MAX_ITEMS};
 use crate::store::{orders, payments, refunds};
 use crate::views::RefundView;
 
@@ -51,6 +51,12 @@ pub struct RefundBody {
     #[serde(default)]
     #[schema(value_type = Option<RefundKind>)]
     pub kind: Option<String>,
+    /// The lines a `RETURN_AND_REFUND` takes back (sku, quantity); absent or empty: the whole
+    /// order. Before shipping those units are taken out of the outbound and the rest ships;
+    /// after shipping only those units are expected back.
+    #[serde(default)]
+    #[schema(max_items = 100)]
+    pub lines: Option<Vec<CreateOrderItemBody>>,
 }
 
 /// A validated refund request.
@@ -64,24 +70,57 @@ pub struct RefundRequest {
     pub reason: RefundReason,
     /// Money only, or money against the goods.
     pub kind: RefundKind,
+    /// The lines taken back, by SKU (empty: the whole order).
+    pub lines: Vec<OrderLine>,
 }
 
 impl TryFrom<RefundBody> for RefundRequest {
     type Error = ValidationError;
 
     fn try_from(body: RefundBody) -> Result<Self, Self::Error> {
+        let kind = match body.kind {
+            None => RefundKind::default(),
+            Some(k) => RefundKind::try_from(k).map_err(|_| {
+                ValidationError::new("kind", "must be REFUND_ONLY or RETURN_AND_REFUND")
+            })?,
+        };
         Ok(Self {
             refund_no: RefundNo::parse("refund_no", body.refund_no)?,
             amount: Cents::parse("amount_cents", body.amount_cents)?,
             reason: RefundReason::parse("reason", body.reason)?,
-            kind: match body.kind {
-                None => RefundKind::default(),
-                Some(k) => RefundKind::try_from(k).map_err(|_| {
-                    ValidationError::new("kind", "must be REFUND_ONLY or RETURN_AND_REFUND")
-                })?,
-            },
+            lines: parse_lines(kind, body.lines.unwrap_or_default())?,
+            kind,
         })
     }
+}
+
+/// Validates a refund's lines: only a `RETURN_AND_REFUND` names goods (a refund-only moves
+/// no goods), at most [`crate::orders::MAX_ITEMS`] lines, each SKU once, quantities in range.
+///
+/// # Errors
+/// [`ValidationError`] naming the first bad field (`lines[1].quantity`).
+pub fn parse_lines(
+    kind: RefundKind,
+    lines: Vec<CreateOrderItemBody>,
+) -> Result<Vec<OrderLine>, ValidationError> {
+    if lines.is_empty() {
+        return Ok(vec![]);
+    }
+    if kind == RefundKind::RefundOnly {
+        return Err(ValidationError::new(
+            "lines",
+            "a REFUND_ONLY refund moves no goods; lines need kind RETURN_AND_REFUND",
+        ));
+    }
+    if lines.len() > MAX_ITEMS {
+        return Err(ValidationError::new(
+            "lines",
+            format!("must have at most {MAX_ITEMS} lines"),
+        ));
+    }
+    let mut parsed = OrderLine::parse_all("lines", lines)?;
+    parsed.sort_by(|a, b| a.sku_id.cmp(&b.sku_id));
+    Ok(parsed)
 }
 
 /// The answer to a refund request.
@@ -129,7 +168,7 @@ pub async fn request_in(
         .await?
         .ok_or(Error::OrderNotFound)?;
     if let Some(existing) = refunds::find(conn, &req.refund_no).await? {
-        return replay(existing, order_id, req);
+        return replay(conn, existing, order_id, req).await;
     }
     if !takes_refunds(&order) {
         return Err(Error::IllegalTransition {
@@ -137,6 +176,7 @@ pub async fn request_in(
             action: "refund",
         });
     }
+    check_lines(conn, order_id, &req.refund_no, &req.lines).await?;
     reserve(conn, &order, req.amount.get()).await?;
     let inserted = refunds::insert(
         conn,
@@ -155,9 +195,10 @@ pub async fn request_in(
         let existing = refunds::find(conn, &req.refund_no)
             .await?
             .ok_or(Error::Invariant("conflicting refund row vanished"))?;
-        return replay(existing, order_id, req);
+        return replay(conn, existing, order_id, req).await;
     };
-    let refund = RefundView::from(row);
+    refunds::set_lines(conn, &req.refund_no, order_id, &req.lines).await?;
+    let refund = view(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
@@ -180,6 +221,62 @@ pub async fn request_in(
         refund,
         replayed: false,
     })
+}
+
+/// A refund with its lines.
+///
+/// # Errors
+/// Database errors.
+pub async fn view(conn: &mut PgConnection, row: refunds::RefundRow) -> Result<RefundView, Error> {
+    let lines = refunds::lines(conn, &row.refund_no).await?;
+    Ok(RefundView::new(row, lines))
+}
+
+/// Checks that `lines` fit what the order has left to take back: each SKU a line of the
+/// order, and no more units than ordered minus what its other refunds not closed take back
+/// (`except` is the refund being requested or amended). The caller holds the order's lock.
+///
+/// # Errors
+/// [`Error::RefundExceedsLine`] naming the first line that does not fit, database errors.
+async fn check_lines(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    except: &RefundNo,
+    lines: &[OrderLine],
+) -> Result<(), Error> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let ordered = orders::items(conn, order_id).await?;
+    let taken = refunds::units_taken_back(conn, order_id, except).await?;
+    for line in lines {
+        let sku = line.sku_id.as_str();
+        let ordered = ordered
+            .iter()
+            .find(|i| i.sku_id == sku)
+            .map_or(0, |i| i.quantity);
+        let taken = taken
+            .iter()
+            .find(|t| t.sku_id == sku)
+            .map_or(0, |t| t.quantity);
+        let refundable_quantity = (ordered - taken).max(0);
+        if line.quantity.get() > refundable_quantity {
+            return Err(Error::RefundExceedsLine {
+                sku_id: sku.to_owned(),
+                refundable_quantity,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `lines` are the refund's stored lines.
+fn same_lines(stored: &[refunds::RefundLineRow], lines: &[OrderLine]) -> bool {
+    stored.len() == lines.len()
+        && stored
+            .iter()
+            .zip(lines)
+            .all(|(s, l)| s.sku_id == l.sku_id.as_str() && s.quantity == l.quantity.get())
 }
 
 /// Whether the order can take a refund: it is paid, or it was cancelled after payment (what it
@@ -238,6 +335,7 @@ pub async fn amend_in(
     refund_no: &RefundNo,
     amount: Cents,
     kind: RefundKind,
+    lines: &[OrderLine],
 ) -> Result<bool, Error> {
     let order_id = refunds::find(conn, refund_no)
         .await?
@@ -249,14 +347,21 @@ pub async fn amend_in(
     let refund = refunds::find(conn, refund_no)
         .await?
         .ok_or(Error::Invariant("refund vanished"))?;
-    if refund.status.is_terminal() || (refund.amount_cents == amount.get() && refund.kind == kind) {
+    let stored_lines = refunds::lines(conn, refund_no.as_str()).await?;
+    if refund.status.is_terminal()
+        || (refund.amount_cents == amount.get()
+            && refund.kind == kind
+            && same_lines(&stored_lines, lines))
+    {
         return Ok(false);
     }
+    check_lines(conn, order_id, refund_no, lines).await?;
     reserve(conn, &order, amount.get() - refund.amount_cents).await?;
     let row = refunds::set_terms(conn, refund_no, amount, kind)
         .await?
         .ok_or(Error::Invariant("locked refund left REQUESTED"))?;
-    let view = RefundView::from(row);
+    refunds::set_lines(conn, refund_no, order_id, lines).await?;
+    let view = view(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
@@ -280,20 +385,23 @@ pub async fn amend_in(
     Ok(true)
 }
 
-fn replay(
+async fn replay(
+    conn: &mut PgConnection,
     existing: refunds::RefundRow,
     order_id: OrderId,
     req: &RefundRequest,
 ) -> Result<RefundCreated, Error> {
+    let lines = refunds::lines(conn, &existing.refund_no).await?;
     let same = existing.order_id == order_id.uuid()
         && existing.amount_cents == req.amount.get()
         && existing.reason == req.reason.as_str()
-        && existing.kind == req.kind;
+        && existing.kind == req.kind
+        && same_lines(&lines, &req.lines);
     if !same {
         return Err(Error::RefundNoReused);
     }
     Ok(RefundCreated {
-        refund: existing.into(),
+        refund: RefundView::new(existing, lines),
         replayed: true,
     })
 }
@@ -461,7 +569,7 @@ pub async fn apply_notice_in(
         // On an order cancelled after payment the amount is owed to the buyer again.
         reserve(conn, &locked, -row.amount_cents).await?;
     }
-    let refund = RefundView::from(row);
+    let refund = view(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::domain::{OrderStatus, RefundKind, RefundStatus};
 use crate::store::orders::{ItemRow, OrderRow};
 use crate::store::payments::PaymentRow;
-use crate::store::refunds::RefundRow;
+use crate::store::refunds::{RefundLineRow, RefundRow};
 
 /// One order line.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -24,6 +24,9 @@ pub struct ItemView {
     pub unit_price_cents: i64,
     /// `unit_price_cents × quantity`.
     pub line_total_cents: i64,
+    /// Units the warehouse received back (a return by line); `quantity` when the whole line
+    /// came back.
+    pub returned_quantity: i32,
 }
 
 impl From<ItemRow> for ItemView {
@@ -34,6 +37,7 @@ impl From<ItemRow> for ItemView {
             quantity: r.quantity,
             unit_price_cents: r.unit_price_cents,
             line_total_cents: r.line_total_cents,
+            returned_quantity: r.returned_quantity,
         }
     }
 }
@@ -130,6 +134,8 @@ pub struct RefundView {
     pub kind: RefundKind,
     /// `REQUESTED`, `SUCCEEDED` or `CLOSED`.
     pub status: RefundStatus,
+    /// The lines a return-and-refund takes back; empty: the whole order.
+    pub lines: Vec<RefundLineView>,
     /// `modified` of the provider snapshot applied (epoch milliseconds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider_modified_ms: Option<i64>,
@@ -139,9 +145,26 @@ pub struct RefundView {
     pub updated_at: DateTime<Utc>,
 }
 
-impl From<RefundRow> for RefundView {
-    fn from(r: RefundRow) -> Self {
+/// A line a refund takes back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct RefundLineView {
+    /// The SKU, a line of the order.
+    pub sku_id: String,
+    /// Units.
+    pub quantity: i32,
+}
+
+impl RefundView {
+    /// Combines a refund row with its lines.
+    pub fn new(r: RefundRow, lines: Vec<RefundLineRow>) -> Self {
         Self {
+            lines: lines
+                .into_iter()
+                .map(|l| RefundLineView {
+                    sku_id: l.sku_id,
+                    quantity: l.quantity,
+                })
+                .collect(),
             refund_no: r.refund_no,
             order_id: r.order_id,
             amount_cents: r.amount_cents,

@@ -189,7 +189,7 @@ async fn apply_trade(conn: &mut PgConnection, t: &TradeChange) -> Result<Outcome
 }
 
 /// A refund snapshot: the first one requests the refund (`marketplace:<refund_id>`), a later
-/// one brings its amount and kind to the newest terms, a final one (`SUCCESS`; `CLOSED` or
+/// one brings its amount, kind and lines to the newest terms, a final one (`SUCCESS`; `CLOSED` or
 /// `FAILED`, nothing paid out) finishes it. A snapshot that does not supersede the newest
 /// applied (an older `modified`, or the same one without moving forward) is stale.
 async fn apply_refund(
@@ -209,7 +209,7 @@ async fn apply_refund(
             return Ok(Outcome::Stale)
         }
         Some(_) => {
-            refunds::amend_in(conn, &refund_no, r.amount, r.kind).await?;
+            refunds::amend_in(conn, &refund_no, r.amount, r.kind, &r.lines).await?;
         }
         None => {
             let request = RefundRequest {
@@ -217,6 +217,7 @@ async fn apply_refund(
                 amount: r.amount,
                 reason: RefundReason::parse("reason", "marketplace refund".to_owned())?,
                 kind: r.kind,
+                lines: r.lines.clone(),
             };
             refunds::request_in(conn, order_id, &request).await?;
         }

@@ -84,6 +84,10 @@ pub struct RefundSyncBody {
     /// `REFUND_ONLY` or `RETURN_AND_REFUND` (default).
     #[serde(default)]
     pub kind: Option<String>,
+    /// The lines a `RETURN_AND_REFUND` takes back (the newest snapshot's lines are the
+    /// refund's); absent or empty: the whole trade.
+    #[serde(default)]
+    pub items: Option<Vec<TradeItemBody>>,
 }
 
 /// Where the platform says a trade is.
@@ -220,6 +224,8 @@ pub struct RefundChange {
     pub amount: Cents,
     /// Money only, or money against the goods.
     pub kind: RefundKind,
+    /// The lines taken back (empty: the whole trade).
+    pub lines: Vec<crate::orders::OrderLine>,
 }
 
 /// What a message says changed.
@@ -356,12 +362,20 @@ impl TryFrom<PushBody> for ChannelMessage {
                         )
                     })?,
                 };
+                let items = r.items.unwrap_or_default();
+                let lines =
+                    crate::refunds::parse_lines(kind, items.into_iter().map(Into::into).collect())
+                        .map_err(|e| {
+                            let field = e.field.replacen("lines", "refund.items", 1);
+                            ValidationError::new(field, e.message)
+                        })?;
                 Change::Refund(RefundChange {
                     tid: platform_id("refund.tid", r.tid)?,
                     refund_id: platform_id("refund.refund_id", r.refund_id)?,
                     status,
                     amount: Cents::parse("refund.refund_cents", r.refund_cents)?,
                     kind,
+                    lines,
                 })
             }
             other => return Err(MessageError::UnknownType(other.to_owned())),

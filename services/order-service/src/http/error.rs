@@ -40,6 +40,9 @@ impl Error {
             Self::RefundExceedsPaid { .. } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "refund_exceeds_paid")
             }
+            Self::RefundExceedsLine { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "refund_exceeds_line")
+            }
             Self::UnknownMessageType(_) => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "unknown_message_type")
             }
@@ -123,6 +126,14 @@ impl Error {
             }
             Self::RefundExceedsPaid { refundable_cents } => {
                 error = error.with("refundable_cents", *refundable_cents);
+            }
+            Self::RefundExceedsLine {
+                sku_id,
+                refundable_quantity,
+            } => {
+                error = error
+                    .with("sku_id", sku_id.clone())
+                    .with("refundable_quantity", *refundable_quantity);
             }
             _ => {}
         }

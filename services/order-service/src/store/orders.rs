@@ -50,6 +50,8 @@ pub struct ItemRow {
     pub unit_price_cents: i64,
     /// `unit_price_cents × quantity`.
     pub line_total_cents: i64,
+    /// Units the warehouse received back so far.
+    pub returned_quantity: i32,
 }
 
 /// An order line priced from the catalog, about to be inserted.
@@ -105,7 +107,7 @@ pub async fn insert_items(
         "INSERT INTO order_items \
              (order_id, line_no, sku_id, name, quantity, unit_price_cents, line_total_cents) \
          SELECT $1, * FROM UNNEST($2::int[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::bigint[]) \
-         RETURNING sku_id, name, quantity, unit_price_cents, line_total_cents",
+         RETURNING sku_id, name, quantity, unit_price_cents, line_total_cents, returned_quantity",
     )
     .bind(order_id.uuid())
     .bind(&line_no)
@@ -175,7 +177,7 @@ pub async fn items(
     order_id: OrderId,
 ) -> Result<Vec<ItemRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT sku_id, name, quantity, unit_price_cents, line_total_cents \
+        "SELECT sku_id, name, quantity, unit_price_cents, line_total_cents, returned_quantity \
          FROM order_items WHERE order_id = $1 ORDER BY line_no",
     )
     .bind(order_id.uuid())
@@ -348,4 +350,31 @@ pub async fn has_open_return(
     .bind(order_id.uuid())
     .fetch_one(conn)
     .await
+}
+
+/// Raises the units received back per line to `returned` (cumulative counts from the
+/// warehouse's `ReturnReceived`; never lowered, never above the line's quantity, so a late or
+/// repeated event changes nothing). Returns whether any line changed.
+///
+/// # Errors
+/// When the query fails.
+pub async fn record_returned_units(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    returned: &[(String, i32)],
+) -> Result<bool, sqlx::Error> {
+    let skus: Vec<&str> = returned.iter().map(|(s, _)| s.as_str()).collect();
+    let units: Vec<i32> = returned.iter().map(|(_, q)| *q).collect();
+    let done = sqlx::query(
+        "UPDATE order_items i SET returned_quantity = LEAST(r.units, i.quantity) \
+         FROM UNNEST($2::text[], $3::int[]) AS r (sku_id, units) \
+         WHERE i.order_id = $1 AND i.sku_id = r.sku_id \
+           AND LEAST(r.units, i.quantity) > i.returned_quantity",
+    )
+    .bind(order_id.uuid())
+    .bind(&skus)
+    .bind(&units)
+    .execute(conn)
+    .await?;
+    Ok(done.rows_affected() > 0)
 }

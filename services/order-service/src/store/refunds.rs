@@ -5,6 +5,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::domain::{Cents, OrderId, RefundKind, RefundNo, RefundReason, RefundStatus};
+use crate::orders::OrderLine;
 
 const REFUND_COLUMNS: &str =
     "refund_no, order_id, amount_cents, reason, kind, status, provider_modified_ms, created_at, updated_at";
@@ -58,6 +59,83 @@ pub async fn insert(
     .bind(reason.as_str())
     .bind(kind.as_str())
     .fetch_optional(conn)
+    .await
+}
+
+/// One line a refund takes back (`refund_lines`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct RefundLineRow {
+    /// The SKU, a line of the refund's order.
+    pub sku_id: String,
+    /// Units.
+    pub quantity: i32,
+}
+
+/// Replaces the lines of a refund (none: the whole order).
+///
+/// # Errors
+/// When the query fails (`refund_lines_of_the_order` for a SKU the order does not have).
+pub async fn set_lines(
+    conn: &mut PgConnection,
+    refund_no: &RefundNo,
+    order_id: OrderId,
+    lines: &[OrderLine],
+) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM refund_lines WHERE refund_no = $1")
+        .bind(refund_no.as_str())
+        .execute(&mut *conn)
+        .await?;
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let skus: Vec<&str> = lines.iter().map(|l| l.sku_id.as_str()).collect();
+    let units: Vec<i32> = lines.iter().map(|l| l.quantity.get()).collect();
+    sqlx::query(
+        "INSERT INTO refund_lines (refund_no, order_id, sku_id, quantity) \
+         SELECT $1, $2, * FROM UNNEST($3::text[], $4::int[])",
+    )
+    .bind(refund_no.as_str())
+    .bind(order_id.uuid())
+    .bind(&skus)
+    .bind(&units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The lines of a refund, by SKU (empty: the whole order).
+///
+/// # Errors
+/// When the query fails.
+pub async fn lines(
+    conn: &mut PgConnection,
+    refund_no: &str,
+) -> Result<Vec<RefundLineRow>, sqlx::Error> {
+    sqlx::query_as("SELECT sku_id, quantity FROM refund_lines WHERE refund_no = $1 ORDER BY sku_id")
+        .bind(refund_no)
+        .fetch_all(conn)
+        .await
+}
+
+/// Units of each SKU that the order's refunds not closed (requested or succeeded) take back by
+/// line, leaving out `except` (a refund whose lines are being replaced).
+///
+/// # Errors
+/// When the query fails.
+pub async fn units_taken_back(
+    conn: &mut PgConnection,
+    order_id: OrderId,
+    except: &RefundNo,
+) -> Result<Vec<RefundLineRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT l.sku_id, SUM(l.quantity)::int AS quantity \
+         FROM refund_lines l JOIN refunds r USING (refund_no) \
+         WHERE l.order_id = $1 AND r.status <> 'CLOSED' AND r.refund_no <> $2 \
+         GROUP BY l.sku_id ORDER BY l.sku_id",
+    )
+    .bind(order_id.uuid())
+    .bind(except.as_str())
+    .fetch_all(conn)
     .await
 }
 

@@ -385,3 +385,56 @@ async fn a_customer_refund_number_with_the_channel_prefix_is_400_and_writes_noth
     let r = app.refund(&id, "R1", amount).await;
     assert_eq!(r.status(), StatusCode::CREATED);
 }
+
+#[tokio::test]
+async fn a_refund_snapshots_items_are_its_lines_and_the_newest_snapshot_replaces_them() {
+    let app = TestApp::spawn().await;
+    app.sku("MUG", 1_000).await;
+    pushed(&app, &trade("m1", "T1", "WAIT_SELLER_SEND_GOODS", 1)).await;
+    let id = our_order(&app, "T1").await;
+    let with_items = |msg_id: &str, status: &str, modified: i64, cents: i64, units: i64| {
+        json!({
+            "msg_id": msg_id, "type": "RefundSync", "modified": modified,
+            "refund": {"tid": "T1", "refund_id": "R1", "status": status, "refund_cents": cents,
+                       "kind": "RETURN_AND_REFUND", "items": [{"sku_id": "MUG", "quantity": units}]}
+        })
+    };
+    assert_eq!(
+        pushed(&app, &with_items("r1", "WAIT_SELLER_AGREE", 10, 2_000, 2)).await,
+        "applied"
+    );
+    assert_eq!(
+        app.get_order(&id).await["refunds"][0]["lines"],
+        json!([{"sku_id": "MUG", "quantity": 2}])
+    );
+    // The buyer keeps one mug: the newest snapshot's amount and lines are the refund's, and
+    // the WMS hears the new terms (`RefundRequested` again, with the new lines).
+    assert_eq!(
+        pushed(&app, &with_items("r2", "WAIT_SELLER_AGREE", 11, 1_000, 1)).await,
+        "applied"
+    );
+    let detail = app.get_order(&id).await;
+    assert_eq!(detail["refunds"][0]["amount_cents"], 1_000);
+    assert_eq!(
+        detail["refunds"][0]["lines"],
+        json!([{"sku_id": "MUG", "quantity": 1}])
+    );
+    let (event_type, last) = app.events(&id).await.pop().unwrap();
+    assert_eq!(event_type, "RefundRequested");
+    assert_eq!(
+        last["refund"]["lines"],
+        json!([{"sku_id": "MUG", "quantity": 1}])
+    );
+
+    // More units than the trade has: 422 naming the item, nothing written.
+    let before = app.snapshot().await;
+    let err = expect_error(
+        push(&app, &with_items("r3", "WAIT_SELLER_AGREE", 12, 1_000, 3)).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "refund_exceeds_line",
+    )
+    .await;
+    assert_eq!(err["sku_id"], "MUG");
+    assert_eq!(err["refundable_quantity"], 2);
+    assert_eq!(app.snapshot().await, before);
+}

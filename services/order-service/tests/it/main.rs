@@ -11,6 +11,7 @@ mod migrations;
 mod ops;
 mod orders;
 mod refund_kinds;
+mod refund_lines;
 mod refunds;
 mod support;
 mod validation;

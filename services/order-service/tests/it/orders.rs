@@ -52,8 +52,8 @@ async fn twenty_parallel_identical_requests_create_one_order_and_one_event() {
     assert_eq!(
         payload["items"],
         json!([
-            { "sku_id": "MUG", "name": "Item MUG", "quantity": 2, "unit_price_cents": 1_250, "line_total_cents": 2_500 },
-            { "sku_id": "TEA", "name": "Item TEA", "quantity": 3, "unit_price_cents": 499, "line_total_cents": 1_497 }
+            { "sku_id": "MUG", "name": "Item MUG", "quantity": 2, "unit_price_cents": 1_250, "line_total_cents": 2_500, "returned_quantity": 0 },
+            { "sku_id": "TEA", "name": "Item TEA", "quantity": 3, "unit_price_cents": 499, "line_total_cents": 1_497, "returned_quantity": 0 }
         ])
     );
     assert!(app

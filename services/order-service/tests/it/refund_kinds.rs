@@ -189,11 +189,13 @@ async fn a_return_after_shipping_ends_returned() {
         "after shipping the refund waits for the goods"
     );
     let mut conn = app.pool.acquire().await.unwrap();
-    let order_id = parse_order_id(&id).unwrap();
-    fulfilment::receive_return(&mut conn, order_id)
+    // As an older WMS sent it: no status, no lines (a return was always whole).
+    let returned: fulfilment::ReturnReceived =
+        serde_json::from_value(serde_json::json!({ "order_id": id })).unwrap();
+    fulfilment::receive_return(&mut conn, &returned)
         .await
         .unwrap();
-    fulfilment::receive_return(&mut conn, order_id)
+    fulfilment::receive_return(&mut conn, &returned)
         .await
         .unwrap();
     assert_eq!(app.get_order(&id).await["status"], "RETURNED");

@@ -309,15 +309,11 @@ impl TestApp {
 
     /// `POST /orders/{id}/refunds`.
     pub async fn refund(&self, order_id: &str, refund_no: &str, amount_cents: i64) -> Response {
-        let req = self
-            .client
-            .post(self.url(&format!("/orders/{order_id}/refunds")));
-        self.as_owner(req, order_id)
-            .await
-            .json(&json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged" }))
-            .send()
-            .await
-            .unwrap()
+        self.refund_body(
+            order_id,
+            &json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged" }),
+        )
+        .await
     }
 
     /// `POST /orders/{id}/refunds` with a kind.
@@ -328,12 +324,21 @@ impl TestApp {
         amount_cents: i64,
         kind: &str,
     ) -> Response {
+        self.refund_body(
+            order_id,
+            &json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged", "kind": kind }),
+        )
+        .await
+    }
+
+    /// `POST /orders/{id}/refunds` with `body`, as the order's owner.
+    pub async fn refund_body(&self, order_id: &str, body: &Value) -> Response {
         let req = self
             .client
             .post(self.url(&format!("/orders/{order_id}/refunds")));
         self.as_owner(req, order_id)
             .await
-            .json(&json!({ "refund_no": refund_no, "amount_cents": amount_cents, "reason": "damaged", "kind": kind }))
+            .json(body)
             .send()
             .await
             .unwrap()
