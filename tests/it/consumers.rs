@@ -1,6 +1,7 @@
 //! The consumers end to end: the order service, the WMS consumer and the stock consumer as
 //! processes, each with its own database and relay, on a real broker. Forward and reverse
-//! flows, redelivery of the very same messages, the same business event under a new event id,
+//! flows, stock moving by line (hand-written WMS events: lines cut before shipping, a partial
+//! return), redelivery of the very same messages, the same business event under a new event id,
 //! SIGKILL in the middle of a stream, insufficient stock, poison messages. The runtime's
 //! transaction rules are checked directly against PostgreSQL first.
 
@@ -291,7 +292,10 @@ async fn forward_flow_reserves_creates_the_outbound_ships_and_deducts() {
     let outbound = sys.wait_outbound(&order, "CREATED").await;
     assert_eq!(
         outbound["lines"],
-        json!([{"sku_id": "A", "quantity": 2}, {"sku_id": "B", "quantity": 1}])
+        json!([
+            {"sku_id": "A", "quantity": 2, "returned_quantity": 0},
+            {"sku_id": "B", "quantity": 1, "returned_quantity": 0}
+        ])
     );
     sys.wait_stock("A", (10, 2)).await;
     sys.wait_stock("B", (5, 1)).await;
@@ -719,6 +723,127 @@ async fn the_same_business_event_under_a_new_event_id_changes_nothing() {
     assert_eq!(
         stock_events, 2,
         "the original StockReserved and our copy; no second reservation event"
+    );
+}
+
+/// Sends a hand-written WMS event about outbound `no` (the WMS's shape: the outbound view plus
+/// `event_type`) under a fresh event id, and waits until the stock consumer took it.
+async fn outbound_event(sys: &System, no: &str, event_type: &str, payload: Value) {
+    let id = Uuid::new_v4();
+    let mut payload = payload;
+    payload["event_type"] = json!(event_type);
+    let headers = [
+        ("event_id", id.to_string()),
+        ("event_type", event_type.into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    produce_all(
+        &sys.brokers,
+        vec![(
+            sys.topic("outbound"),
+            no.to_owned(),
+            payload.to_string(),
+            headers,
+            None,
+        )],
+    )
+    .await;
+    e2e::wait_for(
+        &format!("the stock consumer to take {event_type} {id}"),
+        Duration::from_secs(60),
+        || async {
+            in_inbox(&sys.stock_db.pool, &id.to_string())
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stock_moves_by_line_as_lines_are_cut_shipped_and_partly_returned() {
+    let sys = System::start().await;
+    for (sku, on_hand) in [("L1", 10), ("L2", 5)] {
+        sys.sku(sku, 100).await;
+        sys.set_stock(sku, on_hand).await;
+    }
+    let order = sys.paid_order("judy", &[("L1", 3), ("L2", 2)]).await;
+    let outbound = sys.wait_outbound(&order, "CREATED").await;
+    let no = outbound["outbound_no"].as_str().unwrap().to_owned();
+    sys.wait_stock("L1", (10, 3)).await;
+    sys.wait_stock("L2", (5, 2)).await;
+    let view = |status: &str, lines: Value| json!({"outbound_no": no, "order_id": order, "status": status, "lines": lines});
+    let stock = || async { (sys.stock_of("L1").await, sys.stock_of("L2").await) };
+
+    // One unit of L1 and all of L2 refunded before shipping: only they are released. The same
+    // view again (a redelivery under a new event id) changes nothing.
+    let mut cut = view(
+        "CREATED",
+        json!([{"sku_id": "L1", "quantity": 2, "returned_quantity": 0}]),
+    );
+    cut["cancelled_lines"] =
+        json!([{"sku_id": "L1", "quantity": 1}, {"sku_id": "L2", "quantity": 2}]);
+    cut["refund_no"] = json!("R-judy-1");
+    for _ in 0..2 {
+        outbound_event(&sys, &no, "OutboundLinesCancelled", cut.clone()).await;
+        assert_eq!(stock().await, ((10, 2), (5, 0)));
+    }
+
+    // The rest ships.
+    let shipped = json!([{"sku_id": "L1", "quantity": 2, "returned_quantity": 0}]);
+    outbound_event(&sys, &no, "OutboundShipped", view("SHIPPED", shipped)).await;
+    assert_eq!(stock().await, ((8, 0), (5, 0)));
+
+    // One of the two shipped units comes back: only it is restocked, also when the receipt
+    // arrives again; the outbound is still SHIPPED.
+    let mut partial = view(
+        "SHIPPED",
+        json!([{"sku_id": "L1", "quantity": 2, "returned_quantity": 1}]),
+    );
+    partial["received_lines"] = json!([{"sku_id": "L1", "quantity": 1}]);
+    for _ in 0..2 {
+        outbound_event(&sys, &no, "ReturnReceived", partial.clone()).await;
+        assert_eq!(stock().await, ((9, 0), (5, 0)));
+    }
+    // The lines refunded before shipping stay released however late their event comes again.
+    outbound_event(&sys, &no, "OutboundLinesCancelled", cut).await;
+    assert_eq!(stock().await, ((9, 0), (5, 0)));
+
+    // An older WMS's receipt (no `returned_quantity`): the whole line is back.
+    let whole = view("RETURNED", json!([{"sku_id": "L1", "quantity": 2}]));
+    outbound_event(&sys, &no, "ReturnReceived", whole).await;
+    assert_eq!(stock().await, ((10, 0), (5, 0)));
+
+    // The stock API shows where each line's units went.
+    let r = sys
+        .http
+        .get(sys.stock.url(&format!("/reservations/{order}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let reservation: Value = r.json().await.unwrap();
+    assert_eq!(
+        reservation,
+        json!({"order_id": order, "status": "RESTOCKED", "lines": [
+            {"sku_id": "L1", "reserved": 3, "released": 1, "deducted": 2, "restocked": 2},
+            {"sku_id": "L2", "reserved": 2, "released": 2, "deducted": 0, "restocked": 0},
+        ]}),
+        "every shipped unit is back"
+    );
+    let sql = format!(
+        "SELECT string_agg(sku_id || ':' || kind || ':' || quantity, ',' ORDER BY id) \
+         FROM stock_movements WHERE order_id = '{order}'"
+    );
+    let movements: String = sqlx::query_scalar(&sql)
+        .fetch_one(&sys.stock_db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        movements,
+        "L1:RESERVE:3,L2:RESERVE:2,L1:RELEASE:1,L2:RELEASE:2,L1:DEDUCT:2,L1:RESTOCK:1,L1:RESTOCK:1"
     );
 }
 

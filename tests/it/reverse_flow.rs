@@ -3,6 +3,9 @@
 //! that were paid, refunds of orders cancelled for lack of stock. Each sequence is pushed
 //! signed, as the platform sends it, to the whole system (order service, WMS, stock, relays,
 //! broker); each test checks where the three services end, then that the audit is clean.
+//! Refunds and returns by line (item 5) go the same way.
+
+use std::time::Duration;
 
 use e2e::channel::{Channel, PRICE, SKU};
 use reqwest::StatusCode;
@@ -416,5 +419,97 @@ async fn a_refund_racing_a_shipment_ends_shipped_and_recalled_in_all_three_servi
     ch.sys.wait_order(&id, "RETURNED").await;
     ch.sys.wait_outbound(&id, "RETURNED").await;
     ch.sys.wait_stock(SKU, (10, 0)).await;
+    assert_audit_clean(&ch).await;
+}
+
+/// A `TradeSync` of three units of [`SKU`], paid.
+fn three_unit_trade(tid: &str, modified: i64) -> serde_json::Value {
+    let mut t = Channel::trade(tid, "WAIT_SELLER_SEND_GOODS", modified, Some(3 * PRICE));
+    t["trade"]["items"][0]["quantity"] = 3.into();
+    t
+}
+
+/// A return-and-refund `RefundSync` taking back `units` of [`SKU`].
+fn line_refund(tid: &str, status: &str, modified: i64, units: i64) -> serde_json::Value {
+    let mut r = Channel::refund(tid, status, modified, units * PRICE, "RETURN_AND_REFUND");
+    r["refund"]["items"] = serde_json::json!([{ "sku_id": SKU, "quantity": units }]);
+    r["msg_id"] = format!("{}-{units}", r["msg_id"].as_str().unwrap()).into();
+    r
+}
+
+/// The order's units of [`SKU`] back, and the outbound's `(quantity, returned_quantity)`.
+async fn units(ch: &Channel, order_id: &str) -> (i64, (i64, i64)) {
+    let order = ch.sys.order_of(order_id).await;
+    let back = order["items"][0]["returned_quantity"].as_i64().unwrap();
+    let ob = ch.sys.outbounds_of(order_id).await;
+    let line = &ob[0]["lines"][0];
+    (
+        back,
+        (
+            line["quantity"].as_i64().unwrap(),
+            line["returned_quantity"].as_i64().unwrap(),
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refunds_and_returns_by_line_move_only_their_units_in_all_three_services() {
+    let ch = Channel::start(10).await;
+    let (before, after) = (ch.tid("LINE-PAID"), ch.tid("LINE-SHIPPED"));
+
+    // Before shipping: one unit of three refunded by line. The outbound ships the other two,
+    // the stock consumer releases one (the old code shipped all three).
+    ch.pushed(&three_unit_trade(&before, 1_000)).await;
+    let unshipped = ch.order_id(&before).await;
+    ch.sys.wait_outbound(&unshipped, "CREATED").await;
+    ch.sys.wait_stock(SKU, (10, 3)).await;
+    ch.pushed(&line_refund(&before, "WAIT_SELLER_AGREE", 2_000, 1))
+        .await;
+    ch.sys.wait_outbound(&unshipped, "INTERCEPTED").await;
+    ch.pushed(&line_refund(&before, "SUCCESS", 3_000, 1)).await;
+    e2e::wait_for(
+        "the refunded unit out of the outbound",
+        Duration::from_secs(60),
+        || async { (units(&ch, &unshipped).await.1 == (2, 0)).then_some(()) },
+    )
+    .await;
+    ch.sys.wait_stock(SKU, (10, 2)).await;
+    ch.ship(&unshipped).await;
+    ch.sys.wait_stock(SKU, (8, 0)).await;
+    let order = ch.sys.order_of(&unshipped).await;
+    assert_eq!(order["refundable_cents"], 2 * PRICE, "{order}");
+
+    // After shipping: one unit of three returned by line. The order stays SHIPPED with one
+    // unit back, the outbound ships again with one back, one unit is restocked (the old code
+    // restocked all three and ended the order RETURNED).
+    ch.pushed(&three_unit_trade(&after, 1_000)).await;
+    let shipped = ch.order_id(&after).await;
+    let no = ch.ship(&shipped).await;
+    ch.sys.wait_stock(SKU, (5, 0)).await;
+    ch.pushed(&line_refund(&after, "WAIT_BUYER_RETURN_GOODS", 2_000, 1))
+        .await;
+    ch.sys.wait_outbound(&shipped, "RECALL").await;
+    ch.pushed(&line_refund(&after, "SUCCESS", 3_000, 1)).await;
+    ch.wait_applied(
+        &ch.sys.order_db,
+        &ch.sys.wms_db,
+        "RefundSucceeded",
+        &shipped,
+    )
+    .await;
+    let (s, body) = ch.sys.return_received(&no).await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "SHIPPED", "one unit of three back: {body}");
+    ch.wait_applied(&ch.sys.wms_db, &ch.sys.order_db, "ReturnReceived", &no)
+        .await;
+    ch.sys.wait_stock(SKU, (6, 0)).await;
+    assert_eq!(units(&ch, &shipped).await, (1, (3, 1)));
+    let order = ch.sys.order_of(&shipped).await;
+    assert_eq!(order["status"], "SHIPPED", "{order}");
+    // Receiving again with nothing expected back changes nothing.
+    let (s, _) = ch.sys.return_received(&no).await;
+    assert!(s.is_success() || s == StatusCode::CONFLICT, "{s}");
+    ch.sys.wait_outboxes_drained().await;
+    assert_eq!(ch.sys.stock_of(SKU).await, (6, 0));
     assert_audit_clean(&ch).await;
 }

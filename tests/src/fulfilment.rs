@@ -616,15 +616,50 @@ impl System {
 
     /// `POST /orders/{id}/refunds` of the whole amount as the order's owner, asserting 201.
     pub async fn request_refund(&self, order_id: &str, refund_no: &str) {
+        self.request_line_refund(order_id, refund_no, &[]).await;
+    }
+
+    /// `POST /orders/{id}/refunds` of `lines` (`(sku, units)`, priced from the order's lines;
+    /// none: the whole order and its amount) as the order's owner, asserting 201 (a replay
+    /// included).
+    pub async fn request_line_refund(
+        &self,
+        order_id: &str,
+        refund_no: &str,
+        lines: &[(&str, i64)],
+    ) {
         let order = self.order_of(order_id).await;
-        let amount = order["amount_cents"].as_i64().unwrap();
         let owner = order["user_id"].as_str().unwrap();
+        let amount = if lines.is_empty() {
+            order["amount_cents"].as_i64().unwrap()
+        } else {
+            lines
+                .iter()
+                .map(|(sku, units)| {
+                    let item = order["items"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|i| i["sku_id"] == *sku)
+                        .unwrap_or_else(|| panic!("order {order_id} has no line {sku}"));
+                    item["unit_price_cents"].as_i64().unwrap() * units
+                })
+                .sum()
+        };
+        let mut body =
+            json!({ "refund_no": refund_no, "amount_cents": amount, "reason": "changed mind" });
+        if !lines.is_empty() {
+            body["lines"] = lines
+                .iter()
+                .map(|(sku, units)| json!({ "sku_id": sku, "quantity": units }))
+                .collect();
+        }
         let (s, body) = self
             .send(
                 self.http
                     .post(self.order.url(&format!("/orders/{order_id}/refunds")))
                     .bearer_auth(crate::auth::customer(owner))
-                    .json(&json!({ "refund_no": refund_no, "amount_cents": amount, "reason": "changed mind" })),
+                    .json(&body),
             )
             .await;
         assert_eq!(s, StatusCode::CREATED, "{body}");

@@ -88,6 +88,7 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     let outbounds = store::outbounds(&wms).await?;
     let reservations = store::reservations(&stock).await?;
     let movements = store::movements(&stock).await?;
+    let shipped_lines = store::shipped_lines(&wms).await?;
     report.count("orders", orders.len() as i64);
     report.count(
         "orders_paid",
@@ -105,6 +106,7 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
         .extend(checks::business(&checks::Business {
             orders: &orders,
             lines: &lines,
+            shipped_lines: &shipped_lines,
             outbounds: &outbounds,
             reservations: &reservations,
             movements: &movements,

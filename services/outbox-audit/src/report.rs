@@ -64,6 +64,17 @@ pub enum Violation {
         /// The sum of its movements.
         movements_sum: i64,
     },
+    /// One line's units disagree between the services: what the warehouse shipped against
+    /// what the stock consumer deducted, or the units back as the order service, the warehouse
+    /// and the stock consumer (restocked) count them (returns by line, issue 19 item 5).
+    UnitsMismatch {
+        /// The order.
+        order_id: String,
+        /// The line's SKU.
+        sku_id: String,
+        /// What disagrees, with the counts.
+        detail: String,
+    },
     /// An order's movements do not match its reservation status or its order lines.
     MovementMismatch {
         /// The order.
@@ -231,6 +242,7 @@ impl Violation {
             Self::DuplicateStockMovement { .. } => "duplicate_stock_movement",
             Self::StockArithmetic { .. } => "stock_arithmetic",
             Self::MovementMismatch { .. } => "movement_mismatch",
+            Self::UnitsMismatch { .. } => "units_mismatch",
             Self::RefundArithmetic { .. } => "refund_arithmetic",
             Self::StateMismatch { .. } => "state_mismatch",
             Self::HoldWithoutCause { .. } => "hold_without_cause",
@@ -285,6 +297,11 @@ impl Violation {
             Self::MovementMismatch { order_id, detail } => {
                 format!("order {order_id}: {detail}")
             }
+            Self::UnitsMismatch {
+                order_id,
+                sku_id,
+                detail,
+            } => format!("order {order_id} sku {sku_id}: {detail}"),
             Self::RefundArithmetic {
                 order_id,
                 refund_reserved_cents,

@@ -61,14 +61,47 @@ pub async fn orders(pool: &PgPool, settle: Duration) -> Result<Vec<OrderRow>, sq
     .await
 }
 
-/// Every order line: `(order_id, sku_id, quantity)`.
+/// One order line, or one outbound line, with the units back so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct LineRow {
+    /// The order.
+    pub order_id: String,
+    /// The SKU.
+    pub sku_id: String,
+    /// Units ordered (an order line) or to ship / shipped (an outbound line).
+    pub quantity: i64,
+    /// Units received back (`returned_quantity`).
+    pub returned: i64,
+}
+
+/// Every order line.
 ///
 /// # Errors
 /// When the query fails.
-pub async fn order_lines(pool: &PgPool) -> Result<Vec<(String, String, i64)>, sqlx::Error> {
-    sqlx::query_as("SELECT order_id::text, sku_id, quantity::bigint FROM order_items")
-        .fetch_all(pool)
-        .await
+pub async fn order_lines(pool: &PgPool) -> Result<Vec<LineRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT order_id::text AS order_id, sku_id, quantity::bigint AS quantity, \
+                returned_quantity::bigint AS returned \
+         FROM order_items",
+    )
+    .fetch_all(pool)
+    .await
+}
+
+/// Every line of a shipped outbound (`SHIPPED`, `RECALL`, `RETURNED`): what left the
+/// warehouse and what came back.
+///
+/// # Errors
+/// When the query fails.
+pub async fn shipped_lines(pool: &PgPool) -> Result<Vec<LineRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT o.order_id::text AS order_id, l.sku_id, l.quantity::bigint AS quantity, \
+                l.returned_quantity::bigint AS returned \
+         FROM outbound_lines l JOIN outbounds o USING (outbound_no) \
+         WHERE o.status IN ('SHIPPED', 'RECALL', 'RETURNED')",
+    )
+    .fetch_all(pool)
+    .await
 }
 
 /// Orders whose `refund_reserved_cents` is not what their open and succeeded refunds plus the

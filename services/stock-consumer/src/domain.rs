@@ -1,9 +1,14 @@
 //! Where an order's reservation is, and the kinds of stock movements.
 //!
+//! The status summarises the reservation's lines ([`crate::lines`] keeps their amounts):
+//!
 //! ```text
-//! (OrderPaid) ──all lines available──> RESERVED ──shipped──> DEDUCTED ──returned──> RESTOCKED
-//!      │                                  └──cancelled / refunded before shipping──> RELEASED
-//!      └──some line short──> REJECTED
+//! (OrderPaid) ──some line short──> REJECTED
+//!      │
+//!      └──all lines available──> RESERVED ↺ lines refunded before shipping: units released
+//!                                 ├──cancelled, or every unit refunded──> RELEASED
+//!                                 └──shipped, rest released──> DEDUCTED ↺ units back: restocked
+//!                                                               └──all units back──> RESTOCKED
 //! ```
 
 use std::fmt;
@@ -20,15 +25,16 @@ pub struct UnknownStatus(String);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ReservationStatus {
-    /// Every line is reserved.
+    /// Every line is reserved; some units may be released already (refunded before shipping).
     Reserved,
     /// Some line lacked stock; nothing was reserved. Final.
     Rejected,
-    /// Given back before shipping. Final.
+    /// Every unit given back before shipping. Final.
     Released,
-    /// Shipped: the goods left the warehouse.
+    /// Shipped: the goods left the warehouse (what did not ship was released); some units may
+    /// be back on hand already (a partial return).
     Deducted,
-    /// Returned goods were put back on hand. Final.
+    /// Every deducted unit was returned and put back on hand. Final.
     Restocked,
 }
 
@@ -74,7 +80,8 @@ impl TryFrom<String> for ReservationStatus {
     }
 }
 
-/// A stock change of one order line; at most one of each kind per line (a unique key).
+/// A stock change of one order line. A line is reserved once and deducted once (a unique key);
+/// it may be released and restocked in several steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MovementKind {
     /// `reserved += q`.
@@ -108,14 +115,12 @@ impl MovementKind {
         }
     }
 
-    /// The reservation move this kind of movement makes: `(from, to)`.
-    pub fn transition(self) -> (ReservationStatus, ReservationStatus) {
-        use ReservationStatus::*;
+    /// The reservation status this kind of movement applies in: releases and deductions while
+    /// goods are held, restocks once they shipped (and not all came back yet).
+    pub fn applies_in(self) -> ReservationStatus {
         match self {
-            Self::Reserve => (Reserved, Reserved),
-            Self::Release => (Reserved, Released),
-            Self::Deduct => (Reserved, Deducted),
-            Self::Restock => (Deducted, Restocked),
+            Self::Reserve | Self::Release | Self::Deduct => ReservationStatus::Reserved,
+            Self::Restock => ReservationStatus::Deducted,
         }
     }
 }
@@ -172,12 +177,9 @@ mod tests {
         assert_eq!(sum(&[Reserve, Release]), (0, 0));
         assert_eq!(sum(&[Reserve, Deduct, Restock]), (0, 0));
         for k in [Release, Deduct] {
-            assert_eq!(k.transition().0, ReservationStatus::Reserved);
+            assert_eq!(k.applies_in(), ReservationStatus::Reserved);
         }
-        assert_eq!(
-            Restock.transition(),
-            (ReservationStatus::Deducted, ReservationStatus::Restocked)
-        );
+        assert_eq!(Restock.applies_in(), ReservationStatus::Deducted);
     }
 
     #[test]

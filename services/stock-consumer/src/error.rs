@@ -13,6 +13,9 @@ pub enum Error {
     /// No stock row for this SKU (404).
     #[error("SKU not found")]
     SkuNotFound,
+    /// No reservation for this order (404).
+    #[error("reservation not found")]
+    ReservationNotFound,
     /// Fewer units than are reserved would be on hand (409).
     #[error("on_hand would be below the reserved units")]
     BelowReserved,

@@ -1,6 +1,8 @@
 //! Events the stock consumer publishes through its outbox (aggregate type `stock`, aggregate id
 //! = order id, topic `outbox.event.stock`), and the payloads it consumes.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -103,6 +105,54 @@ pub struct OrderRef {
     pub order_id: Uuid,
 }
 
+/// The part of an outbound event (the WMS's full outbound view plus `event_type`) the stock
+/// consumer reads: the order and the outbound's lines. `OutboundLinesCancelled`'s
+/// `cancelled_lines` and `ReturnReceived`'s `received_lines` are informational: the view's
+/// lines carry the cumulative amounts, which make every move repeatable.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OutboundRef {
+    /// The order.
+    pub order_id: Uuid,
+    /// What the outbound ships (or shipped), per line.
+    pub lines: Vec<OutboundLine>,
+}
+
+/// A line of an outbound view.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OutboundLine {
+    /// The SKU.
+    pub sku_id: String,
+    /// Units this outbound ships: fewer than ordered once lines were refunded before shipping.
+    pub quantity: i64,
+    /// Units received back so far (cumulative). Absent from older WMS versions, whose returns
+    /// were always whole: then the whole line came back.
+    #[serde(default)]
+    pub returned_quantity: Option<i64>,
+}
+
+impl OutboundRef {
+    /// Units per SKU (summed over lines of the same SKU): `quantity`, or with `returned`,
+    /// `returned_quantity` (the whole `quantity` where absent).
+    ///
+    /// # Errors
+    /// Names the first line with a negative amount.
+    pub fn units(&self, returned: bool) -> Result<BTreeMap<String, i64>, String> {
+        let mut units: BTreeMap<String, i64> = BTreeMap::new();
+        for l in &self.lines {
+            let n = if returned {
+                l.returned_quantity.unwrap_or(l.quantity)
+            } else {
+                l.quantity
+            };
+            if n < 0 || l.quantity < 0 {
+                return Err(format!("line {} has a negative quantity", l.sku_id));
+            }
+            *units.entry(l.sku_id.clone()).or_default() += n;
+        }
+        Ok(units)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,5 +178,31 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(paid.items[0].quantity, 2);
+        let returned: OutboundRef = serde_json::from_value(serde_json::json!({
+            "event_type": "ReturnReceived", "outbound_no": "OB-1", "order_id": id, "status": "SHIPPED",
+            "lines": [{"sku_id": "A", "quantity": 2, "returned_quantity": 1}, {"sku_id": "B", "quantity": 3}],
+            "received_lines": [{"sku_id": "A", "quantity": 1}]
+        }))
+        .unwrap();
+        let expected = |pairs: &[(&str, i64)]| {
+            pairs
+                .iter()
+                .map(|(s, n)| ((*s).to_owned(), *n))
+                .collect::<BTreeMap<_, _>>()
+        };
+        // An older WMS leaves `returned_quantity` out: the whole line came back.
+        assert_eq!(
+            returned.units(true).unwrap(),
+            expected(&[("A", 1), ("B", 3)])
+        );
+        assert_eq!(
+            returned.units(false).unwrap(),
+            expected(&[("A", 2), ("B", 3)])
+        );
+        let negative: OutboundRef = serde_json::from_value(serde_json::json!({
+            "order_id": id, "lines": [{"sku_id": "A", "quantity": -1}]
+        }))
+        .unwrap();
+        assert!(negative.units(false).is_err());
     }
 }

@@ -5,6 +5,7 @@
 //! | `PUT /stock/{sku_id}` `{"on_hand"}` | sets the units on hand (409 below what is reserved) |
 //! | `GET /stock/{sku_id}` | `{sku_id, on_hand, reserved, available, updated_at}` |
 //! | `GET /stock` | `{"stock": [...]}` of every SKU |
+//! | `GET /reservations/{order_id}` | `{order_id, status, lines: [{sku_id, reserved, released, deducted, restocked}]}` |
 //! | `GET /healthz`, `GET /metrics` | operations (open: serve them on an internal network) |
 //! | `GET /openapi.json` | the OpenAPI 3.1 document, generated from these handlers |
 //!
@@ -25,9 +26,11 @@ use sqlx::PgPool;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+use uuid::Uuid;
 
-use crate::domain::{OnHand, SkuId};
+use crate::domain::{OnHand, ReservationStatus, SkuId};
 use crate::error::Error;
+use crate::lines::LineAmounts;
 use crate::stock;
 use crate::store::StockRow;
 use crate::Metrics;
@@ -46,6 +49,7 @@ fn api() -> (Router<AppState>, serde_json::Value) {
     let (router, doc) = OpenApiRouter::new()
         .routes(routes!(list_stock))
         .routes(routes!(get_stock, put_stock))
+        .routes(routes!(get_reservation))
         .merge(outbox_kit::service::operations::routes())
         .split_for_parts();
     outbox_kit::service::serve_openapi(
@@ -78,6 +82,9 @@ impl From<Error> for ApiError {
         match e {
             Error::Validation(v) => v.into(),
             Error::SkuNotFound => ApiError::new(StatusCode::NOT_FOUND, "sku_not_found", message),
+            Error::ReservationNotFound => {
+                ApiError::new(StatusCode::NOT_FOUND, "reservation_not_found", message)
+            }
             Error::BelowReserved => ApiError::new(StatusCode::CONFLICT, "below_reserved", message),
             e => ApiError::unexpected(e.is_retryable(), &e),
         }
@@ -216,6 +223,49 @@ async fn list_stock(
     Ok(Json(StockList { stock }).into_response())
 }
 
+/// An order's reservation as answered.
+#[derive(Debug, Serialize, ToSchema)]
+struct ReservationView {
+    /// The order.
+    order_id: Uuid,
+    /// The summary: `RESERVED`, `REJECTED`, `RELEASED`, `DEDUCTED` (shipped, possibly partly
+    /// restocked) or `RESTOCKED` (every shipped unit back).
+    #[schema(value_type = String)]
+    status: ReservationStatus,
+    /// Per SKU, by id: units reserved, released, deducted and restocked so far (none when
+    /// rejected).
+    lines: Vec<LineAmounts>,
+}
+
+/// An order's reservation and where its units went, per line.
+#[utoipa::path(
+    get,
+    path = "/reservations/{order_id}",
+    tag = "stock",
+    security(("bearerAuth" = [])),
+    params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no reservation (404)")),
+    responses(
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 200, description = "The reservation", body = ReservationView),
+        (status = 400, description = "Undecodable path", body = ErrorBody),
+        (status = 404, description = "`reservation_not_found`", body = ErrorBody),
+    )
+)]
+async fn get_reservation(
+    _operator: Operator,
+    State(state): State<AppState>,
+    Path(order_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let order_id = Uuid::parse_str(&order_id).map_err(|_| Error::ReservationNotFound)?;
+    let (status, lines) = stock::reservation(&state.pool, order_id).await?;
+    Ok(Json(ReservationView {
+        order_id,
+        status,
+        lines,
+    })
+    .into_response())
+}
+
 impl axum::extract::FromRef<AppState> for Operations {
     fn from_ref(state: &AppState) -> Self {
         Operations::new(state.pool.clone(), state.metrics.registry.clone())
@@ -248,5 +298,10 @@ mod tests {
         assert_eq!(put["security"][0]["bearerAuth"], serde_json::json!([]));
         assert!(doc["paths"]["/healthz"]["get"]["security"].is_null());
         assert!(doc["paths"]["/openapi.json"]["get"].is_object());
+        let lines = &doc["components"]["schemas"]["LineAmounts"]["properties"];
+        for amount in ["reserved", "released", "deducted", "restocked"] {
+            assert!(lines[amount].is_object(), "{amount} in {lines}");
+        }
+        assert!(doc["paths"]["/reservations/{order_id}"]["get"]["responses"]["404"].is_object());
     }
 }

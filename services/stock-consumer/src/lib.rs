@@ -1,12 +1,13 @@
 //! The stock consumer: reserves stock for paid orders (all lines or nothing, publishing the
-//! decision), and releases, deducts or restocks it as the warehouse cancels, ships or receives
-//! returns. Warehouse counts are set over HTTP. Every change commits together with its inbox
-//! row and its events in the outbox (`aggregate_type = stock`); the database's constraints
-//! hold the invariants (`on_hand >= 0`, `0 <= reserved <= on_hand`, one movement of a kind per
-//! order line).
+//! decision), and releases, deducts or restocks it by line as the warehouse takes refunded
+//! lines out of an outbound, cancels, ships or receives returns (whole or partial). Warehouse
+//! counts are set over HTTP. Every change commits together with its inbox row and its events
+//! in the outbox (`aggregate_type = stock`); the database's constraints hold the invariants
+//! (`on_hand >= 0`, `0 <= reserved <= on_hand`, per line `released + deducted <= reserved` and
+//! `restocked <= deducted`, a line reserved and deducted once).
 //!
-//! - [`domain`]: the reservation states and movement kinds; [`stock`]: the rules, on top of
-//!   [`store`] (SQL) and [`events`] (payloads).
+//! - [`domain`]: the reservation states and movement kinds; [`lines`]: the per-line rules (pure);
+//!   [`stock`]: the rules, on top of [`store`] (SQL) and [`events`] (payloads).
 //! - [`handler`]: the consumer runtime's handler; [`http`]: the API.
 //! - [`config`] and [`service`]: what the binary needs to run, on the shared skeleton
 //!   ([`outbox_kit::service::ConsumerService`]).
@@ -17,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod handler;
 pub mod http;
+pub mod lines;
 pub mod stock;
 pub mod store;
 

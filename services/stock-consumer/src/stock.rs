@@ -1,13 +1,15 @@
 //! The stock rules. Consumed events run in the runtime's transaction ([`reserve`], [`settle`]);
-//! warehouse counts have their own ([`put`], [`get`], [`all`]).
+//! warehouse counts have their own ([`put`], [`get`], [`all`], [`reservation`]).
 //!
 //! The order's reservation row is the business key: a second `OrderPaid` for the same order
-//! (under a new event id) finds it and changes nothing. Each later movement moves the
-//! reservation from the one state it may come from (a conditional update), so an event that
-//! arrives again, or late, changes nothing either; the movement rows' unique key and the stock
-//! CHECKs hold the line below all of that.
+//! (under a new event id) finds it and changes nothing. Later events move the reserved lines by
+//! line ([`crate::lines`]): each applies only in the reservation state its kind comes from, and
+//! moves every line's cumulative amount up to the event's target, so an event that arrives
+//! again, or late, changes nothing either. The lines' CHECKs (`released + deducted <=
+//! reserved`, `restocked <= deducted`), the movements' partial unique key (reserved once,
+//! deducted once) and the stock CHECKs hold the line below all of that.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use outbox_kit::consumer::{Effect, HandlerError};
 use sqlx::{PgConnection, PgPool};
@@ -16,6 +18,7 @@ use uuid::Uuid;
 use crate::domain::{MovementKind, OnHand, ReservationStatus, SkuId};
 use crate::error::Error;
 use crate::events::{self, LineView, Shortage, StockEvent};
+use crate::lines::{self, Instruction, LineAmounts, Move};
 use crate::store::{self, Line, StockRow};
 
 /// `OrderPaid`: reserves every line, or nothing if any line lacks stock; publishes
@@ -77,7 +80,16 @@ pub async fn reserve(
                 quantity,
             })
             .collect();
-        store::move_stock(conn, order_id, event_id, MovementKind::Reserve, &lines).await?;
+        store::insert_lines(conn, order_id, &lines).await?;
+        let moves: Vec<Move> = lines
+            .iter()
+            .map(|l| Move {
+                sku_id: l.sku_id.clone(),
+                kind: MovementKind::Reserve,
+                quantity: l.quantity,
+            })
+            .collect();
+        store::apply_moves(conn, order_id, event_id, &moves).await?;
         StockEvent::StockReserved {
             order_id,
             lines: lines
@@ -99,10 +111,11 @@ pub async fn reserve(
     Ok(Effect::Changed)
 }
 
-/// Moves the order's reserved goods (`Release`, `Deduct`, `Restock`) if its reservation is in
-/// the state that kind comes from. Arriving again, or for an order that was never reserved,
+/// Moves the order's reserved lines as `instruction` says (releases, deductions, restocks), if
+/// its reservation is in the state that kind of movement applies in; the status follows the
+/// lines ([`lines::summary`]). Arriving again or late, or for an order that was never reserved,
 /// changes nothing; a move that contradicts the reservation (shipping released goods,
-/// restocking goods never shipped) is refused for good.
+/// restocking more than was shipped or goods never shipped) is refused for good.
 ///
 /// # Errors
 /// [`HandlerError::Unapplicable`] for a contradicting move, database errors.
@@ -110,25 +123,44 @@ pub async fn settle(
     conn: &mut PgConnection,
     event_id: Uuid,
     order_id: Uuid,
-    kind: MovementKind,
+    instruction: &Instruction,
 ) -> Result<Effect, HandlerError> {
-    let (from, to) = kind.transition();
+    let kind = instruction.kind();
     let Some(current) = store::lock_reservation(conn, order_id).await? else {
         return unchanged_or_refused(order_id, kind, None);
     };
-    if current != from {
+    if current != kind.applies_in() {
         return unchanged_or_refused(order_id, kind, Some(current));
     }
-    let lines = store::reserved_lines(conn, order_id).await?;
-    let skus: Vec<&str> = lines.iter().map(|l| l.sku_id.as_str()).collect();
-    store::lock_skus(conn, &skus).await?;
-    if !store::set_reservation(conn, order_id, from, to).await? {
+    let lines = store::lock_lines(conn, order_id).await?;
+    let moves = lines::plan(instruction, &lines).map_err(|c| {
+        HandlerError::Unapplicable(format!(
+            "{} of order {order_id} contradicts its reservation: {c}",
+            kind.as_str()
+        ))
+    })?;
+    if moves.is_empty() {
+        tracing::info!(order.id = %order_id, movement = kind.as_str(), reservation = current.as_str(), "Lines are there already; nothing to move");
+        return Ok(Effect::Unchanged);
+    }
+    let shipped = kind == MovementKind::Deduct || current != ReservationStatus::Reserved;
+    let to = lines::summary(&lines::after(&lines, &moves), shipped);
+    let skus: BTreeSet<&str> = moves.iter().map(|m| m.sku_id.as_str()).collect();
+    store::lock_skus(conn, &skus.into_iter().collect::<Vec<_>>()).await?;
+    if !store::set_reservation(conn, order_id, current, to).await? {
         return Err(HandlerError::Unapplicable(
             "locked reservation changed status".to_owned(),
         ));
     }
-    store::move_stock(conn, order_id, event_id, kind, &lines).await?;
-    tracing::info!(order.id = %order_id, movement = kind.as_str(), lines = lines.len(), "Stock moved");
+    store::apply_moves(conn, order_id, event_id, &moves).await?;
+    tracing::info!(
+        order.id = %order_id,
+        movement = kind.as_str(),
+        moves = moves.len(),
+        units = moves.iter().map(|m| m.quantity).sum::<i64>(),
+        reservation = to.as_str(),
+        "Stock moved"
+    );
     Ok(Effect::Changed)
 }
 
@@ -142,9 +174,11 @@ fn unchanged_or_refused(
     use MovementKind::*;
     use ReservationStatus::*;
     let nothing_to_do = match (kind, current) {
-        // Cancelled or refunded without (or after) a reservation: nothing is held.
+        // Cancelled or refunded without (or after) a reservation, or after shipping (which
+        // released what did not ship): nothing is held.
         (Release, None | Some(Rejected | Released | Deducted | Restocked)) => true,
         (Deduct, Some(Deducted | Restocked)) => true,
+        // Every shipped unit is back already.
         (Restock, Some(Restocked)) => true,
         _ => false,
     };
@@ -187,6 +221,21 @@ pub async fn get(pool: &PgPool, sku_id: &SkuId) -> Result<StockRow, Error> {
         .ok_or(Error::SkuNotFound)
 }
 
+/// `GET /reservations/{order_id}`: the order's reservation status and its lines' amounts.
+///
+/// # Errors
+/// [`Error::ReservationNotFound`], database errors.
+pub async fn reservation(
+    pool: &PgPool,
+    order_id: Uuid,
+) -> Result<(ReservationStatus, Vec<LineAmounts>), Error> {
+    let mut conn = pool.acquire().await?;
+    let status = store::reservation(&mut conn, order_id)
+        .await?
+        .ok_or(Error::ReservationNotFound)?;
+    Ok((status, store::lines(&mut conn, order_id).await?))
+}
+
 /// `GET /stock`: every SKU.
 ///
 /// # Errors
@@ -213,9 +262,16 @@ mod tests {
         assert!(ok(Restock, Some(Restocked)));
         assert!(!ok(Deduct, Some(Released)), "shipping released goods");
         assert!(!ok(Deduct, None), "shipping what was never reserved");
+        assert!(ok(Release, Some(Restocked)));
         assert!(
             !ok(Restock, Some(Reserved)),
             "a return of goods never shipped"
         );
+        assert!(
+            !ok(Restock, Some(Released)),
+            "a return of goods released before shipping"
+        );
+        assert!(!ok(Restock, None), "a return for an order never reserved");
+        assert!(!ok(Deduct, Some(Rejected)), "shipping a rejected order");
     }
 }

@@ -2,11 +2,14 @@
 //! the transaction. Stock rows are locked in SKU order ([`lock_skus`]) before they change, so
 //! concurrent orders sharing SKUs never deadlock.
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::domain::{MovementKind, ReservationStatus};
+use crate::lines::{LineAmounts, Move};
 
 /// One `stock` row.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
@@ -150,64 +153,158 @@ pub async fn set_reservation(
     Ok(done.rows_affected() == 1)
 }
 
-/// The lines the order reserved.
+/// Records the reserved lines of a reservation just inserted (nothing released, deducted or
+/// restocked yet).
 ///
 /// # Errors
 /// When the query fails.
-pub async fn reserved_lines(
+pub async fn insert_lines(
     conn: &mut PgConnection,
     order_id: Uuid,
-) -> Result<Vec<Line>, sqlx::Error> {
+    lines: &[Line],
+) -> Result<(), sqlx::Error> {
+    let skus: Vec<&str> = lines.iter().map(|l| l.sku_id.as_str()).collect();
+    let quantities: Vec<i64> = lines.iter().map(|l| l.quantity).collect();
+    sqlx::query(
+        "INSERT INTO reservation_lines (order_id, sku_id, reserved) \
+         SELECT $1, l.sku_id, l.quantity FROM UNNEST($2::text[], $3::bigint[]) AS l (sku_id, quantity)",
+    )
+    .bind(order_id)
+    .bind(&skus)
+    .bind(&quantities)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The order's reserved lines with their running amounts, by SKU (none for a rejected order),
+/// locked.
+///
+/// # Errors
+/// When the query fails.
+pub async fn lock_lines(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+) -> Result<Vec<LineAmounts>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT sku_id, quantity FROM stock_movements \
-         WHERE order_id = $1 AND kind = 'RESERVE' ORDER BY sku_id",
+        "SELECT sku_id, reserved, released, deducted, restocked FROM reservation_lines \
+         WHERE order_id = $1 ORDER BY sku_id FOR UPDATE",
     )
     .bind(order_id)
     .fetch_all(conn)
     .await
 }
 
-/// Records one movement per line and applies it to the stock rows (which the caller locked).
-/// The unique key `(order_id, sku_id, kind)` and the stock CHECKs refuse what must never
-/// happen; the caller's transaction then rolls back.
+/// Every line of the order, by SKU, unlocked.
+///
+/// # Errors
+/// When the query fails.
+pub async fn lines(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+) -> Result<Vec<LineAmounts>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT sku_id, reserved, released, deducted, restocked FROM reservation_lines \
+         WHERE order_id = $1 ORDER BY sku_id",
+    )
+    .bind(order_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// The order's reservation status, unlocked.
+///
+/// # Errors
+/// When the query fails or the status is unknown to this version.
+pub async fn reservation(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+) -> Result<Option<ReservationStatus>, sqlx::Error> {
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT status FROM reservations WHERE order_id = $1")
+            .bind(order_id)
+            .fetch_optional(conn)
+            .await?;
+    status
+        .map(|s| s.parse().map_err(|e| sqlx::Error::Decode(Box::new(e))))
+        .transpose()
+}
+
+/// Applies `moves` of the order's lines: one movement row each (with the event that caused
+/// it), the lines' running amounts (except for `Reserve`, whose line [`insert_lines`] wrote) and
+/// the stock rows (which the caller locked). The partial unique key on movements (a line is
+/// reserved and deducted once), the lines' CHECKs (`released + deducted <= reserved`,
+/// `restocked <= deducted`) and the stock CHECKs refuse what must never happen; the caller's
+/// transaction then rolls back.
 ///
 /// # Errors
 /// When the query fails or a constraint refuses the change.
-pub async fn move_stock(
+pub async fn apply_moves(
     conn: &mut PgConnection,
     order_id: Uuid,
     event_id: Uuid,
-    kind: MovementKind,
-    lines: &[Line],
+    moves: &[Move],
 ) -> Result<(), sqlx::Error> {
-    let skus: Vec<&str> = lines.iter().map(|l| l.sku_id.as_str()).collect();
-    let quantities: Vec<i64> = lines.iter().map(|l| l.quantity).collect();
+    let skus: Vec<&str> = moves.iter().map(|m| m.sku_id.as_str()).collect();
+    let kinds: Vec<&str> = moves.iter().map(|m| m.kind.as_str()).collect();
+    let quantities: Vec<i64> = moves.iter().map(|m| m.quantity).collect();
+    let (on_hand, reserved): (Vec<i64>, Vec<i64>) =
+        moves.iter().map(|m| m.kind.deltas(m.quantity)).unzip();
     sqlx::query(
         "INSERT INTO stock_movements (order_id, sku_id, kind, quantity, event_id) \
-         SELECT $1, l.sku_id, $2, l.quantity, $3 FROM UNNEST($4::text[], $5::bigint[]) AS l (sku_id, quantity)",
+         SELECT $1, m.sku_id, m.kind, m.quantity, $2 \
+         FROM UNNEST($3::text[], $4::text[], $5::bigint[]) WITH ORDINALITY AS m (sku_id, kind, quantity, n) \
+         ORDER BY m.n",
     )
     .bind(order_id)
-    .bind(kind.as_str())
     .bind(event_id)
     .bind(&skus)
+    .bind(&kinds)
     .bind(&quantities)
     .execute(&mut *conn)
     .await?;
-    let (on_hand_sign, reserved_sign) = kind.deltas(1);
-    let updated = sqlx::query(
-        "UPDATE stock s SET on_hand = s.on_hand + $1 * l.quantity, \
-             reserved = s.reserved + $2 * l.quantity, updated_at = now() \
-         FROM UNNEST($3::text[], $4::bigint[]) AS l (sku_id, quantity) \
-         WHERE s.sku_id = l.sku_id",
+    // Several moves of one SKU (deducted and the rest released) add up into one update per row.
+    let lines = sqlx::query(
+        "UPDATE reservation_lines r SET \
+             released = r.released + m.released, deducted = r.deducted + m.deducted, \
+             restocked = r.restocked + m.restocked, updated_at = now() \
+         FROM (SELECT sku_id, \
+                      COALESCE(sum(quantity) FILTER (WHERE kind = 'RELEASE'), 0)::bigint AS released, \
+                      COALESCE(sum(quantity) FILTER (WHERE kind = 'DEDUCT'), 0)::bigint AS deducted, \
+                      COALESCE(sum(quantity) FILTER (WHERE kind = 'RESTOCK'), 0)::bigint AS restocked \
+               FROM UNNEST($2::text[], $3::text[], $4::bigint[]) AS m (sku_id, kind, quantity) \
+               WHERE kind <> 'RESERVE' GROUP BY sku_id) m \
+         WHERE r.order_id = $1 AND r.sku_id = m.sku_id",
     )
-    .bind(on_hand_sign)
-    .bind(reserved_sign)
+    .bind(order_id)
     .bind(&skus)
+    .bind(&kinds)
     .bind(&quantities)
+    .execute(&mut *conn)
+    .await?;
+    let stock = sqlx::query(
+        "UPDATE stock s SET on_hand = s.on_hand + d.on_hand, reserved = s.reserved + d.reserved, \
+             updated_at = now() \
+         FROM (SELECT sku_id, sum(on_hand)::bigint AS on_hand, sum(reserved)::bigint AS reserved \
+               FROM UNNEST($1::text[], $2::bigint[], $3::bigint[]) AS m (sku_id, on_hand, reserved) \
+               GROUP BY sku_id) d \
+         WHERE s.sku_id = d.sku_id",
+    )
+    .bind(&skus)
+    .bind(&on_hand)
+    .bind(&reserved)
     .execute(conn)
     .await?;
-    if updated.rows_affected() != lines.len() as u64 {
-        // Movements reference stock rows (a foreign key), so this cannot happen.
+    let distinct = |reserve: bool| {
+        moves
+            .iter()
+            .filter(|m| reserve || m.kind != MovementKind::Reserve)
+            .map(|m| m.sku_id.as_str())
+            .collect::<BTreeSet<_>>()
+            .len() as u64
+    };
+    if stock.rows_affected() != distinct(true) || lines.rows_affected() != distinct(false) {
+        // Movements reference reserved lines and stock rows (foreign keys): cannot happen.
         return Err(sqlx::Error::RowNotFound);
     }
     Ok(())

@@ -8,7 +8,10 @@
 //! INTERCEPTED ──permanent hold──> CANCELLED
 //! ```
 //! A hold is an open refund or a cancellation ([`Holds`]); where the outbound goes when the
-//! holds change is [`OutboundStatus::settle`].
+//! holds change is [`OutboundStatus::settle`]. A return may bring some units back (a refund by
+//! line): the outbound is then `SHIPPED` again with `returned_quantity` on its lines, and
+//! `RETURNED` only once every shipped unit is back. A refund by line that succeeds before
+//! shipping takes its units out of the outbound (`OutboundLinesCancelled`) and the rest ships.
 
 use std::fmt;
 use std::str::FromStr;

@@ -10,7 +10,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::domain::OutboundStatus;
-use crate::store::{LineRow, OutboundRow};
+use crate::store::{LineRow, OutboundRow, Units};
 
 /// Aggregate type of the WMS's events: routes to topic `outbox.event.outbound`.
 pub const AGGREGATE_TYPE: &str = "outbound";
@@ -27,11 +27,15 @@ pub enum EventType {
     OutboundResumed,
     /// The outbound will never ship; its reserved stock can be released.
     OutboundCancelled,
+    /// A refund by line succeeded before shipping: its units were taken out of the outbound
+    /// (`cancelled_lines`), the rest ships; their reserved stock can be released.
+    OutboundLinesCancelled,
     /// The parcel left with the carrier.
     OutboundShipped,
     /// A shipped outbound's order was refunded: a return is expected.
     OutboundRecalled,
-    /// The return arrived back in the warehouse; its stock can be put back.
+    /// A return arrived back in the warehouse (`received_lines`; every shipped unit when the
+    /// outbound is `RETURNED`, some when it is `SHIPPED` again); its stock can be put back.
     ReturnReceived,
 }
 
@@ -43,6 +47,7 @@ impl EventType {
             Self::OutboundIntercepted => "OutboundIntercepted",
             Self::OutboundResumed => "OutboundResumed",
             Self::OutboundCancelled => "OutboundCancelled",
+            Self::OutboundLinesCancelled => "OutboundLinesCancelled",
             Self::OutboundShipped => "OutboundShipped",
             Self::OutboundRecalled => "OutboundRecalled",
             Self::ReturnReceived => "ReturnReceived",
@@ -114,6 +119,22 @@ struct Payload<'a> {
     event_type: &'static str,
     #[serde(flatten)]
     outbound: &'a OutboundView,
+    #[serde(flatten)]
+    detail: &'a Detail<'a>,
+}
+
+/// What an event carries besides the outbound.
+#[derive(Debug, Default, Serialize)]
+pub struct Detail<'a> {
+    /// `OutboundLinesCancelled`: the units taken out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled_lines: Option<&'a [Units]>,
+    /// `OutboundLinesCancelled`: the refund whose success took them out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refund_no: Option<&'a str>,
+    /// `ReturnReceived`: the units this return brought back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub received_lines: Option<&'a [Units]>,
 }
 
 /// Appends an event to the outbox in the caller's transaction, which holds the order's lock.
@@ -125,10 +146,24 @@ pub async fn append(
     event_type: EventType,
     outbound: &OutboundView,
 ) -> Result<outbox_kit::EnqueuedEvent, outbox_kit::OutboxError> {
+    append_with(conn, event_type, outbound, &Detail::default()).await
+}
+
+/// [`append`] with what the event carries besides the outbound.
+///
+/// # Errors
+/// When the insert fails.
+pub async fn append_with(
+    conn: &mut PgConnection,
+    event_type: EventType,
+    outbound: &OutboundView,
+    detail: &Detail<'_>,
+) -> Result<outbox_kit::EnqueuedEvent, outbox_kit::OutboxError> {
     // Plain structs of strings, numbers and timestamps always serialize.
     let payload = serde_json::to_value(Payload {
         event_type: event_type.as_str(),
         outbound,
+        detail,
     })
     .unwrap_or_default();
     let event = outbox_kit::NewEvent::new(
@@ -198,6 +233,10 @@ pub struct RefundRef {
     /// `REFUND_ONLY` or `RETURN_AND_REFUND` (absent from older producers: return and refund).
     #[serde(default)]
     pub kind: Option<String>,
+    /// The units a return-and-refund takes back; empty (or absent, from older producers): the
+    /// whole order.
+    #[serde(default)]
+    pub lines: Vec<Units>,
 }
 
 impl OrderEvent {
@@ -221,17 +260,28 @@ impl OrderEvent {
         }
     }
 
+    /// The units the event's refund takes back; `None`: the whole order.
+    pub fn refund_lines(&self) -> Option<&[Units]> {
+        self.refund
+            .as_ref()
+            .map(|r| r.lines.as_slice())
+            .filter(|l| !l.is_empty())
+    }
+
     /// How a refund's success changes its hold: an order refunded in full will never ship (a
-    /// parcel that left is recalled); a return-and-refund keeps a shipped parcel recalled; a
-    /// refund-only (a price adjustment, or goods the buyer keeps) releases the hold and
-    /// fulfilment goes on. `refunded_in_full` says "in full" (the order stays `PAID` until
-    /// this WMS reports the outbound cancelled); `REFUNDED` is what older producers sent.
+    /// parcel that left is recalled); a return-and-refund keeps a shipped parcel recalled, and
+    /// one by line takes its units out of a parcel that has not left; a refund-only (a price
+    /// adjustment, or goods the buyer keeps) releases the hold and fulfilment goes on.
+    /// `refunded_in_full` says "in full" (the order stays `PAID` until this WMS reports the
+    /// outbound cancelled); `REFUNDED` is what older producers sent.
     pub fn refund_success_hold(&self) -> crate::fulfilment::HoldChange {
         use crate::fulfilment::HoldChange;
         if self.refunded_in_full || self.status.as_deref() == Some("REFUNDED") {
             HoldChange::MakePermanent
         } else if self.refund_only() {
             HoldChange::Release
+        } else if self.refund_lines().is_some() {
+            HoldChange::CutIfUnshipped
         } else {
             HoldChange::PermanentIfShipped
         }

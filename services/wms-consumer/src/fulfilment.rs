@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::domain::{OutboundStatus, Shipment};
 use crate::error::Error;
 use crate::events::{self, EventType, OutboundView};
-use crate::store::{self, LineRow};
+use crate::store::{self, LineRow, Units};
 
 /// How an event changes a hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +30,10 @@ pub enum HoldChange {
     /// must come back (permanent, the outbound stays recalled); if not, nothing comes back and
     /// the rest of the order ships (released).
     PermanentIfShipped,
+    /// A return-and-refund by line succeeded without refunding the whole order: if the parcel
+    /// left, its units must come back (permanent, recalled); if not, its units are taken out of
+    /// the outbound (now, or when the outbound is created) and the rest ships (released).
+    CutIfUnshipped,
 }
 
 /// Creates the order's outbound (once: `order_id` is unique) with `lines`, emits
@@ -74,13 +78,16 @@ pub async fn change_hold(
         HoldChange::Open => store::open_hold(conn, order_id, hold).await?,
         HoldChange::Release => store::release_hold(conn, order_id, hold).await?,
         HoldChange::MakePermanent => store::make_hold_permanent(conn, order_id, hold).await?,
-        HoldChange::PermanentIfShipped => {
+        HoldChange::PermanentIfShipped | HoldChange::CutIfUnshipped => {
             let shipped = store::find_by_order(conn, order_id)
                 .await?
                 .is_some_and(|o| o.status.is_shipped());
             if shipped {
                 store::make_hold_permanent(conn, order_id, hold).await?;
             } else {
+                if change == HoldChange::CutIfUnshipped {
+                    store::mark_cut_pending(conn, order_id, hold).await?;
+                }
                 store::release_hold(conn, order_id, hold).await?;
             }
         }
@@ -89,12 +96,36 @@ pub async fn change_hold(
     Ok(Effect::Changed)
 }
 
-/// Moves the order's outbound to where its holds say, emitting the event of the move. The
-/// caller holds the order's lock.
+/// Records the units a refund takes back (`None`: the whole order); its hold is changed next.
+///
+/// # Errors
+/// Database errors.
+pub async fn set_refund_lines(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    hold: &str,
+    lines: Option<&[Units]>,
+) -> Result<(), Error> {
+    store::lock_order(conn, order_id).await?;
+    store::set_hold_lines(conn, order_id, hold, lines).await?;
+    Ok(())
+}
+
+/// Moves the order's outbound to where its holds say, emitting the event of the move, after
+/// taking out the units of refunds by line that succeeded before shipping. The caller holds
+/// the order's lock.
 async fn settle(conn: &mut PgConnection, order_id: Uuid) -> Result<(), Error> {
     let Some(outbound) = store::find_by_order(conn, order_id).await? else {
         return Ok(());
     };
+    if !outbound.status.is_shipped() && outbound.status != OutboundStatus::Cancelled {
+        for (hold, lines) in store::pending_cuts(conn, order_id).await? {
+            cut(conn, &outbound, &hold, &lines.0).await?;
+        }
+    }
+    let outbound = store::find_by_order(conn, order_id)
+        .await?
+        .ok_or(Error::Invariant("locked outbound vanished"))?;
     let holds = store::holds(conn, order_id).await?;
     let from = outbound.status;
     let to = from.settle(holds);
@@ -107,6 +138,80 @@ async fn settle(conn: &mut PgConnection, order_id: Uuid) -> Result<(), Error> {
     let lines = store::lines(conn, &row.outbound_no).await?;
     events::append(conn, event, &OutboundView::new(row, lines)).await?;
     Ok(())
+}
+
+/// Takes a refund's units out of an unshipped outbound and emits `OutboundLinesCancelled` (the
+/// stock consumer releases them); what the outbound does not have is not taken. When nothing
+/// would be left to ship, the hold becomes permanent instead and [`settle`] cancels the
+/// outbound. The caller holds the order's lock.
+async fn cut(
+    conn: &mut PgConnection,
+    outbound: &store::OutboundRow,
+    hold: &str,
+    units: &[Units],
+) -> Result<(), Error> {
+    let lines = store::lines(conn, &outbound.outbound_no).await?;
+    let taken = take(&lines, units);
+    let left: i32 = lines.iter().map(|l| l.quantity).sum::<i32>()
+        - taken.iter().map(|u| u.quantity).sum::<i32>();
+    store::mark_cut_done(conn, outbound.order_id, hold).await?;
+    if left <= 0 {
+        tracing::info!(outbound.no = %outbound.outbound_no, hold, "A refund by line takes every unit; the outbound will be cancelled");
+        store::make_hold_permanent(conn, outbound.order_id, hold).await?;
+        return Ok(());
+    }
+    if taken.is_empty() {
+        return Ok(());
+    }
+    for u in &taken {
+        store::take_out(conn, &outbound.outbound_no, &u.sku_id, u.quantity).await?;
+    }
+    let row = store::find(conn, &outbound.outbound_no)
+        .await?
+        .ok_or(Error::Invariant("locked outbound vanished"))?;
+    let lines = store::lines(conn, &outbound.outbound_no).await?;
+    let refund_no = hold.strip_prefix("refund:");
+    events::append_with(
+        conn,
+        EventType::OutboundLinesCancelled,
+        &OutboundView::new(row, lines),
+        &events::Detail {
+            cancelled_lines: Some(&taken),
+            refund_no,
+            ..events::Detail::default()
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The units of `wanted` an outbound with `lines` can give: per SKU, at most what the line
+/// has left (to ship, or not yet back); SKUs it does not have are left out.
+pub fn take(lines: &[LineRow], wanted: &[Units]) -> Vec<Units> {
+    let mut taken: Vec<Units> = Vec::new();
+    for w in wanted {
+        let have = lines
+            .iter()
+            .find(|l| l.sku_id == w.sku_id)
+            .map_or(0, |l| l.quantity - l.returned_quantity);
+        let already = taken
+            .iter()
+            .find(|t| t.sku_id == w.sku_id)
+            .map_or(0, |t| t.quantity);
+        let units = w.quantity.min(have - already);
+        if units <= 0 {
+            continue;
+        }
+        match taken.iter_mut().find(|t| t.sku_id == w.sku_id) {
+            Some(t) => t.quantity += units,
+            None => taken.push(Units {
+                sku_id: w.sku_id.clone(),
+                quantity: units,
+            }),
+        }
+    }
+    taken.sort_by(|a, b| a.sku_id.cmp(&b.sku_id));
+    taken
 }
 
 /// The answer to a warehouse action.
@@ -185,18 +290,25 @@ pub async fn ship(
     })
 }
 
-/// `POST /outbounds/{outbound_no}/return-received`: `RECALL -> RETURNED` and `ReturnReceived`.
-/// Repeating it answers the returned outbound.
+/// `POST /outbounds/{outbound_no}/return-received`: the parcel's return arrived. It brings
+/// what the order's holds expect back (a refund by line its units, any other hold every unit
+/// not back yet), emits `ReturnReceived` with `received_lines`, and the outbound goes
+/// `RECALL -> RETURNED` when every shipped unit is back, `RECALL -> SHIPPED` when some are
+/// still with the buyer. Repeating it answers the outbound as it is (replayed) when it is
+/// `RETURNED`, or `SHIPPED` with units back and no hold expecting more.
 ///
 /// # Errors
 /// [`Error::OutboundNotFound`], [`Error::NoReturnExpected`] unless recalled, database errors.
 pub async fn return_received(pool: &PgPool, outbound_no: &str) -> Result<ActionResult, Error> {
     let mut tx = pool.begin().await?;
     let outbound = lock_outbound(&mut tx, outbound_no).await?;
+    let lines = store::lines(&mut tx, outbound_no).await?;
+    let some_back = lines.iter().any(|l| l.returned_quantity > 0);
     match outbound.status {
         OutboundStatus::Recall => {}
-        OutboundStatus::Returned => {
-            let lines = store::lines(&mut tx, outbound_no).await?;
+        OutboundStatus::Returned | OutboundStatus::Shipped
+            if outbound.status == OutboundStatus::Returned || some_back =>
+        {
             tx.rollback().await?;
             return Ok(ActionResult {
                 outbound: OutboundView::new(outbound, lines),
@@ -205,18 +317,57 @@ pub async fn return_received(pool: &PgPool, outbound_no: &str) -> Result<ActionR
         }
         status => return Err(Error::NoReturnExpected { status }),
     }
-    let row = store::set_status(
-        &mut tx,
-        outbound_no,
-        OutboundStatus::Recall,
-        OutboundStatus::Returned,
-    )
-    .await?
-    .ok_or(Error::Invariant("locked outbound changed status"))?;
+    let expecting = store::holds_expecting_goods(&mut tx, outbound.order_id).await?;
+    let wanted: Vec<Units> = if expecting.iter().any(|h| h.lines.is_none()) {
+        lines
+            .iter()
+            .map(|l| Units {
+                sku_id: l.sku_id.clone(),
+                quantity: l.quantity,
+            })
+            .collect()
+    } else {
+        expecting
+            .iter()
+            .filter_map(|h| h.lines.as_ref())
+            .flat_map(|l| l.0.iter().cloned())
+            .collect()
+    };
+    let received = take(&lines, &wanted);
+    let held: Vec<String> = expecting.into_iter().map(|h| h.hold).collect();
+    store::mark_received(&mut tx, outbound.order_id, &held).await?;
+    store::add_returned(&mut tx, outbound_no, &received).await?;
     let lines = store::lines(&mut tx, outbound_no).await?;
+    let to = if lines.iter().all(|l| l.returned_quantity >= l.quantity) {
+        OutboundStatus::Returned
+    } else {
+        OutboundStatus::Recall.settle(store::holds(&mut tx, outbound.order_id).await?)
+    };
+    let row = if to == OutboundStatus::Recall {
+        outbound
+    } else {
+        store::set_status(&mut tx, outbound_no, OutboundStatus::Recall, to)
+            .await?
+            .ok_or(Error::Invariant("locked outbound changed status"))?
+    };
     let view = OutboundView::new(row, lines);
-    events::append(&mut tx, EventType::ReturnReceived, &view).await?;
+    events::append_with(
+        &mut tx,
+        EventType::ReturnReceived,
+        &view,
+        &events::Detail {
+            received_lines: Some(&received),
+            ..events::Detail::default()
+        },
+    )
+    .await?;
     tx.commit().await?;
+    tracing::info!(
+        outbound.no = %outbound_no,
+        outbound.status = %view.status,
+        received = received.len(),
+        "Return received"
+    );
     Ok(ActionResult {
         outbound: view,
         replayed: false,
@@ -247,4 +398,48 @@ pub async fn for_order(pool: &PgPool, order_id: Uuid) -> Result<Vec<OutboundView
     };
     let lines = store::lines(&mut conn, &row.outbound_no).await?;
     Ok(vec![OutboundView::new(row, lines)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(sku: &str, quantity: i32, returned_quantity: i32) -> LineRow {
+        LineRow {
+            sku_id: sku.into(),
+            quantity,
+            returned_quantity,
+        }
+    }
+
+    fn units(sku: &str, quantity: i32) -> Units {
+        Units {
+            sku_id: sku.into(),
+            quantity,
+        }
+    }
+
+    #[test]
+    fn a_refund_takes_at_most_what_each_line_has_left() {
+        let lines = [line("A", 2, 0), line("B", 3, 1)];
+        assert_eq!(take(&lines, &[units("A", 1)]), [units("A", 1)]);
+        assert_eq!(
+            take(&lines, &[units("B", 5), units("A", 3)]),
+            [units("A", 2), units("B", 2)],
+            "capped per line, by what is not back yet, sorted by SKU"
+        );
+        assert_eq!(
+            take(&lines, &[units("A", 1), units("A", 2)]),
+            [units("A", 2)],
+            "two refunds of one SKU never take more than the line has"
+        );
+        assert!(
+            take(&lines, &[units("C", 1)]).is_empty(),
+            "a SKU not in the outbound"
+        );
+        assert!(
+            take(&[line("A", 1, 1)], &[units("A", 1)]).is_empty(),
+            "all back already"
+        );
+    }
 }

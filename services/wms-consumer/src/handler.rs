@@ -77,6 +77,10 @@ impl Handler for WmsHandler {
                     _ => order.refund_success_hold(),
                 };
                 let hold = refund_hold(&refund.refund_no);
+                if refund_event != "RefundClosed" {
+                    fulfilment::set_refund_lines(conn, order.order_id, &hold, order.refund_lines())
+                        .await?;
+                }
                 fulfilment::change_hold(conn, order.order_id, &hold, change).await?
             }
             _ => Effect::Unchanged,

@@ -48,8 +48,40 @@ pub struct OutboundRow {
 pub struct LineRow {
     /// The SKU.
     pub sku_id: String,
+    /// Units to ship (fewer once a refund by line took some out before shipping), or shipped.
+    pub quantity: i32,
+    /// Units received back so far (a return may be partial: by line, or some units of one).
+    #[serde(default)]
+    pub returned_quantity: i32,
+}
+
+/// Units of one SKU: what a refund takes back, or what one return brought.
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    sqlx::FromRow,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+pub struct Units {
+    /// The SKU.
+    pub sku_id: String,
     /// Units.
     pub quantity: i32,
+}
+
+/// One hold of an order, as the rules need it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct HoldRow {
+    /// `refund:<refund_no>`, `order-cancelled`, `held:<reason>`.
+    pub hold: String,
+    /// Whether it holds.
+    pub active: bool,
+    /// The refund's lines; `None`: the whole order.
+    pub lines: Option<sqlx::types::Json<Vec<Units>>>,
 }
 
 /// Serializes the writers of one order until the transaction ends (a transaction-scoped
@@ -149,7 +181,8 @@ pub async fn lines(
     outbound_no: &str,
 ) -> Result<Vec<LineRow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT sku_id, quantity FROM outbound_lines WHERE outbound_no = $1 ORDER BY sku_id",
+        "SELECT sku_id, quantity, returned_quantity FROM outbound_lines \
+         WHERE outbound_no = $1 ORDER BY sku_id",
     )
     .bind(outbound_no)
     .fetch_all(conn)
@@ -227,6 +260,179 @@ pub async fn open_hold(
     Ok(())
 }
 
+/// Records the units a refund's hold takes back (`None`: the whole order), creating the hold
+/// released if it does not exist yet; the newest terms replace older ones.
+///
+/// # Errors
+/// When the query fails.
+pub async fn set_hold_lines(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    hold: &str,
+    lines: Option<&[Units]>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO order_holds (order_id, hold, active, lines) VALUES ($1, $2, false, $3) \
+         ON CONFLICT (order_id, hold) DO UPDATE SET lines = $3, updated_at = now()",
+    )
+    .bind(order_id)
+    .bind(hold)
+    .bind(lines.map(sqlx::types::Json))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks a hold's units to be taken out of the outbound (a refund by line succeeded before
+/// shipping), once: a hold cut already stays so.
+///
+/// # Errors
+/// When the query fails.
+pub async fn mark_cut_pending(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    hold: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE order_holds SET cut = 'PENDING', updated_at = now() \
+         WHERE order_id = $1 AND hold = $2 AND cut IS NULL AND lines IS NOT NULL",
+    )
+    .bind(order_id)
+    .bind(hold)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The holds whose units wait to be taken out of the outbound: `(hold, lines)`.
+///
+/// # Errors
+/// When the query fails.
+pub async fn pending_cuts(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+) -> Result<Vec<(String, sqlx::types::Json<Vec<Units>>)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT hold, lines FROM order_holds \
+         WHERE order_id = $1 AND cut = 'PENDING' AND lines IS NOT NULL ORDER BY created_at, hold",
+    )
+    .bind(order_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Marks a pending cut done.
+///
+/// # Errors
+/// When the query fails.
+pub async fn mark_cut_done(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    hold: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE order_holds SET cut = 'DONE', updated_at = now() \
+         WHERE order_id = $1 AND hold = $2 AND cut = 'PENDING'",
+    )
+    .bind(order_id)
+    .bind(hold)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Takes `units` of `sku_id` out of an unshipped outbound's line (a line left with none is
+/// deleted).
+///
+/// # Errors
+/// When the query fails.
+pub async fn take_out(
+    conn: &mut PgConnection,
+    outbound_no: &str,
+    sku_id: &str,
+    units: i32,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE outbound_lines SET quantity = quantity - $3 \
+         WHERE outbound_no = $1 AND sku_id = $2 AND quantity > $3",
+    )
+    .bind(outbound_no)
+    .bind(sku_id)
+    .bind(units)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "DELETE FROM outbound_lines WHERE outbound_no = $1 AND sku_id = $2 AND quantity <= $3",
+    )
+    .bind(outbound_no)
+    .bind(sku_id)
+    .bind(units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The active holds whose return has not arrived: what a return receipt takes in.
+///
+/// # Errors
+/// When the query fails.
+pub async fn holds_expecting_goods(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+) -> Result<Vec<HoldRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT hold, active, lines FROM order_holds \
+         WHERE order_id = $1 AND active AND received_at IS NULL ORDER BY created_at, hold",
+    )
+    .bind(order_id)
+    .fetch_all(conn)
+    .await
+}
+
+/// Marks holds received (their return arrived).
+///
+/// # Errors
+/// When the query fails.
+pub async fn mark_received(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    holds: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE order_holds SET received_at = now(), updated_at = now() \
+         WHERE order_id = $1 AND hold = ANY($2) AND received_at IS NULL",
+    )
+    .bind(order_id)
+    .bind(holds)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Adds units received back to an outbound's lines.
+///
+/// # Errors
+/// When the query fails (`outbound_lines_returned_within_quantity` past what shipped).
+pub async fn add_returned(
+    conn: &mut PgConnection,
+    outbound_no: &str,
+    received: &[Units],
+) -> Result<(), sqlx::Error> {
+    let skus: Vec<&str> = received.iter().map(|u| u.sku_id.as_str()).collect();
+    let units: Vec<i32> = received.iter().map(|u| u.quantity).collect();
+    sqlx::query(
+        "UPDATE outbound_lines l SET returned_quantity = l.returned_quantity + r.units \
+         FROM UNNEST($2::text[], $3::int[]) AS r (sku_id, units) \
+         WHERE l.outbound_no = $1 AND l.sku_id = r.sku_id",
+    )
+    .bind(outbound_no)
+    .bind(&skus)
+    .bind(&units)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// Releases a hold unless it became permanent; records it released if it was never opened.
 ///
 /// # Errors
@@ -268,14 +474,14 @@ pub async fn make_hold_permanent(
     Ok(())
 }
 
-/// The order's holds taken together.
+/// The order's holds taken together; a hold whose return arrived no longer counts.
 ///
 /// # Errors
 /// When the query fails.
 pub async fn holds(conn: &mut PgConnection, order_id: Uuid) -> Result<Holds, sqlx::Error> {
     let (active, permanent): (bool, bool) = sqlx::query_as(
         "SELECT COALESCE(bool_or(active), false), COALESCE(bool_or(permanent), false) \
-         FROM order_holds WHERE order_id = $1",
+         FROM order_holds WHERE order_id = $1 AND received_at IS NULL",
     )
     .bind(order_id)
     .fetch_one(conn)

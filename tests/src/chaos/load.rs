@@ -71,6 +71,12 @@ enum Flow {
     /// outbound is cancelled (the order `REFUNDED`) or the parcel left (the order `SHIPPED`,
     /// recalled, returned).
     RefundRacingShipment,
+    /// Paid, one of the two chairs refunded by line before shipping: the outbound ships a lamp
+    /// and one chair, the other chair's reservation is released.
+    LineRefundBeforeShipping,
+    /// Paid, shipped, one of the two chairs returned by line: the order stays `SHIPPED` with
+    /// one chair back, one chair restocked.
+    PartialReturn,
 }
 
 impl Flow {
@@ -81,15 +87,19 @@ impl Flow {
             Self::RefundAfterShipping => "refund_after_shipping",
             Self::Rare => "rare_sku",
             Self::RefundRacingShipment => "refund_racing_shipment",
+            Self::LineRefundBeforeShipping => "line_refund_before_shipping",
+            Self::PartialReturn => "partial_return",
         }
     }
 
     fn pick(rng: &mut StdRng) -> Self {
         match rng.gen_range(0..100) {
-            0..=54 => Self::Ship,
-            55..=59 => Self::RefundRacingShipment,
-            60..=74 => Self::RefundBeforeShipping,
-            75..=89 => Self::RefundAfterShipping,
+            0..=44 => Self::Ship,
+            45..=49 => Self::RefundRacingShipment,
+            50..=61 => Self::RefundBeforeShipping,
+            62..=73 => Self::RefundAfterShipping,
+            74..=81 => Self::LineRefundBeforeShipping,
+            82..=89 => Self::PartialReturn,
             _ => Self::Rare,
         }
     }
@@ -273,12 +283,34 @@ async fn one_order(
         return refund_racing_shipment(&sys, &c, deadline, &order, &outbound, &refund_no, &run, n)
             .await;
     }
+    if flow == Flow::LineRefundBeforeShipping {
+        line_refund(&sys, &c, deadline, &order, &refund_no).await?;
+        outbound_in(&sys, &c, deadline, &order, "INTERCEPTED").await?;
+        succeed_refund(&sys, &c, deadline, &refund_no).await?;
+        // The chair refunded is out of the outbound; the rest ships.
+        outbound_in(&sys, &c, deadline, &order, "CREATED").await?;
+    }
     let (ob, tracking) = (outbound.clone(), format!("{run}-T-{n}"));
     warehouse(&sys, &c, deadline, move |s| {
         let (ob, t) = (ob.clone(), tracking.clone());
         async move { s.ship(&ob, "DHL", &t).await.0.is_success() }
     })
     .await?;
+    if flow == Flow::PartialReturn {
+        order_in(&sys, &c, deadline, &order, &["SHIPPED"]).await?;
+        line_refund(&sys, &c, deadline, &order, &refund_no).await?;
+        outbound_in(&sys, &c, deadline, &order, "RECALL").await?;
+        succeed_refund(&sys, &c, deadline, &refund_no).await?;
+        warehouse(&sys, &c, deadline, move |s| {
+            let ob = outbound.clone();
+            async move { s.return_received(&ob).await.0.is_success() }
+        })
+        .await?;
+        // One chair back, the rest with the buyer: the outbound shipped again, the order too.
+        return outbound_in(&sys, &c, deadline, &order, "SHIPPED")
+            .await
+            .map(|_| ());
+    }
     if flow != Flow::RefundAfterShipping {
         return Some(());
     }
@@ -349,10 +381,18 @@ async fn refund_racing_shipment(
 
 /// The reverse sequence (issue 19) the `k`-th refunded trade goes through on the platform: a
 /// refund lowered before it succeeds (a partial refund; the rest ships), a full refund whose
-/// success has the same `modified` as its request, or a refund that fails.
+/// success has the same `modified` as its request (the platform then closes the paid trade),
+/// a refund that fails, or a refund of the trade's line whose amount the buyer raises to all
+/// of it before it succeeds (the platform closes the paid trade).
 fn trade_refund(k: u64, tid: &str) -> (&'static str, serde_json::Value) {
     let refund_id = format!("R-{tid}");
-    match k % 3 {
+    match k % 4 {
+        3 => (
+            "line_amount_raised",
+            serde_json::json!({"refund_id": refund_id, "refund_cents": 1_000,
+                "statuses": ["WAIT_SELLER_AGREE", "WAIT_SELLER_AGREE", "SUCCESS"],
+                "amounts": [400, 1_000, 1_000], "items": [{"sku_id": "MK", "quantity": 1}]}),
+        ),
         0 => (
             "amount_lowered",
             serde_json::json!({"refund_id": refund_id, "refund_cents": 1_000,
@@ -370,6 +410,22 @@ fn trade_refund(k: u64, tid: &str) -> (&'static str, serde_json::Value) {
                 "statuses": ["WAIT_SELLER_AGREE", "FAILED"]}),
         ),
     }
+}
+
+/// A return-and-refund of one of the order's two chairs.
+async fn line_refund(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    order: &str,
+    refund_no: &str,
+) -> Option<()> {
+    let (o, r) = (order.to_owned(), refund_no.to_owned());
+    retry(sys, c, deadline, move |s| {
+        let (o, r) = (o.clone(), r.clone());
+        async move { s.request_line_refund(&o, &r, &[("chair", 1)]).await }
+    })
+    .await
 }
 
 async fn succeed_refund(
