@@ -328,8 +328,9 @@ async fn reserve(
 /// is. Returns whether it changed.
 ///
 /// # Errors
-/// [`Error::RefundNotFound`], [`Error::RefundExceedsPaid`] when the new amount does not fit,
-/// database errors; on an error the caller must roll back.
+/// [`Error::RefundNotFound`], [`Error::RefundExceedsPaid`] when the new amount does not fit
+/// (`refundable_cents`: the most this refund may be), [`Error::RefundExceedsLine`] when the new
+/// lines do not, database errors; on an error the caller must roll back.
 pub async fn amend_in(
     conn: &mut PgConnection,
     refund_no: &RefundNo,
@@ -356,7 +357,15 @@ pub async fn amend_in(
         return Ok(false);
     }
     check_lines(conn, order_id, refund_no, lines).await?;
-    reserve(conn, &order, amount.get() - refund.amount_cents).await?;
+    // What the refund may be raised to: its own amount and what is left besides.
+    reserve(conn, &order, amount.get() - refund.amount_cents)
+        .await
+        .map_err(|e| match e {
+            Error::RefundExceedsPaid { refundable_cents } => Error::RefundExceedsPaid {
+                refundable_cents: refundable_cents + refund.amount_cents,
+            },
+            other => other,
+        })?;
     let row = refunds::set_terms(conn, refund_no, amount, kind)
         .await?
         .ok_or(Error::Invariant("locked refund left REQUESTED"))?;

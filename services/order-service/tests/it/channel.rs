@@ -438,3 +438,59 @@ async fn a_refund_snapshots_items_are_its_lines_and_the_newest_snapshot_replaces
     assert_eq!(err["refundable_quantity"], 2);
     assert_eq!(app.snapshot().await, before);
 }
+
+#[tokio::test]
+async fn a_refund_snapshot_may_change_the_kind_but_never_raise_the_amount_above_what_is_left() {
+    let app = TestApp::spawn().await;
+    app.sku("MUG", 1_000).await;
+    pushed(&app, &trade("m1", "T1", "WAIT_SELLER_SEND_GOODS", 1)).await;
+    let id = our_order(&app, "T1").await;
+    let snapshot = |msg_id: &str, modified: i64, cents: i64, kind: &str| {
+        json!({
+            "msg_id": msg_id, "type": "RefundSync", "modified": modified,
+            "refund": {"tid": "T1", "refund_id": "R1", "status": "WAIT_SELLER_AGREE",
+                       "refund_cents": cents, "kind": kind}
+        })
+    };
+    assert_eq!(
+        pushed(&app, &snapshot("r1", 10, 500, "RETURN_AND_REFUND")).await,
+        "applied"
+    );
+    // The buyer keeps the goods: the kind follows the newest snapshot, and the WMS hears it.
+    assert_eq!(
+        pushed(&app, &snapshot("r2", 11, 500, "REFUND_ONLY")).await,
+        "applied"
+    );
+    assert_eq!(
+        app.get_order(&id).await["refunds"][0]["kind"],
+        "REFUND_ONLY"
+    );
+    let (event_type, last) = app.events(&id).await.pop().unwrap();
+    assert_eq!(event_type, "RefundRequested");
+    assert_eq!(last["refund"]["kind"], "REFUND_ONLY");
+
+    // A second refund takes 1 200 of the 2 000 paid; raising the first to 1 000 would exceed
+    // what is left (800): 422 with what is refundable, and nothing changes.
+    let other = json!({
+        "msg_id": "o1", "type": "RefundSync", "modified": 12,
+        "refund": {"tid": "T1", "refund_id": "R2", "status": "WAIT_SELLER_AGREE",
+                   "refund_cents": 1_200, "kind": "REFUND_ONLY"}
+    });
+    assert_eq!(pushed(&app, &other).await, "applied");
+    let before = app.snapshot().await;
+    let err = expect_error(
+        push(&app, &snapshot("r3", 13, 1_000, "REFUND_ONLY")).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "refund_exceeds_paid",
+    )
+    .await;
+    assert_eq!(err["refundable_cents"], 800);
+    assert_eq!(app.snapshot().await, before);
+    assert_eq!(app.get_order(&id).await["refunds"][0]["amount_cents"], 500);
+    // Raised to exactly what is left, it applies.
+    assert_eq!(
+        pushed(&app, &snapshot("r4", 14, 800, "REFUND_ONLY")).await,
+        "applied"
+    );
+    assert_eq!(app.get_order(&id).await["refundable_cents"], 0);
+}
