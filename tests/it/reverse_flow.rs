@@ -363,6 +363,18 @@ async fn a_refund_only_price_adjustment_neither_intercepts_nor_recalls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refund_racing_a_shipment_ends_shipped_and_recalled_in_all_three_services() {
+    refund_racing_a_shipment("RETURN_AND_REFUND").await;
+}
+
+/// A full refund-only (the buyer was to keep nothing but gets all the money back) racing the
+/// shipment ends the same way: the platform closed the trade, the parcel is recalled, and the
+/// audit sees the recall's cause (the order refunded in full).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_refund_only_racing_a_shipment_ends_shipped_and_recalled_too() {
+    refund_racing_a_shipment("REFUND_ONLY").await;
+}
+
+async fn refund_racing_a_shipment(kind: &str) {
     let ch = Channel::start(10).await;
     let tid = ch.tid("RACE");
     let id = ch.paid_trade(&tid, 1_000).await;
@@ -376,7 +388,7 @@ async fn a_refund_racing_a_shipment_ends_shipped_and_recalled_in_all_three_servi
     let (order_relay, wms_relay) = (ch.sys.relays[0].pid(), ch.sys.relays[1].pid());
     e2e::proc::signal(order_relay, "STOP");
     e2e::proc::signal(wms_relay, "STOP");
-    let r = |status: &str, m: i64| Channel::refund(&tid, status, m, PRICE, "RETURN_AND_REFUND");
+    let r = |status: &str, m: i64| Channel::refund(&tid, status, m, PRICE, kind);
     ch.pushed(&r("WAIT_SELLER_AGREE", 2_000)).await;
     // The warehouse ships: its outbound is still CREATED, the refund has not reached it.
     let (s, body, _) = ch
@@ -457,27 +469,27 @@ async fn refunds_and_returns_by_line_move_only_their_units_in_all_three_services
     let ch = Channel::start(10).await;
     let (before, after) = (ch.tid("LINE-PAID"), ch.tid("LINE-SHIPPED"));
 
-    // Before shipping: one unit of three refunded by line. The outbound ships the other two,
-    // the stock consumer releases one (the old code shipped all three).
+    // Before shipping: two units of three refunded by line. The outbound ships the third, the
+    // stock consumer releases two (the old code shipped all three).
     ch.pushed(&three_unit_trade(&before, 1_000)).await;
     let unshipped = ch.order_id(&before).await;
     ch.sys.wait_outbound(&unshipped, "CREATED").await;
     ch.sys.wait_stock(SKU, (10, 3)).await;
-    ch.pushed(&line_refund(&before, "WAIT_SELLER_AGREE", 2_000, 1))
+    ch.pushed(&line_refund(&before, "WAIT_SELLER_AGREE", 2_000, 2))
         .await;
     ch.sys.wait_outbound(&unshipped, "INTERCEPTED").await;
-    ch.pushed(&line_refund(&before, "SUCCESS", 3_000, 1)).await;
+    ch.pushed(&line_refund(&before, "SUCCESS", 3_000, 2)).await;
     e2e::wait_for(
-        "the refunded unit out of the outbound",
+        "the refunded units out of the outbound",
         Duration::from_secs(60),
-        || async { (units(&ch, &unshipped).await.1 == (2, 0)).then_some(()) },
+        || async { (units(&ch, &unshipped).await.1 == (1, 0)).then_some(()) },
     )
     .await;
-    ch.sys.wait_stock(SKU, (10, 2)).await;
+    ch.sys.wait_stock(SKU, (10, 1)).await;
     ch.ship(&unshipped).await;
-    ch.sys.wait_stock(SKU, (8, 0)).await;
+    ch.sys.wait_stock(SKU, (9, 0)).await;
     let order = ch.sys.order_of(&unshipped).await;
-    assert_eq!(order["refundable_cents"], 2 * PRICE, "{order}");
+    assert_eq!(order["refundable_cents"], PRICE, "{order}");
 
     // After shipping: one unit of three returned by line. The order stays SHIPPED with one
     // unit back, the outbound ships again with one back, one unit is restocked (the old code
@@ -485,7 +497,7 @@ async fn refunds_and_returns_by_line_move_only_their_units_in_all_three_services
     ch.pushed(&three_unit_trade(&after, 1_000)).await;
     let shipped = ch.order_id(&after).await;
     let no = ch.ship(&shipped).await;
-    ch.sys.wait_stock(SKU, (5, 0)).await;
+    ch.sys.wait_stock(SKU, (6, 0)).await;
     ch.pushed(&line_refund(&after, "WAIT_BUYER_RETURN_GOODS", 2_000, 1))
         .await;
     ch.sys.wait_outbound(&shipped, "RECALL").await;
@@ -502,7 +514,7 @@ async fn refunds_and_returns_by_line_move_only_their_units_in_all_three_services
     assert_eq!(body["status"], "SHIPPED", "one unit of three back: {body}");
     ch.wait_applied(&ch.sys.wms_db, &ch.sys.order_db, "ReturnReceived", &no)
         .await;
-    ch.sys.wait_stock(SKU, (6, 0)).await;
+    ch.sys.wait_stock(SKU, (7, 0)).await;
     assert_eq!(units(&ch, &shipped).await, (1, (3, 1)));
     let order = ch.sys.order_of(&shipped).await;
     assert_eq!(order["status"], "SHIPPED", "{order}");
@@ -510,6 +522,6 @@ async fn refunds_and_returns_by_line_move_only_their_units_in_all_three_services
     let (s, _) = ch.sys.return_received(&no).await;
     assert!(s.is_success() || s == StatusCode::CONFLICT, "{s}");
     ch.sys.wait_outboxes_drained().await;
-    assert_eq!(ch.sys.stock_of(SKU).await, (6, 0));
+    assert_eq!(ch.sys.stock_of(SKU).await, (7, 0));
     assert_audit_clean(&ch).await;
 }

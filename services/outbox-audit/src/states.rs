@@ -9,14 +9,14 @@
 //! | order | outbound | reservation |
 //! |---|---|---|
 //! | `PAID` | `CREATED`, `INTERCEPTED` (with a cause: an open refund that holds, a closed trade) | `RESERVED` |
-//! | `SHIPPED`, `DELIVERED`, `COMPLETED` | `SHIPPED`, `RECALL` (with a cause: a return-and-refund open or paid out), `RETURNED` once the goods are back | `DEDUCTED`, `RESTOCKED` once back |
+//! | `SHIPPED`, `DELIVERED`, `COMPLETED` | `SHIPPED`, `RECALL` (with a cause: a return-and-refund open or paid out, or refunds of everything paid), `RETURNED` once the goods are back | `DEDUCTED`, `RESTOCKED` once back |
 //! | `RETURNED` | `RETURNED` | `RESTOCKED` |
 //! | `CANCELLED`, `REFUNDED` | `CANCELLED` | `RELEASED`, `REJECTED` |
 //!
 //! Money: an order cancelled or refunded after payment owes the buyer what was paid minus what
 //! was refunded, and that must be exactly its open refunds plus the due of its flagged payment.
 //! Goods back (`RETURNED`, or received before the refund was decided) need a return-and-refund
-//! refund open or paid out.
+//! refund open or paid out, or refunds of everything paid.
 
 use std::collections::HashMap;
 
@@ -49,6 +49,13 @@ pub struct OrderState {
     pub trade_status: Option<String>,
     /// Changed within the settle window: left out.
     pub recent: bool,
+}
+
+impl OrderState {
+    /// Refunds paid out everything paid (of either kind): the goods are owed back too.
+    pub fn refunded_in_full(&self) -> bool {
+        self.paid_cents > 0 && self.refunded_cents >= self.paid_cents
+    }
 }
 
 /// Compares each settled order with its outbound `(order_id, outbound_no, status)` and its
@@ -87,7 +94,11 @@ pub fn check(
         if let Some((no, s)) = ob {
             let cause = match s {
                 "INTERCEPTED" => o.open_return || o.holding_refund_only || closed,
-                "RECALL" => o.open_return || o.paid_return || o.holding_refund_only,
+                // A parcel that left while a full refund went through (of either kind) is
+                // recalled: the money went back, the goods must too.
+                "RECALL" => {
+                    o.open_return || o.paid_return || o.holding_refund_only || o.refunded_in_full()
+                }
                 _ => true,
             };
             let live = matches!(
@@ -109,7 +120,7 @@ pub fn check(
                 });
             }
         }
-        if o.goods_back && !o.open_return && !o.paid_return {
+        if o.goods_back && !o.open_return && !o.paid_return && !o.refunded_in_full() {
             out.push(Violation::ReturnWithoutRefund {
                 order_id: id.to_owned(),
                 order_status: o.status.clone(),
@@ -283,6 +294,11 @@ mod tests {
                 trade_status: Some("TRADE_CLOSED".into()),
                 ..order("g", "PAID")
             },
+            // A full refund-only that raced the shipment: recalled, money all back.
+            OrderState {
+                refunded_cents: 1_000,
+                ..order("h", "SHIPPED")
+            },
         ];
         let v = check(
             &orders,
@@ -294,6 +310,7 @@ mod tests {
                 ob("e", "CANCELLED"),
                 ob("f", "SHIPPED"),
                 ob("g", "INTERCEPTED"),
+                ob("h", "RECALL"),
             ],
             &[
                 res("a", "RESERVED"),
@@ -302,6 +319,7 @@ mod tests {
                 res("d", "RESTOCKED"),
                 res("e", "RELEASED"),
                 res("g", "RESERVED"),
+                res("h", "DEDUCTED"),
             ],
         );
         assert!(v.is_empty(), "{v:?}");

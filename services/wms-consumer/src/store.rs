@@ -352,23 +352,26 @@ pub async fn take_out(
     sku_id: &str,
     units: i32,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "UPDATE outbound_lines SET quantity = quantity - $3 \
-         WHERE outbound_no = $1 AND sku_id = $2 AND quantity > $3",
+    // Delete first: a line the update would leave with no more than `units` must stay.
+    let deleted = sqlx::query(
+        "DELETE FROM outbound_lines WHERE outbound_no = $1 AND sku_id = $2 AND quantity <= $3",
     )
     .bind(outbound_no)
     .bind(sku_id)
     .bind(units)
     .execute(&mut *conn)
     .await?;
-    sqlx::query(
-        "DELETE FROM outbound_lines WHERE outbound_no = $1 AND sku_id = $2 AND quantity <= $3",
-    )
-    .bind(outbound_no)
-    .bind(sku_id)
-    .bind(units)
-    .execute(conn)
-    .await?;
+    if deleted.rows_affected() == 0 {
+        sqlx::query(
+            "UPDATE outbound_lines SET quantity = quantity - $3 \
+             WHERE outbound_no = $1 AND sku_id = $2",
+        )
+        .bind(outbound_no)
+        .bind(sku_id)
+        .bind(units)
+        .execute(conn)
+        .await?;
+    }
     Ok(())
 }
 
