@@ -103,23 +103,96 @@ pub async fn run(sys: &System, brokers: &str, extra: &[&str]) -> AuditRun {
 }
 
 /// Runs the audit until every consumer's committed offsets reached the end of its topics (the
-/// consumers commit stored offsets every few seconds), so every message is checked; fails the
-/// test after `timeout`.
+/// consumers commit stored offsets every few seconds) and the system was at rest ([`at_rest`]),
+/// so every message is checked against business tables that no longer move; fails the test
+/// after `timeout`.
 pub async fn run_caught_up(sys: &System, extra: &[&str], timeout: Duration) -> AuditRun {
-    crate::wait_for(
-        "the consumers' committed offsets to reach the end of their topics",
-        timeout,
-        || async {
-            let r = run(sys, &sys.brokers, extra).await;
-            assert!(r.code == 0 || r.code == 1, "audit failed: {}", r.stderr);
-            let ahead: i64 = ["order", "wms", "stock"]
-                .iter()
-                .map(|c| r.count(&format!("consumer.{c}.messages_ahead")))
-                .sum();
-            (ahead == 0).then_some(r)
-        },
-    )
-    .await
+    let caught_up = |r: &AuditRun| {
+        assert!(r.code == 0 || r.code == 1, "audit failed: {}", r.stderr);
+        r.messages_ahead() == 0
+    };
+    run_until_at_rest(sys, &sys.brokers, extra, timeout, caught_up)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "timed out after {timeout:?} waiting for the consumers' committed offsets to \
+                 reach the end of their topics"
+            )
+        })
+}
+
+/// Runs the audit until a run is a verdict on a system at rest by `caught_up` ([`at_rest`]).
+///
+/// # Errors
+/// The last run, when `timeout` passed first.
+pub async fn run_until_at_rest(
+    sys: &System,
+    brokers: &str,
+    extra: &[&str],
+    timeout: Duration,
+    caught_up: impl Fn(&AuditRun) -> bool,
+) -> Result<AuditRun, AuditRun> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut previous: Option<AuditRun> = None;
+    loop {
+        let r = run(sys, brokers, extra).await;
+        if at_rest(previous.as_ref(), &r, &caught_up) {
+            return Ok(r);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(r);
+        }
+        eprintln!(
+            "audit: not at rest yet ({} messages ahead of the consumers, {} unpublished, {} on the broker)",
+            r.messages_ahead(),
+            r.unpublished(),
+            r.count("broker.messages")
+        );
+        previous = Some(r);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Whether `current` is a verdict on a system at rest: the run before it (`previous`) and it
+/// both found the system `caught_up`, and no message reached the broker in between.
+///
+/// One caught-up run is not enough. The audit reads the business tables first and the
+/// committed offsets last, so a run can find every consumer caught up although its business
+/// snapshot was taken while the last events were still being applied (`--settle-s 0` leaves
+/// nothing out): a chaos run reported two paid orders with stock reserved and no outbound,
+/// whose `StockReserved` the WMS applied a moment after the audit read the outbounds and
+/// committed before it read the offsets. After a caught-up run every message then on the
+/// broker was applied; when none arrived since, nothing was in flight while the next run read
+/// the business tables.
+pub fn at_rest(
+    previous: Option<&AuditRun>,
+    current: &AuditRun,
+    caught_up: impl Fn(&AuditRun) -> bool,
+) -> bool {
+    previous.is_some_and(|p| {
+        caught_up(p) && p.count("broker.messages") == current.count("broker.messages")
+    }) && caught_up(current)
+}
+
+/// The three consumers and databases, as the report names them.
+const PARTS: [&str; 3] = ["order", "wms", "stock"];
+
+impl AuditRun {
+    /// Messages on the broker past a consumer group's committed offsets, all consumers.
+    pub fn messages_ahead(&self) -> i64 {
+        PARTS
+            .iter()
+            .map(|c| self.count(&format!("consumer.{c}.messages_ahead")))
+            .sum()
+    }
+
+    /// Outbox rows not yet published, all databases.
+    pub fn unpublished(&self) -> i64 {
+        PARTS
+            .iter()
+            .map(|c| self.count(&format!("outbox.{c}.unpublished")))
+            .sum()
+    }
 }
 
 /// Creates `topics` with the independent client (kafka-python).
@@ -134,4 +207,42 @@ pub fn create_topics(brokers: &str, partitions: i32, topics: &[&str]) {
     ];
     argv.extend_from_slice(topics);
     crate::verify::run_python(&crate::verify::kafka_tool(), argv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(ahead: i64, unpublished: i64, messages: i64) -> AuditRun {
+        AuditRun {
+            code: 0,
+            report: serde_json::json!({"counts": {
+                "consumer.wms.messages_ahead": ahead,
+                "outbox.stock.unpublished": unpublished,
+                "broker.messages": messages,
+            }}),
+            stderr: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_verdict_needs_a_caught_up_run_before_it_and_no_message_since() {
+        let caught_up = |r: &AuditRun| r.messages_ahead() == 0 && r.unpublished() == 0;
+        let settled = report(0, 0, 100);
+        assert!(
+            !at_rest(None, &settled, caught_up),
+            "the first caught-up run read the business tables before it knew"
+        );
+        assert!(
+            !at_rest(Some(&report(2, 0, 98)), &settled, caught_up),
+            "the run before still had messages to apply: this run's business read may predate them"
+        );
+        assert!(!at_rest(Some(&report(0, 1, 100)), &settled, caught_up));
+        assert!(
+            !at_rest(Some(&report(0, 0, 99)), &settled, caught_up),
+            "a message arrived since the run before"
+        );
+        assert!(!at_rest(Some(&settled), &report(1, 0, 100), caught_up));
+        assert!(at_rest(Some(&settled), &report(0, 0, 100), caught_up));
+    }
 }

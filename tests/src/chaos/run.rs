@@ -240,8 +240,9 @@ pub async fn run(spec: &Spec) -> Summary {
         load_end as f64 / 1e3
     );
 
-    // Drain: every outbox empty, then the audit until every consumer's committed offsets reached
-    // the end of its topics.
+    // Drain: every outbox empty (events on the broker not yet applied do not count), then the
+    // audit until the system is at rest: every consumer's committed offsets at the end of its
+    // topics, every outbox empty, twice in a row with nothing new on the broker.
     let drain_start = Instant::now();
     let drained = crate::poll_until(Duration::from_secs(300), || async {
         (world.backlog().await == Some(0)).then_some(())
@@ -264,32 +265,25 @@ pub async fn run(spec: &Spec) -> Summary {
         "--broker-timeout-s",
         "900",
     ];
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let audit = loop {
-        let r = crate::audit::run(&sys, &brokers, &extra).await;
-        let ahead: i64 = ["order", "wms", "stock"]
-            .iter()
-            .map(|c| r.count(&format!("consumer.{c}.messages_ahead")))
-            .sum();
-        let unpublished: i64 = ["order", "wms", "stock"]
-            .iter()
-            .map(|c| r.count(&format!("outbox.{c}.unpublished")))
-            .sum();
-        let settled = r.code != 2 && ahead == 0 && unpublished == 0;
-        if settled || Instant::now() > deadline {
-            if !settled {
-                eprintln!(
-                    "chaos: the system did not settle: {} {}",
-                    r.report, r.stderr
-                );
-            }
-            break r;
-        }
+    // The first run to find the consumers caught up read the business tables before it knew
+    // they were (`crate::audit::at_rest`).
+    let caught_up =
+        |r: &crate::audit::AuditRun| r.code != 2 && r.messages_ahead() == 0 && r.unpublished() == 0;
+    let audit = crate::audit::run_until_at_rest(
+        &sys,
+        &brokers,
+        &extra,
+        Duration::from_secs(300),
+        caught_up,
+    )
+    .await
+    .unwrap_or_else(|r| {
         eprintln!(
-            "chaos: waiting for the consumers ({ahead} messages ahead, {unpublished} unpublished)"
+            "chaos: the system did not settle: {} {}",
+            r.report, r.stderr
         );
-        sleep(Duration::from_secs(2)).await;
-    };
+        r
+    });
     let drain_ms = drain_start.elapsed().as_millis() as u64;
     sampler.abort();
 
