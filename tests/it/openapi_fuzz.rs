@@ -87,11 +87,14 @@ fn st_run(name: &str, base: &str, mode: &str, phases: &str, extra: &[&str]) -> S
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // "  1340 generated, 1340 passed" / "  951 generated, 5 found 5 unique failures"
+    // "  1340 generated, 1340 passed" / "  951 generated, 5 found 5 unique failures" (a
+    // warning may say "generated" too: "mostly rejected generated data")
     let generated = output
         .lines()
-        .find_map(|l| l.trim().split_once(" generated"))
-        .and_then(|(n, _)| n.trim().parse().ok())
+        .find_map(|l| {
+            let (n, _) = l.trim().split_once(" generated,")?;
+            n.parse().ok()
+        })
         .unwrap_or(0);
     let summary = output
         .lines()
