@@ -449,17 +449,18 @@ fn line_refund(tid: &str, status: &str, modified: i64, units: i64) -> serde_json
     r
 }
 
-/// The order's units of [`SKU`] back, and the outbound's `(quantity, returned_quantity)`.
+/// The order's units of [`SKU`] back, and the outbound's `(quantity, returned_quantity)` (a
+/// count a version without returns by line does not show reads 0).
 async fn units(ch: &Channel, order_id: &str) -> (i64, (i64, i64)) {
     let order = ch.sys.order_of(order_id).await;
-    let back = order["items"][0]["returned_quantity"].as_i64().unwrap();
+    let back = order["items"][0]["returned_quantity"].as_i64().unwrap_or(0);
     let ob = ch.sys.outbounds_of(order_id).await;
     let line = &ob[0]["lines"][0];
     (
         back,
         (
-            line["quantity"].as_i64().unwrap(),
-            line["returned_quantity"].as_i64().unwrap(),
+            line["quantity"].as_i64().unwrap_or(0),
+            line["returned_quantity"].as_i64().unwrap_or(0),
         ),
     )
 }

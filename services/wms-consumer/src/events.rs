@@ -260,8 +260,13 @@ impl OrderEvent {
         }
     }
 
-    /// The units the event's refund takes back; `None`: the whole order.
+    /// The units the event's refund takes back; `None`: the whole order. Only a
+    /// return-and-refund names units: lines on a refund-only (which the order service refuses)
+    /// are ignored, so such a refund that holds fulfilment holds all of it.
     pub fn refund_lines(&self) -> Option<&[Units]> {
+        if self.refund_only() {
+            return None;
+        }
         self.refund
             .as_ref()
             .map(|r| r.lines.as_slice())
@@ -359,6 +364,52 @@ mod tests {
                 "{kind:?} {refundable:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_refund_names_units_only_as_a_return_with_lines() {
+        use crate::fulfilment::HoldChange;
+        let event = |kind: Option<&str>, lines: serde_json::Value, in_full: bool| -> OrderEvent {
+            serde_json::from_value(serde_json::json!({
+                "order_id": "7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90",
+                "status": "PAID",
+                "refunded_in_full": in_full,
+                "refund": {"refund_no": "R-1", "kind": kind, "lines": lines}
+            }))
+            .unwrap()
+        };
+        let one = serde_json::json!([{"sku_id": "A", "quantity": 1}]);
+        let e = event(Some("RETURN_AND_REFUND"), one.clone(), false);
+        assert_eq!(
+            e.refund_lines(),
+            Some(
+                &[Units {
+                    sku_id: "A".into(),
+                    quantity: 1
+                }][..]
+            )
+        );
+        assert_eq!(e.refund_success_hold(), HoldChange::CutIfUnshipped);
+        assert_eq!(
+            event(Some("RETURN_AND_REFUND"), one.clone(), true).refund_success_hold(),
+            HoldChange::MakePermanent,
+            "in full keeps its meaning, lines or not"
+        );
+        let whole = event(Some("RETURN_AND_REFUND"), serde_json::json!([]), false);
+        assert_eq!(whole.refund_lines(), None, "empty: the whole order");
+        assert_eq!(whole.refund_success_hold(), HoldChange::PermanentIfShipped);
+        assert_eq!(
+            event(None, one.clone(), false)
+                .refund_lines()
+                .map(<[_]>::len),
+            Some(1),
+            "no kind: a return and refund"
+        );
+        assert_eq!(
+            event(Some("REFUND_ONLY"), one, false).refund_lines(),
+            None,
+            "a refund-only names no units"
+        );
     }
 
     #[test]

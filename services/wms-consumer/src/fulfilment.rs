@@ -11,7 +11,7 @@ use outbox_kit::consumer::Effect;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::domain::{OutboundStatus, Shipment};
+use crate::domain::{Holds, OutboundStatus, Shipment};
 use crate::error::Error;
 use crate::events::{self, EventType, OutboundView};
 use crate::store::{self, LineRow, Units};
@@ -78,6 +78,11 @@ pub async fn change_hold(
         HoldChange::Open => store::open_hold(conn, order_id, hold).await?,
         HoldChange::Release => store::release_hold(conn, order_id, hold).await?,
         HoldChange::MakePermanent => store::make_hold_permanent(conn, order_id, hold).await?,
+        // A refund by line whose units were taken out already (its success again, under a new
+        // event id, perhaps after the rest shipped): those units never left, nothing to recall.
+        HoldChange::CutIfUnshipped if store::is_cut(conn, order_id, hold).await? => {
+            tracing::info!(order.id = %order_id, hold, "A refund by line was taken out of the outbound already; nothing to change");
+        }
         HoldChange::PermanentIfShipped | HoldChange::CutIfUnshipped => {
             let shipped = store::find_by_order(conn, order_id)
                 .await?
@@ -214,6 +219,40 @@ pub fn take(lines: &[LineRow], wanted: &[Units]) -> Vec<Units> {
     taken
 }
 
+/// What a return brings back to an outbound with `lines`, given the holds expecting goods: a
+/// hold on the whole order (no lines: a refund without lines, a cancellation, `held:`) every
+/// unit not back yet; otherwise the units of the refunds by line together, capped per line by
+/// what is not back yet ([`take`]).
+pub fn expected_back(lines: &[LineRow], expecting: &[store::HoldRow]) -> Vec<Units> {
+    let wanted: Vec<Units> = if expecting.iter().any(|h| h.lines.is_none()) {
+        lines
+            .iter()
+            .map(|l| Units {
+                sku_id: l.sku_id.clone(),
+                quantity: l.quantity,
+            })
+            .collect()
+    } else {
+        expecting
+            .iter()
+            .filter_map(|h| h.lines.as_ref())
+            .flat_map(|l| l.0.iter().cloned())
+            .collect()
+    };
+    take(lines, &wanted)
+}
+
+/// Where a recalled outbound goes once a return arrived, given its lines afterwards and the
+/// holds still counting (those not received): `RETURNED` when every shipped unit is back,
+/// else where the holds say from `RECALL` (`SHIPPED` when none expects goods any more).
+pub fn after_return(lines: &[LineRow], holds: Holds) -> OutboundStatus {
+    if lines.iter().all(|l| l.returned_quantity >= l.quantity) {
+        OutboundStatus::Returned
+    } else {
+        OutboundStatus::Recall.settle(holds)
+    }
+}
+
 /// The answer to a warehouse action.
 #[derive(Debug, Clone)]
 pub struct ActionResult {
@@ -318,31 +357,13 @@ pub async fn return_received(pool: &PgPool, outbound_no: &str) -> Result<ActionR
         status => return Err(Error::NoReturnExpected { status }),
     }
     let expecting = store::holds_expecting_goods(&mut tx, outbound.order_id).await?;
-    let wanted: Vec<Units> = if expecting.iter().any(|h| h.lines.is_none()) {
-        lines
-            .iter()
-            .map(|l| Units {
-                sku_id: l.sku_id.clone(),
-                quantity: l.quantity,
-            })
-            .collect()
-    } else {
-        expecting
-            .iter()
-            .filter_map(|h| h.lines.as_ref())
-            .flat_map(|l| l.0.iter().cloned())
-            .collect()
-    };
-    let received = take(&lines, &wanted);
+    let received = expected_back(&lines, &expecting);
     let held: Vec<String> = expecting.into_iter().map(|h| h.hold).collect();
     store::mark_received(&mut tx, outbound.order_id, &held).await?;
     store::add_returned(&mut tx, outbound_no, &received).await?;
     let lines = store::lines(&mut tx, outbound_no).await?;
-    let to = if lines.iter().all(|l| l.returned_quantity >= l.quantity) {
-        OutboundStatus::Returned
-    } else {
-        OutboundStatus::Recall.settle(store::holds(&mut tx, outbound.order_id).await?)
-    };
+    // The holds just received no longer count (`store::holds`).
+    let to = after_return(&lines, store::holds(&mut tx, outbound.order_id).await?);
     let row = if to == OutboundStatus::Recall {
         outbound
     } else {
@@ -440,6 +461,68 @@ mod tests {
         assert!(
             take(&[line("A", 1, 1)], &[units("A", 1)]).is_empty(),
             "all back already"
+        );
+    }
+
+    fn hold(lines: Option<&[Units]>) -> store::HoldRow {
+        store::HoldRow {
+            hold: "refund:R".into(),
+            active: true,
+            lines: lines.map(|l| sqlx::types::Json(l.to_vec())),
+        }
+    }
+
+    #[test]
+    fn a_return_brings_what_the_holds_expect_and_nothing_already_back() {
+        let lines = [line("A", 3, 1), line("B", 2, 0)];
+        assert_eq!(
+            expected_back(&lines, &[hold(Some(&[units("A", 1)]))]),
+            [units("A", 1)],
+            "a refund by line: its units only"
+        );
+        assert_eq!(
+            expected_back(
+                &lines,
+                &[
+                    hold(Some(&[units("B", 1)])),
+                    hold(Some(&[units("A", 5), units("B", 2)]))
+                ]
+            ),
+            [units("A", 2), units("B", 2)],
+            "refunds by line together, capped by what is not back yet"
+        );
+        assert_eq!(
+            expected_back(&lines, &[hold(Some(&[units("B", 1)])), hold(None)]),
+            [units("A", 2), units("B", 2)],
+            "a hold on the whole order: every unit not back yet"
+        );
+        assert!(expected_back(&[line("A", 1, 1)], &[hold(None)]).is_empty());
+    }
+
+    #[test]
+    fn a_return_ends_the_outbound_only_when_every_shipped_unit_is_back() {
+        let free = Holds::default();
+        let open = Holds {
+            active: true,
+            permanent: false,
+        };
+        let all_back = [line("A", 3, 3), line("B", 1, 1)];
+        let some_back = [line("A", 3, 1), line("B", 1, 0)];
+        assert_eq!(after_return(&all_back, free), OutboundStatus::Returned);
+        assert_eq!(
+            after_return(&all_back, open),
+            OutboundStatus::Returned,
+            "nothing left to expect"
+        );
+        assert_eq!(
+            after_return(&some_back, free),
+            OutboundStatus::Shipped,
+            "the received holds no longer recall it; the rest is with the buyer"
+        );
+        assert_eq!(
+            after_return(&some_back, open),
+            OutboundStatus::Recall,
+            "a hold still counting keeps it recalled"
         );
     }
 }

@@ -239,7 +239,8 @@ pub async fn ship(
 /// Opens a hold on the order, or opens it again if it was released (a refund's terms changed
 /// to ones that hold: `RefundRequested` again); a permanent one stays so. Events of one order
 /// arrive in order, and a refund's request never follows its close or success, so this never
-/// reopens a finished refund.
+/// reopens a finished refund; a refund by line whose units were taken out before shipping (a
+/// request copied under a new event id after the success) stays released all the same.
 ///
 /// # Errors
 /// When the query fails.
@@ -251,7 +252,7 @@ pub async fn open_hold(
     sqlx::query(
         "INSERT INTO order_holds (order_id, hold, active) VALUES ($1, $2, true) \
          ON CONFLICT (order_id, hold) DO UPDATE SET active = true, updated_at = now() \
-         WHERE NOT order_holds.active",
+         WHERE NOT order_holds.active AND order_holds.cut IS NULL",
     )
     .bind(order_id)
     .bind(hold)
@@ -302,6 +303,26 @@ pub async fn mark_cut_pending(
     .execute(conn)
     .await?;
     Ok(())
+}
+
+/// Whether a refund's units were marked to be taken out of the outbound (pending or done): its
+/// success was applied before shipping.
+///
+/// # Errors
+/// When the query fails.
+pub async fn is_cut(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    hold: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM order_holds \
+         WHERE order_id = $1 AND hold = $2 AND cut IS NOT NULL)",
+    )
+    .bind(order_id)
+    .bind(hold)
+    .fetch_one(conn)
+    .await
 }
 
 /// The holds whose units wait to be taken out of the outbound: `(hold, lines)`.
