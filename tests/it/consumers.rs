@@ -726,9 +726,16 @@ async fn the_same_business_event_under_a_new_event_id_changes_nothing() {
     );
 }
 
-/// Sends a hand-written WMS event about outbound `no` (the WMS's shape: the outbound view plus
-/// `event_type`) under a fresh event id, and waits until the stock consumer took it.
-async fn outbound_event(sys: &System, no: &str, event_type: &str, payload: Value) {
+/// Sends a hand-written event (`payload` plus `event_type`, keyed `key`) on the topic of
+/// `aggregate` under a fresh event id, and waits until the consumer on `consumer`'s database
+/// (`who`, for the message) took it.
+async fn hand_written_event(
+    sys: &System,
+    (aggregate, key): (&str, &str),
+    event_type: &str,
+    payload: Value,
+    (who, consumer): (&str, &e2e::db::TestDb),
+) {
     let id = Uuid::new_v4();
     let mut payload = payload;
     payload["event_type"] = json!(event_type);
@@ -742,8 +749,8 @@ async fn outbound_event(sys: &System, no: &str, event_type: &str, payload: Value
     produce_all(
         &sys.brokers,
         vec![(
-            sys.topic("outbound"),
-            no.to_owned(),
+            sys.topic(aggregate),
+            key.to_owned(),
             payload.to_string(),
             headers,
             None,
@@ -751,15 +758,22 @@ async fn outbound_event(sys: &System, no: &str, event_type: &str, payload: Value
     )
     .await;
     e2e::wait_for(
-        &format!("the stock consumer to take {event_type} {id}"),
+        &format!("the {who} to take {event_type} {id}"),
         Duration::from_secs(60),
         || async {
-            in_inbox(&sys.stock_db.pool, &id.to_string())
+            in_inbox(&consumer.pool, &id.to_string())
                 .await
                 .then_some(())
         },
     )
     .await;
+}
+
+/// A hand-written WMS event about outbound `no` (the WMS's shape: the outbound view plus
+/// `event_type`), taken by the stock consumer.
+async fn outbound_event(sys: &System, no: &str, event_type: &str, payload: Value) {
+    let consumer = ("stock consumer", &sys.stock_db);
+    hand_written_event(sys, ("outbound", no), event_type, payload, consumer).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -847,38 +861,15 @@ async fn stock_moves_by_line_as_lines_are_cut_shipped_and_partly_returned() {
     );
 }
 
-/// Sends a hand-written order event (the order service's shape, what the WMS reads of it) about
-/// `order` under a fresh event id, and waits until the WMS took it.
+/// A hand-written order event (the order service's shape, what the WMS reads of it) about
+/// `order`, taken by the WMS.
 async fn order_event(sys: &System, order: &str, event_type: &str, payload: Value) {
-    let id = Uuid::new_v4();
-    let mut payload = payload;
-    payload["event_type"] = json!(event_type);
-    let headers = [
-        ("event_id", id.to_string()),
-        ("event_type", event_type.into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    produce_all(
-        &sys.brokers,
-        vec![(
-            sys.topic("order"),
-            order.to_owned(),
-            payload.to_string(),
-            headers,
-            None,
-        )],
-    )
-    .await;
-    e2e::wait_for(
-        &format!("the WMS to take {event_type} {id}"),
-        Duration::from_secs(60),
-        || async {
-            in_inbox(&sys.wms_db.pool, &id.to_string())
-                .await
-                .then_some(())
-        },
+    hand_written_event(
+        sys,
+        ("order", order),
+        event_type,
+        payload,
+        ("WMS", &sys.wms_db),
     )
     .await;
 }

@@ -126,28 +126,31 @@ async fn every_dashboard_query_returns_data_from_the_running_system() {
     sys.wait_outbound(&last, "CREATED").await;
 
     // --- every dashboard query returns data ----------------------------------------------
-    let mut empty: BTreeMap<String, String> = queries
+    let empty: BTreeMap<String, String> = queries
         .iter()
         .map(|(title, e)| (e.clone(), title.clone()))
         .collect();
     let checked = empty.len();
-    let deadline = tokio::time::Instant::now() + QUERY_DEADLINE;
-    while !empty.is_empty() && tokio::time::Instant::now() < deadline {
-        let mut answered = vec![];
-        for expr in empty.keys() {
-            match prom.query(expr).await {
-                Ok(series) if !series.is_empty() => answered.push(expr.clone()),
-                Ok(_) => {}
-                Err(e) => panic!("dashboard query does not evaluate: {expr}: {e}"),
+    let empty = std::cell::RefCell::new(empty);
+    // Every query once per round (each is an HTTP request to Prometheus): a round every 500 ms.
+    outbox_kit::poll::poll_every(Duration::from_millis(500), QUERY_DEADLINE, || {
+        let (prom, empty) = (&prom, &empty);
+        async move {
+            let pending: Vec<String> = empty.borrow().keys().cloned().collect();
+            for expr in pending {
+                match prom.query(&expr).await {
+                    Ok(series) if !series.is_empty() => {
+                        empty.borrow_mut().remove(&expr);
+                    }
+                    Ok(_) => {}
+                    Err(e) => panic!("dashboard query does not evaluate: {expr}: {e}"),
+                }
             }
+            empty.borrow().is_empty().then_some(())
         }
-        for expr in answered {
-            empty.remove(&expr);
-        }
-        if !empty.is_empty() {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
+    })
+    .await;
+    let empty = empty.into_inner();
     assert!(
         empty.is_empty(),
         "{} of {checked} dashboard queries returned no data after {QUERY_DEADLINE:?} (a \

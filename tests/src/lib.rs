@@ -23,11 +23,6 @@ pub mod servers;
 pub mod stream;
 pub mod verify;
 
-use std::future::Future;
-use std::time::Duration;
-
-use tokio::time::Instant;
-
 /// The workspace root.
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -82,31 +77,4 @@ pub fn free_port() -> u16 {
     }
 }
 
-/// Polls `check` until it returns `Some`, failing the test after `timeout`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    poll_until(timeout, check)
-        .await
-        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
-}
-
-/// Polls `check` until it returns `Some`; `None` once `timeout` has passed without.
-pub async fn poll_until<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub use outbox_kit::poll::{poll_until, wait_for};

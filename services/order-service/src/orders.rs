@@ -87,27 +87,28 @@ impl NewOrder {
         if body.items.is_empty() {
             return Err(ValidationError::new("items", "must not be empty"));
         }
-        if body.items.len() > MAX_ITEMS {
-            return Err(ValidationError::new(
-                "items",
-                format!("must have at most {MAX_ITEMS} lines"),
-            ));
-        }
         let items = OrderLine::parse_all("items", body.items)?;
         Ok(Self { user_id, items })
     }
 }
 
 impl OrderLine {
-    /// Validates lines (of an order, or of a refund that takes some back); `field` names the
-    /// list in errors (`items[2].quantity`).
+    /// Validates lines (of an order, or of a refund that takes some back): at most
+    /// [`MAX_ITEMS`], each SKU once, quantities in range; `field` names the list in errors
+    /// (`items[2].quantity`).
     ///
     /// # Errors
-    /// [`ValidationError`] naming the first bad line, or a SKU listed twice.
+    /// [`ValidationError`] naming the first bad line, a SKU listed twice, or too many lines.
     pub fn parse_all(
         field: &str,
         lines: Vec<CreateOrderItemBody>,
     ) -> Result<Vec<Self>, ValidationError> {
+        if lines.len() > MAX_ITEMS {
+            return Err(ValidationError::new(
+                field,
+                format!("must have at most {MAX_ITEMS} lines"),
+            ));
+        }
         let mut seen = HashSet::new();
         let mut parsed = Vec::with_capacity(lines.len());
         for (i, line) in lines.into_iter().enumerate() {

@@ -29,7 +29,7 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
-use crate::orders::{advance, view_of, CreateOrderItemBody, OrderLine, MAX_ITEMS};
+use crate::orders::{advance, view_of, CreateOrderItemBody, OrderLine};
 use crate::store::{orders, payments, refunds};
 use crate::views::RefundView;
 
@@ -110,12 +110,6 @@ pub fn parse_lines(
         return Err(ValidationError::new(
             "lines",
             "a REFUND_ONLY refund moves no goods; lines need kind RETURN_AND_REFUND",
-        ));
-    }
-    if lines.len() > MAX_ITEMS {
-        return Err(ValidationError::new(
-            "lines",
-            format!("must have at most {MAX_ITEMS} lines"),
         ));
     }
     let mut parsed = OrderLine::parse_all("lines", lines)?;

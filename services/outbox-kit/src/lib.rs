@@ -23,6 +23,7 @@
 //! - `secrets` (feature `secrets`, part of `service`): the start-up refusal of weak or
 //!   published secrets and its development switch `--allow-weak-secrets`.
 //! - `signature` (feature `signature`): HMAC-SHA256 signatures of pushed request bodies.
+//! - [`poll`]: waiting on a condition with a deadline (the tests' waits).
 //! - [`trace`]: W3C trace context carried from requests through the outbox and Kafka into the
 //!   consumers and the events they emit; with feature `otlp` (part of `service`) optional span
 //!   export over OTLP/HTTP.
@@ -40,6 +41,7 @@ pub mod inbox;
 pub mod kafka;
 pub mod outbox;
 pub mod pg;
+pub mod poll;
 #[cfg(feature = "retention")]
 pub mod retention;
 pub mod schema;

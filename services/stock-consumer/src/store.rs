@@ -121,11 +121,24 @@ pub async fn lock_reservation(
     conn: &mut PgConnection,
     order_id: Uuid,
 ) -> Result<Option<ReservationStatus>, sqlx::Error> {
-    let status: Option<String> =
-        sqlx::query_scalar("SELECT status FROM reservations WHERE order_id = $1 FOR UPDATE")
-            .bind(order_id)
-            .fetch_optional(conn)
-            .await?;
+    reservation_status(conn, order_id, true).await
+}
+
+/// The order's reservation status, the row locked or not.
+async fn reservation_status(
+    conn: &mut PgConnection,
+    order_id: Uuid,
+    lock: bool,
+) -> Result<Option<ReservationStatus>, sqlx::Error> {
+    let sql = if lock {
+        "SELECT status FROM reservations WHERE order_id = $1 FOR UPDATE"
+    } else {
+        "SELECT status FROM reservations WHERE order_id = $1"
+    };
+    let status: Option<String> = sqlx::query_scalar(sql)
+        .bind(order_id)
+        .fetch_optional(conn)
+        .await?;
     status
         .map(|s| s.parse().map_err(|e| sqlx::Error::Decode(Box::new(e))))
         .transpose()
@@ -220,14 +233,7 @@ pub async fn reservation(
     conn: &mut PgConnection,
     order_id: Uuid,
 ) -> Result<Option<ReservationStatus>, sqlx::Error> {
-    let status: Option<String> =
-        sqlx::query_scalar("SELECT status FROM reservations WHERE order_id = $1")
-            .bind(order_id)
-            .fetch_optional(conn)
-            .await?;
-    status
-        .map(|s| s.parse().map_err(|e| sqlx::Error::Decode(Box::new(e))))
-        .transpose()
+    reservation_status(conn, order_id, false).await
 }
 
 /// Applies `moves` of the order's lines: one movement row each (with the event that caused

@@ -301,11 +301,7 @@ async fn one_order(
         line_refund(&sys, &c, deadline, &order, &refund_no).await?;
         outbound_in(&sys, &c, deadline, &order, "RECALL").await?;
         succeed_refund(&sys, &c, deadline, &refund_no).await?;
-        warehouse(&sys, &c, deadline, move |s| {
-            let ob = outbound.clone();
-            async move { s.return_received(&ob).await.0.is_success() }
-        })
-        .await?;
+        receive_return(&sys, &c, deadline, &outbound).await?;
         // One chair back, the rest with the buyer: the outbound shipped again, the order too.
         return outbound_in(&sys, &c, deadline, &order, "SHIPPED")
             .await
@@ -323,11 +319,7 @@ async fn one_order(
     .await?;
     outbound_in(&sys, &c, deadline, &order, "RECALL").await?;
     succeed_refund(&sys, &c, deadline, &refund_no).await?;
-    warehouse(&sys, &c, deadline, move |s| {
-        let ob = outbound.clone();
-        async move { s.return_received(&ob).await.0.is_success() }
-    })
-    .await?;
+    receive_return(&sys, &c, deadline, &outbound).await?;
     order_in(&sys, &c, deadline, &order, &["RETURNED"]).await?;
     Some(())
 }
@@ -368,12 +360,7 @@ async fn refund_racing_shipment(
         return Some(());
     }
     outbound_in(sys, c, deadline, order, "RECALL").await?;
-    let ob = outbound.to_owned();
-    warehouse(sys, c, deadline, move |s| {
-        let ob = ob.clone();
-        async move { s.return_received(&ob).await.0.is_success() }
-    })
-    .await?;
+    receive_return(sys, c, deadline, outbound).await?;
     order_in(sys, c, deadline, order, &["RETURNED"]).await?;
     c.race_returned.fetch_add(1, Ordering::Relaxed);
     Some(())
@@ -410,6 +397,21 @@ fn trade_refund(k: u64, tid: &str) -> (&'static str, serde_json::Value) {
                 "statuses": ["WAIT_SELLER_AGREE", "FAILED"]}),
         ),
     }
+}
+
+/// The warehouse records the return of `outbound`.
+async fn receive_return(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    outbound: &str,
+) -> Option<()> {
+    let ob = outbound.to_owned();
+    warehouse(sys, c, deadline, move |s| {
+        let ob = ob.clone();
+        async move { s.return_received(&ob).await.0.is_success() }
+    })
+    .await
 }
 
 /// A return-and-refund of one of the order's two chairs.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use outbox_kit::poll::wait_for;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -177,18 +178,15 @@ async fn shutdown_drains_a_request_in_flight_and_stops_accepting() {
         async move { client.post(url).send().await }
     });
     let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (n,): (i64,) = sqlx::query_as(waiting).fetch_one(&app.pool).await.unwrap();
-        if n > 0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "cancel never reached the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(
+        "the cancel to reach the lock",
+        Duration::from_secs(10),
+        || async {
+            let (n,): (i64,) = sqlx::query_as(waiting).fetch_one(&app.pool).await.unwrap();
+            (n > 0).then_some(())
+        },
+    )
+    .await;
 
     app.shutdown();
     blocker.commit().await.unwrap();
@@ -201,12 +199,13 @@ async fn shutdown_drains_a_request_in_flight_and_stops_accepting() {
         app.event_types(&id).await,
         ["OrderCreated", "OrderCancelled"]
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while app.client.get(app.url("/healthz")).send().await.is_ok() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "still accepting after shutdown"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for(
+        "the service to stop accepting after shutdown",
+        Duration::from_secs(10),
+        || async {
+            let refused = app.client.get(app.url("/healthz")).send().await.is_err();
+            refused.then_some(())
+        },
+    )
+    .await;
 }
