@@ -209,7 +209,7 @@ async fn stock_consumer_applies_and_dead_letters_over_sasl_ssl_and_exports_spans
         .unwrap()
         .parse()
         .unwrap();
-    let otlp_tls = e2e::secured::TlsTerminator::start(&pki, e2e::free_port(), receiver_port);
+    let otlp_tls = e2e::secured::TlsTerminator::start(&pki, receiver_port);
     let otlp_endpoint = format!("https://localhost:{}", otlp_tls.port);
     let mut envs = SecuredKafka::client_env(KAFKA_PASSWORD, &ca);
     envs.extend(
@@ -818,10 +818,10 @@ async fn librdkafka_logs_in_with_both_scram_mechanisms_and_refuses_a_wrong_scram
 async fn mutual_tls_connects_with_the_client_certificate_and_is_refused_without() {
     let pki = Pki::new();
     // A broker without SASL behind a terminator that wants a client certificate.
-    let port = e2e::free_port();
-    let broker = e2e::servers::Tansu::start_behind(port);
-    let _terminator =
-        e2e::secured::TlsTerminator::start_requiring_client_cert(&pki, port, broker.port);
+    let broker_port = e2e::free_port();
+    let terminator = e2e::secured::TlsTerminator::start_requiring_client_cert(&pki, broker_port);
+    let port = terminator.port;
+    let _broker = e2e::servers::Tansu::start_on_behind(broker_port, port);
     let brokers = format!("localhost:{port}");
     let tls = |with_cert: bool| KafkaSecurityArgs {
         kafka_security_protocol: Some(SecurityProtocol::Ssl),

@@ -249,8 +249,12 @@ impl SecuredKafka {
     /// `--authentication` advertising `localhost:<terminator port>`, and starts stunnel in
     /// front of it with `pki`'s server certificate.
     pub fn start(pki: &Pki, topics: &[(&str, u32)]) -> Self {
-        let port = crate::free_port();
-        let mut broker = Tansu::start_behind(port);
+        // The terminator first, on a port of its own choosing (see [`TlsTerminator`]); the
+        // broker then advertises it.
+        let broker_port = crate::free_port();
+        let terminator = TlsTerminator::start(pki, broker_port);
+        let port = terminator.port;
+        let mut broker = Tansu::start_on_behind(broker_port, port);
         for mechanism in ["scram512", "scram256"] {
             broker.cli(&[
                 "user",
@@ -271,8 +275,6 @@ impl SecuredKafka {
             ]);
         }
         broker.restart_with(&["--authentication"], "localhost");
-
-        let terminator = TlsTerminator::start(pki, port, broker.port);
         Self {
             broker,
             terminator,
@@ -284,7 +286,7 @@ impl SecuredKafka {
     /// (`rogue`: an impostor; `server`: the real one again). Open connections are cut.
     pub fn present(&mut self, pki: &Pki, cert: &str) {
         self.terminator.stop();
-        self.terminator = TlsTerminator::start_with_cert(pki, self.port, self.broker.port, cert);
+        self.terminator = TlsTerminator::start_with(pki, self.port, self.broker.port, cert, "");
     }
 
     /// The bootstrap address clients use: the terminator, by the name its certificate holds.
@@ -311,6 +313,11 @@ impl SecuredKafka {
 
 /// stunnel: TLS with `pki`'s `localhost` certificate on a port of its own, plaintext to a
 /// local port behind it. Stopped when dropped.
+///
+/// stunnel binds the port itself (port 0) and the port is read back from its log: a port
+/// probed free beforehand can be taken by another server before stunnel binds it, and a
+/// readiness check by TCP connect then succeeds against that other listener (seen as a client
+/// meeting another test's certificate).
 #[derive(Debug)]
 pub struct TlsTerminator {
     child: Child,
@@ -320,40 +327,46 @@ pub struct TlsTerminator {
 }
 
 impl TlsTerminator {
-    /// Listens on `127.0.0.1:port` (TLS) and forwards to `127.0.0.1:target`.
-    pub fn start(pki: &Pki, port: u16, target: u16) -> Self {
-        Self::start_with(pki, port, target, "server", "")
-    }
-
-    /// [`TlsTerminator::start`] with certificate `cert` of `pki` (`server`, or `rogue`: the
-    /// same name signed by the other CA).
-    pub fn start_with_cert(pki: &Pki, port: u16, target: u16, cert: &str) -> Self {
-        Self::start_with(pki, port, target, cert, "")
+    /// Listens on a free port of `127.0.0.1` (TLS, [`TlsTerminator::port`]) and forwards to
+    /// `127.0.0.1:target`.
+    pub fn start(pki: &Pki, target: u16) -> Self {
+        Self::start_with(pki, 0, target, "server", "")
     }
 
     /// [`TlsTerminator::start`] that also wants a client certificate signed by `pki`'s CA
     /// (mutual TLS): a client without one fails the handshake.
-    pub fn start_requiring_client_cert(pki: &Pki, port: u16, target: u16) -> Self {
+    pub fn start_requiring_client_cert(pki: &Pki, target: u16) -> Self {
         Self::start_with(
             pki,
-            port,
+            0,
             target,
             "server",
             &format!("verifyChain = yes\nCAfile = {}\n", pki.path("ca.pem")),
         )
     }
 
-    fn start_with(pki: &Pki, port: u16, target: u16, cert: &str, service_options: &str) -> Self {
+    /// Listens on `port` (0: one stunnel picks) with certificate `cert` of `pki` (`server`, or
+    /// `rogue`: the same name signed by the other CA). Ready once stunnel's log says it bound
+    /// the port; fails at once, with the log, if stunnel exits (a fixed port already taken).
+    pub fn start_with(
+        pki: &Pki,
+        port: u16,
+        target: u16,
+        cert: &str,
+        service_options: &str,
+    ) -> Self {
         let dir =
             std::env::temp_dir().join(format!("outbox-stunnel-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
         let conf = dir.join("stunnel.conf");
+        let log = dir.join("stunnel.log");
         std::fs::write(
             &conf,
             format!(
-                "foreground = yes\npid =\noutput = {log}\n\n[tls]\naccept = 127.0.0.1:{port}\n\
-                 connect = 127.0.0.1:{target}\ncert = {cert}\nkey = {key}\n{service_options}",
-                log = dir.join("stunnel.log").display(),
+                "foreground = yes\npid =\ndebug = 6\noutput = {log}\n\n[tls]\n\
+                 accept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{target}\ncert = {cert}\n\
+                 key = {key}\n{service_options}",
+                log = log.display(),
                 cert = pki.path(&format!("{cert}.pem")),
                 key = pki.path(&format!("{cert}.key")),
             ),
@@ -369,7 +382,7 @@ impl TlsTerminator {
                     .is_ok_and(|s| s.success())
             })
             .expect("stunnel missing: run deploy/local/install-deps.sh");
-        let child = Command::new(bin)
+        let mut child = Command::new(bin)
             .arg(&conf)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -377,16 +390,36 @@ impl TlsTerminator {
             .spawn()
             .expect("start stunnel");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let port = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(bound) = bound_port(&text) {
+                break bound;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("stunnel exited ({status}) before listening on port {port}:\n{text}");
+            }
             assert!(
                 Instant::now() < deadline,
                 "stunnel did not start; see {}",
-                dir.join("stunnel.log").display()
+                log.display()
             );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+            "stunnel says it listens on {port}, but nothing answers there"
+        );
         Self { child, dir, port }
     }
+}
+
+/// The port of stunnel's `Service [tls] (FD=8) bound to 127.0.0.1:PORT` log line (debug 6).
+fn bound_port(log: &str) -> Option<u16> {
+    log.lines().find_map(|line| {
+        let (_, rest) = line.split_once("Service [tls] (FD=")?;
+        let (_, addr) = rest.split_once(") bound to ")?;
+        addr.rsplit(':').next()?.trim().parse().ok()
+    })
 }
 
 impl TlsTerminator {

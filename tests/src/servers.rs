@@ -197,13 +197,18 @@ impl Tansu {
     /// A broker behind a proxy listening on `advertised_port`: clients connect to the address
     /// metadata gives them, so the broker must advertise the proxy's.
     pub fn start_behind(advertised_port: u16) -> Self {
+        Self::start_on_behind(crate::free_port(), advertised_port)
+    }
+
+    /// [`Tansu::start_behind`] listening on `port` (a proxy started first forwards there).
+    pub fn start_on_behind(port: u16, advertised_port: u16) -> Self {
         let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut me = Self {
             dir,
             child: None,
             extra: Vec::new(),
-            port: crate::free_port(),
+            port,
             advertised_port,
             advertised_host: "127.0.0.1".to_owned(),
         };
