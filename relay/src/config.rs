@@ -206,7 +206,8 @@ pub struct RunArgs {
     pub batch_size: i64,
 
     /// Most bytes of payload and headers per batch (the first row of a batch is taken whatever
-    /// its size). Bounds the relay's memory when events are large.
+    /// its size). Bounds the relay's memory when events are large: it holds at most two
+    /// batches, the one in flight and the next, claimed while the first is sent.
     #[arg(long, env = "OUTBOX_BATCH_MAX_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(i64).range(1..))]
     pub batch_max_bytes: i64,
 
@@ -301,6 +302,7 @@ impl RunArgs {
             rows: self.batch_size,
             bytes: self.batch_max_bytes,
             failures: crate::store::FailureFilter::Hashed,
+            ids: crate::store::IdRange::ALL,
         }
     }
 

@@ -126,6 +126,7 @@ mod tests {
     fn row(id: i64, agg: &str) -> ClaimedRow {
         ClaimedRow {
             attempts: None,
+            bytes: 0,
             message: Err(Box::new(crate::store::Undecodable {
                 id,
                 event_id: Uuid::new_v4(),

@@ -34,6 +34,12 @@ pub struct Metrics {
     /// Events sent alone (through the relay's second producer) per batch that had any
     /// suspect: bounded by [`crate::batch::LONE_SENDS_PER_BATCH`].
     pub lone_sends: Histogram,
+    /// Batches claimed while the previous one was in flight, by what became of them (`sent`,
+    /// `dropped`: the previous batch did not end clean, or the rows below filled a batch).
+    pub claimed_ahead: IntCounterVec,
+    /// Rows that committed below a batch claimed ahead (a lower `id`, a later commit) and were
+    /// sent before it.
+    pub late_rows: IntCounter,
     /// 1 while this instance holds the lease.
     pub leader: IntGauge,
     /// Database errors seen by the relay loop.
@@ -113,6 +119,19 @@ impl Metrics {
                 "Events of aggregates retried after a failure that a batch sent alone (one at a time, on a producer of their own, beside the batch's other events)",
             )
             .buckets(vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
+        )
+        .unwrap();
+        let claimed_ahead = IntCounterVec::new(
+            Opts::new(
+                "outbox_batches_claimed_ahead_total",
+                "Batches claimed while the previous batch was in flight (overlapping its acknowledgements), by outcome: sent, or dropped (the previous batch did not end clean, or the rows below filled a batch; claimed again later)",
+            ),
+            &["outcome"],
+        )
+        .unwrap();
+        let late_rows = IntCounter::new(
+            "outbox_batch_late_rows_total",
+            "Rows found below a batch claimed ahead (a lower id that committed later) and sent before it",
         )
         .unwrap();
         let broker_down = IntGauge::new(
@@ -199,6 +218,8 @@ impl Metrics {
             Box::new(latency.clone()),
             Box::new(batch_size.clone()),
             Box::new(lone_sends.clone()),
+            Box::new(claimed_ahead.clone()),
+            Box::new(late_rows.clone()),
             Box::new(leader.clone()),
             Box::new(db_errors.clone()),
             Box::new(lease_epoch.clone()),
@@ -224,6 +245,8 @@ impl Metrics {
             latency,
             batch_size,
             lone_sends,
+            claimed_ahead,
+            late_rows,
             leader,
             db_errors,
             lease_epoch,

@@ -283,6 +283,7 @@ impl Relay {
             db,
             kafka,
             failures_known: true,
+            prefetched: None,
         };
         loop {
             if shutdown.is_cancelled() {

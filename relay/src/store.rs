@@ -45,6 +45,9 @@ pub struct ClaimedRow {
     /// snapshot, so it never disagrees with what was claimed); `None` with
     /// [`FailureFilter::Off`].
     pub attempts: Option<i32>,
+    /// Bytes of payload and headers as rendered, what the claim counts against
+    /// [`ClaimLimits::bytes`].
+    pub bytes: i64,
 }
 
 /// A claimed row that cannot become a message.
@@ -99,6 +102,20 @@ pub enum ClaimedBatch {
     LeaseLost,
 }
 
+/// `(min, max)` of `ids` when they are many and dense enough that walking the primary key
+/// from the first to the last costs less than looking each one up (at most four entries
+/// walked per id): the usual batch, a run of the outbox's head.
+fn dense_range(ids: &[i64]) -> Option<(i64, i64)> {
+    const MIN_IDS: usize = 64;
+    if ids.len() < MIN_IDS {
+        return None;
+    }
+    let lo = *ids.iter().min()?;
+    let hi = *ids.iter().max()?;
+    let span = u64::try_from(hi.checked_sub(lo)?).ok()?;
+    (span < 4 * ids.len() as u64).then_some((lo, hi))
+}
+
 /// Limits of one claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimLimits {
@@ -108,6 +125,27 @@ pub struct ClaimLimits {
     pub bytes: i64,
     /// How aggregates held back by `outbox_failure` are left out.
     pub failures: FailureFilter,
+    /// Only rows with an `id` in this range (an index condition of the scan, so the rows
+    /// outside it are never read): the relay claims the next batch past the one in flight,
+    /// then the rows below that prefetched batch (see [`crate::batch`]).
+    pub ids: IdRange,
+}
+
+/// Bounds on the `id` of claimed rows, both exclusive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IdRange {
+    /// Only rows with `id > after`.
+    pub after: Option<i64>,
+    /// Only rows with `id < before`.
+    pub before: Option<i64>,
+}
+
+impl IdRange {
+    /// Every row.
+    pub const ALL: Self = Self {
+        after: None,
+        before: None,
+    };
 }
 
 /// How a claim leaves out the aggregates held back by `outbox_failure`.
@@ -271,6 +309,7 @@ impl Store {
                 rows: limit,
                 bytes: 1 << 30,
                 failures: FailureFilter::Hashed,
+                ids: IdRange::ALL,
             },
         )
         .await
@@ -325,6 +364,14 @@ impl Store {
                 "f.attempts",
             ),
         };
+        // Literal bounds (integers, not parameters): the range is then an index condition in
+        // every plan, never a filter over the rows of the batch in flight.
+        let range = match (limits.ids.after, limits.ids.before) {
+            (None, None) => String::new(),
+            (Some(a), None) => format!("AND o.id > {a}"),
+            (None, Some(b)) => format!("AND o.id < {b}"),
+            (Some(a), Some(b)) => format!("AND o.id > {a} AND o.id < {b}"),
+        };
         let sql = format!(
             "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
                     o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at, \
@@ -335,7 +382,7 @@ impl Store {
                         o.headers, o.topic, o.created_at, {attempts} AS attempts, \
                         o.payload_bytes, o.content_type, o.message_key \
                  FROM outbox o {join} \
-                 WHERE l.held {exclusion} \
+                 WHERE l.held {range} {exclusion} \
                  ORDER BY o.id LIMIT $4 \
              ) o ON true"
         );
@@ -376,13 +423,15 @@ impl Store {
                 (None, None) => Payload::Tombstone,
             };
             let headers: &str = r.get(7);
-            bytes += (payload.len() + headers.len()) as i64;
+            let row_bytes = (payload.len() + headers.len()) as i64;
+            bytes += row_bytes;
             let event_id = r.get::<Uuid, _>(2);
             let aggregate_type: String = r.get(3);
             let aggregate_id: String = r.get(4);
             let message = decode_headers(headers);
             out.push(ClaimedRow {
                 attempts: r.get(10),
+                bytes: row_bytes,
                 message: match message {
                     Ok(headers) => Ok(EventEnvelope {
                         id,
@@ -442,24 +491,38 @@ impl Store {
         had_failures: &[i64],
     ) -> Result<Marked, sqlx::Error> {
         let mut s = self.session().await?;
-        let row = sqlx::query(
+        let delete = match dense_range(ids) {
+            // One descent of the primary key and a walk along its leaves, the ids checked
+            // against a hash of `$4` (PostgreSQL hashes a constant array: the statement is not
+            // prepared, so every execution is planned with its values), instead of one descent
+            // per id: half the buffer reads and about half the time for a batch of 10 000.
+            Some((lo, hi)) => format!(
+                "DELETE FROM outbox WHERE id >= {lo} AND id <= {hi} AND (id + 0) = ANY($4) \
+                 AND EXISTS (SELECT 1 FROM l) RETURNING 1"
+            ),
+            None => {
+                "DELETE FROM outbox WHERE id = ANY($4) AND EXISTS (SELECT 1 FROM l) RETURNING 1"
+                    .to_owned()
+            }
+        };
+        let sql = format!(
             "WITH l AS ( \
                  SELECT 1 FROM outbox_relay_lease \
                  WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE \
-             ), d AS ( \
-                 DELETE FROM outbox WHERE id = ANY($4) AND EXISTS (SELECT 1 FROM l) RETURNING 1 \
-             ), f AS ( \
+             ), d AS ({delete}), f AS ( \
                  DELETE FROM outbox_failure WHERE outbox_id = ANY($5) AND EXISTS (SELECT 1 FROM l) \
              ) \
-             SELECT (SELECT count(*) FROM l) AS held, (SELECT count(*) FROM d) AS deleted",
-        )
-        .bind(&lease.name)
-        .bind(&lease.holder)
-        .bind(lease.epoch)
-        .bind(ids)
-        .bind(had_failures)
-        .fetch_one(s.conn())
-        .await?;
+             SELECT (SELECT count(*) FROM l) AS held, (SELECT count(*) FROM d) AS deleted"
+        );
+        let row = sqlx::query(&sql)
+            .persistent(dense_range(ids).is_none())
+            .bind(&lease.name)
+            .bind(&lease.holder)
+            .bind(lease.epoch)
+            .bind(ids)
+            .bind(had_failures)
+            .fetch_one(s.conn())
+            .await?;
         s.finish().await?;
         if row.get::<i64, _>("held") == 0 {
             return Ok(Marked::LeaseLost);
@@ -624,5 +687,30 @@ mod properties {
                 serde_json::from_str::<serde_json::Value>("{}").unwrap()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dense_range;
+
+    #[test]
+    fn a_dense_run_of_ids_is_deleted_by_range() {
+        let ids: Vec<i64> = (0..100).map(|i| 1_000 + 2 * i).collect();
+        assert_eq!(dense_range(&ids), Some((1_000, 1_198)));
+        let mut shuffled = ids.clone();
+        shuffled.reverse();
+        assert_eq!(dense_range(&shuffled), Some((1_000, 1_198)));
+    }
+
+    #[test]
+    fn few_or_scattered_ids_are_looked_up_one_by_one() {
+        let few: Vec<i64> = (0..63).collect();
+        assert_eq!(dense_range(&few), None);
+        // 100 ids spread over 400 or more: the walk would read more than four per id.
+        let sparse: Vec<i64> = (0..100).map(|i| i * 5).collect();
+        assert_eq!(dense_range(&sparse), None);
+        let far = [vec![i64::MIN], (0..100).collect(), vec![i64::MAX]].concat();
+        assert_eq!(dense_range(&far), None);
     }
 }

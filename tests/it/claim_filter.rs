@@ -78,6 +78,7 @@ async fn hashed_and_probed_claims_leave_out_the_same_held_back_events() {
                 rows: 1_000,
                 bytes: 1 << 30,
                 failures: filter,
+                ids: outbox_relay::store::IdRange::ALL,
             };
             let ClaimedBatch::Rows(rows, _) = store.claim(&token, limits).await.unwrap() else {
                 panic!("lease lost")

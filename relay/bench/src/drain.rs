@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter};
+use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter, IdRange};
 use outbox_relay::Store;
 use serde::Serialize;
 use sqlx::postgres::PgPoolOptions;
@@ -391,6 +391,7 @@ async fn side_claims(
         rows: batch_size,
         bytes: 1 << 30,
         failures: FailureFilter::Off,
+        ids: IdRange::ALL,
     };
     let mut next = Instant::now() + every;
     loop {

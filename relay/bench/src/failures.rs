@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter};
+use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter, IdRange};
 use outbox_relay::Store;
 use serde::Serialize;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -126,6 +126,7 @@ pub async fn run(
         rows: batch_size,
         bytes: 1 << 30,
         failures,
+        ids: IdRange::ALL,
     };
 
     let mut sizes = Vec::new();
