@@ -191,8 +191,13 @@ pub async fn check_at_start(
     }
 }
 
-/// How long [`check_at_start`] waits for an answer by default.
-pub const START_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`check_at_start`] waits for an answer by default: librdkafka's own
+/// `socket.connection.setup.timeout.ms` (30 s), so a handshake that is slow to fail (a loaded
+/// TLS terminator in front of the broker) still gets its verdict before the process carries
+/// on. At 10 s a consumer with an untrusted CA once carried on and retried forever under a
+/// loaded test run (its refusal came 10 ms after the check gave up). A broker that refuses
+/// the TCP connection ends the check at once (every broker down), whatever this is.
+pub const START_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {
