@@ -491,7 +491,8 @@ impl Store {
         had_failures: &[i64],
     ) -> Result<Marked, sqlx::Error> {
         let mut s = self.session().await?;
-        let delete = match dense_range(ids) {
+        let dense = dense_range(ids);
+        let delete = match dense {
             // One descent of the primary key and a walk along its leaves, the ids checked
             // against a hash of `$4` (PostgreSQL hashes a constant array: the statement is not
             // prepared, so every execution is planned with its values), instead of one descent
@@ -515,7 +516,7 @@ impl Store {
              SELECT (SELECT count(*) FROM l) AS held, (SELECT count(*) FROM d) AS deleted"
         );
         let row = sqlx::query(&sql)
-            .persistent(dense_range(ids).is_none())
+            .persistent(dense.is_none())
             .bind(&lease.name)
             .bind(&lease.holder)
             .bind(lease.epoch)

@@ -104,24 +104,11 @@ async fn plain_inserts_committing_against_their_id_order_are_published_in_commit
     let records = tokio::task::spawn_blocking(move || e2e::verify::dump(&brokers, &[topic]))
         .await
         .unwrap();
-    let mut on_broker: HashMap<String, Vec<String>> = HashMap::new();
-    let mut sorted: Vec<_> = records.iter().collect();
-    sorted.sort_by_key(|r| (r.partition, r.offset));
-    for r in sorted {
-        let key = r.key.clone().unwrap_or_default();
-        let value: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
-        let writer = value["writer"].as_str().unwrap().to_owned();
-        let seen = on_broker.entry(key).or_default();
-        if !seen.contains(&writer) {
-            seen.push(writer);
-        }
-    }
+    let on_broker = first_occurrences(&records, "writer");
     for (aggregate, order) in &committed {
         assert_eq!(
-            on_broker
-                .get(aggregate)
-                .map(|w| w.iter().map(String::as_str).collect::<Vec<_>>()),
-            Some(order.clone()),
+            on_broker.get(aggregate),
+            Some(&order.iter().map(|w| serde_json::json!(w)).collect()),
             "{aggregate}: first occurrences on the broker against the commit order"
         );
     }
@@ -131,9 +118,9 @@ async fn plain_inserts_committing_against_their_id_order_are_published_in_commit
     );
 }
 
-/// Inserts `n` events per aggregate of `aggregates`, numbered from `from`, committed in
-/// chunks of one transaction per aggregate round.
-async fn fill(pool: &PgPool, aggregates: &[String], from: usize, n: usize) {
+/// Inserts `n` events per aggregate of `aggregates`, numbered from `from` (`seq`), one
+/// statement per number.
+async fn fill(conn: &mut PgConnection, aggregates: &[String], from: usize, n: usize) {
     for seq in from..from + n {
         sqlx::query(
             "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
@@ -141,7 +128,7 @@ async fn fill(pool: &PgPool, aggregates: &[String], from: usize, n: usize) {
         )
         .bind(aggregates)
         .bind(seq as i32)
-        .execute(pool)
+        .execute(&mut *conn)
         .await
         .unwrap();
     }
@@ -161,16 +148,17 @@ async fn rows_committed_below_a_batch_claimed_ahead_go_first_and_in_order() {
     let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
     let aggregates: Vec<String> = (0..40).map(|a| format!("agg-{a}")).collect();
-    fill(&db.pool, &aggregates, 0, 50).await;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    fill(&mut conn, &aggregates, 0, 50).await;
     // Transactions that take their ids now and commit much later.
     let mut late = Vec::new();
     for k in 0..LATE {
         let mut c = PgConnection::connect(&db.url).await.unwrap();
         sqlx::query("BEGIN").execute(&mut c).await.unwrap();
-        insert_seq(&mut c, &format!("late-{k}"), 0).await;
+        fill(&mut c, &[format!("late-{k}")], 0, 1).await;
         late.push(c);
     }
-    fill(&db.pool, &aggregates, 50, 500).await;
+    fill(&mut conn, &aggregates, 50, 500).await;
     let before_late = 40 * 50;
     let total_backlog = 40 * 550;
 
@@ -194,8 +182,8 @@ async fn rows_committed_below_a_batch_claimed_ahead_go_first_and_in_order() {
         sqlx::query("COMMIT").execute(&mut *c).await.unwrap();
     }
     let late_aggregates: Vec<String> = (0..LATE).map(|k| format!("late-{k}")).collect();
-    fill(&db.pool, &late_aggregates, 1, 5).await;
-    fill(&db.pool, &aggregates, 550, 20).await;
+    fill(&mut conn, &late_aggregates, 1, 5).await;
+    fill(&mut conn, &aggregates, 550, 20).await;
     e2e::proc::signal(relay.pid(), "CONT");
 
     let expected = total_backlog + LATE * 6 + 40 * 20;
@@ -225,33 +213,35 @@ async fn rows_committed_below_a_batch_claimed_ahead_go_first_and_in_order() {
     let records = tokio::task::spawn_blocking(move || e2e::verify::dump(&brokers, &[topic]))
         .await
         .unwrap();
-    let mut sorted: Vec<_> = records.iter().collect();
-    sorted.sort_by_key(|r| (r.partition, r.offset));
-    let mut seen: HashMap<String, Vec<i64>> = HashMap::new();
-    for r in sorted {
-        let value: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
-        let seq = value["seq"].as_i64().unwrap();
-        let s = seen.entry(r.key.clone().unwrap_or_default()).or_default();
-        if !s.contains(&seq) {
-            s.push(seq);
-        }
-    }
+    let seen = first_occurrences(&records, "seq");
     for a in &aggregates {
-        assert_eq!(seen.get(a), Some(&(0..570).collect::<Vec<i64>>()), "{a}");
+        assert_eq!(seen.get(a), Some(&seqs(570)), "{a}");
     }
     for a in &late_aggregates {
-        assert_eq!(seen.get(a), Some(&(0..6).collect::<Vec<i64>>()), "{a}");
+        assert_eq!(seen.get(a), Some(&seqs(6)), "{a}");
     }
 }
 
-async fn insert_seq(conn: &mut PgConnection, aggregate: &str, seq: i32) {
-    sqlx::query(
-        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
-         VALUES ('order', $1, 'E', jsonb_build_object('seq', $2::int))",
-    )
-    .bind(aggregate)
-    .bind(seq)
-    .execute(conn)
-    .await
-    .unwrap();
+/// Per key, the values of `field` of the payloads on the broker in the order of their first
+/// occurrence (offset order within a partition; one key lives on one partition).
+fn first_occurrences(
+    records: &[e2e::verify::Record],
+    field: &str,
+) -> HashMap<String, Vec<serde_json::Value>> {
+    let mut sorted: Vec<_> = records.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    let mut firsts: HashMap<String, Vec<serde_json::Value>> = HashMap::new();
+    for r in sorted {
+        let value: serde_json::Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
+        let seen = firsts.entry(r.key.clone().unwrap_or_default()).or_default();
+        if !seen.contains(&value[field]) {
+            seen.push(value[field].clone());
+        }
+    }
+    firsts
+}
+
+/// `seq` values 0 to `n - 1`, as the payloads carry them.
+fn seqs(n: i64) -> Vec<serde_json::Value> {
+    (0..n).map(|s| serde_json::json!(s)).collect()
 }
