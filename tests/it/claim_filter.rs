@@ -1,6 +1,7 @@
 //! The relay's failure SQL: the claim leaves out what waits behind a failure, the same way
 //! whichever plan it uses (the hashed subplans for a small failure table, the per-row probe for
-//! a large one), and a failure is recorded whatever its attempt count.
+//! a large one), and a failure is recorded whatever its attempt count; a column whose type
+//! drifted from the migrations' fails the claim by name.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -186,4 +187,60 @@ async fn a_failure_past_a_thousand_attempts_is_recorded_without_overflow() {
         wait <= policy.max_delay.as_secs_f64() + 1.0,
         "the delay is capped at the longest one: {wait} s"
     );
+}
+
+/// The claim decodes its rows without sqlx's per-value type check, having checked the
+/// statement's column types once: an outbox whose schema drifted from the migrations' is an
+/// error naming the column, not a misread value, and nothing is claimed.
+#[tokio::test]
+async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() {
+    let db = e2e::db::fresh_database().await;
+    let store = Store::from_pool(db.pool.clone());
+    let token = store
+        .try_acquire_lease("default", "drift", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let (id, _) = event(&db.pool, "drift-1").await;
+    let limits = ClaimLimits {
+        rows: 10,
+        bytes: 1 << 20,
+        failures: FailureFilter::Off,
+        ids: outbox_relay::store::IdRange::ALL,
+    };
+    let ClaimedBatch::Rows(rows, _) = store.claim(&token, limits).await.unwrap() else {
+        panic!("lease lost")
+    };
+    let row = rows[0].message.as_ref().expect("decodes");
+    assert_eq!(
+        (
+            rows.len(),
+            row.id,
+            row.aggregate_id.as_str(),
+            row.topic.as_deref()
+        ),
+        (1, id, "drift-1", None),
+        "the migrations' schema claims the row"
+    );
+
+    // An 8-byte integer where the relay reads text: decoded unchecked it would be 8 bytes of
+    // garbage (or invalid UTF-8), not an error.
+    sqlx::query("ALTER TABLE outbox ALTER COLUMN topic TYPE bigint USING 42")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let err = store
+        .claim(&token, limits)
+        .await
+        .expect_err("a text column that holds bigints cannot be claimed");
+    let message = err.to_string();
+    assert!(
+        message.contains("topic") && message.contains("INT8") && message.contains("TEXT"),
+        "the error names the column and both types: {message}"
+    );
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 1, "nothing was marked");
 }
