@@ -167,18 +167,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     ));
     tokio::spawn(wait_for_signal(shutdown.clone()));
     // A refused login or certificate is retried by librdkafka forever, like an outage: stop
-    // here instead, naming the cause, before anything is claimed or published.
-    if let Err(e) = outbox_kit::kafka::probe::check_at_start(
+    // here instead, naming the cause, before anything is claimed or published; and, when no
+    // broker answered yet, the first time one does.
+    let refusal = match outbox_kit::kafka::probe::check_at_start(
         &args.kafka.kafka_brokers,
         &settings.kafka_config,
         outbox_kit::kafka::probe::START_CHECK_TIMEOUT,
     )
     .await
     {
-        shutdown.cancel();
-        let _ = server.await;
-        return Err(anyhow::Error::new(e).context("connecting to Kafka"));
-    }
+        Ok(check) => check.stop_on_refusal(shutdown.clone()),
+        Err(e) => {
+            shutdown.cancel();
+            let _ = server.await;
+            return Err(anyhow::Error::new(e).context("connecting to Kafka"));
+        }
+    };
     let relay = Relay::new(store, settings, metrics);
     let result = relay.run(shutdown.clone()).await;
     shutdown.cancel();
@@ -187,7 +191,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Err(e) => tracing::error!(error = %e, "Metrics server panicked"),
         Ok(Ok(())) => {}
     }
-    result
+    match refusal.take() {
+        Some(e) => Err(anyhow::Error::new(e).context("connecting to Kafka")),
+        None => result,
+    }
 }
 
 async fn wait_for_signal(shutdown: CancellationToken) {

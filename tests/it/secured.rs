@@ -4,7 +4,7 @@
 //!   relay, the stock consumer's runtime with its admin client and dead-letter producer, its
 //!   `dlq list` reader, kafka-python) logs in with SASL_SSL + SCRAM-SHA-512; a wrong password
 //!   or an untrusted CA stops the relay and the consumer at start-up, naming the cause, with
-//!   nothing published and nothing marked.
+//!   nothing published and nothing marked; so does a broker that first answers after start-up.
 //! - PostgreSQL: `ssl=on`, `hostssl ... scram-sha-256` only; the relay and a service connect
 //!   with `sslmode=verify-full` and the password from `DATABASE_PASSWORD_FILE`; a client
 //!   certificate where the server wants one; a wrong CA, a wrong host name and no TLS are
@@ -468,6 +468,96 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
     .await
     .unwrap();
     assert!(records.is_empty(), "{records:?}");
+}
+
+/// A process that has never reached a broker (none was up at start-up: it carries on, as
+/// through any outage) still stops on the first refusal once a broker answers, naming the
+/// cause, instead of retrying forever with only `/healthz` saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_that_comes_up_refusing_stops_a_relay_and_a_consumer_that_never_reached_one() {
+    let pki = Pki::new();
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let mut kafka = SecuredKafka::start(&pki, &[(&topic, 1)]);
+    let brokers = kafka.brokers();
+    let db = e2e::db::fresh_database().await;
+    let payload = json!({"n": 0});
+    outbox_kit::enqueue(
+        &db.pool,
+        &outbox_kit::NewEvent::new("order", "a0", "Tested", &payload),
+    )
+    .await
+    .unwrap();
+    // Nothing listens at the broker's address: every connection is refused (an outage).
+    kafka.terminator.stop();
+
+    // Both trust another CA than the one that signed the broker's certificate.
+    let untrusted = pki.path("other-ca.pem");
+    let password_file = secret_file(&pki, KAFKA_PASSWORD).display().to_string();
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-never-reached");
+    args.extra = relay_security_flags(&password_file, &untrusted);
+    let mut relay = RelayProcess::start(&args);
+    let mut envs = SecuredKafka::client_env(KAFKA_PASSWORD, &untrusted);
+    envs.retain(|(k, _)| k != "KAFKA_SASL_PASSWORD");
+    envs.extend(
+        [
+            ("KAFKA_SASL_PASSWORD_FILE", password_file.as_str()),
+            ("DATABASE_URL", db.url.as_str()),
+            ("KAFKA_BROKERS", brokers.as_str()),
+            ("OUTBOX_TOPIC_PREFIX", prefix.as_str()),
+            ("LISTEN_ADDR", "127.0.0.1:0"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let mut consumer = ServiceProcess::start(
+        "stock-consumer",
+        "stock-never-reached",
+        &[],
+        &env_refs(&envs),
+    );
+    let carried_on = "Kafka not reachable at start-up; carrying on";
+    e2e::wait_for(
+        "both to carry on past the start-up check",
+        Duration::from_secs(60),
+        || {
+            let both =
+                relay.log_text().contains(carried_on) && consumer.log_text().contains(carried_on);
+            async move { both.then_some(()) }
+        },
+    )
+    .await;
+    assert!(relay.is_running(), "{}", relay.log_text());
+    assert!(consumer.try_wait().is_none(), "{}", consumer.log_text());
+
+    // The broker comes up, with a certificate neither process trusts.
+    kafka.present(&pki, "server");
+    let relay_status = e2e::wait_for(
+        "the relay to stop on the refusal",
+        Duration::from_secs(120),
+        || {
+            let status = relay.try_wait();
+            async move { status }
+        },
+    )
+    .await;
+    let status = exited(&mut consumer, "the consumer to stop on the refusal").await;
+    for (what, status, log) in [
+        ("relay", relay_status, relay.log_text()),
+        ("consumer", status, consumer.log_text()),
+    ] {
+        assert!(!status.success(), "{what} must exit non-zero:\n{log}");
+        assert!(
+            log.contains("Kafka refused the connection (tls)"),
+            "{what} should name the cause:\n{log}"
+        );
+        assert!(!log.contains(KAFKA_PASSWORD), "{what} logged the password");
+    }
+    assert_eq!(
+        e2e::db::backlog(&db.pool).await.unwrap(),
+        1,
+        "nothing published, nothing marked"
+    );
 }
 
 /// Creates role `app` (password `app_password`) and databases `relaydb`, `stockdb`, `mtls`

@@ -209,7 +209,12 @@ impl RelayProcess {
 
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
+        self.try_wait().is_none()
+    }
+
+    /// The exit status once the process has exited.
+    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
     }
 
     /// The log so far.

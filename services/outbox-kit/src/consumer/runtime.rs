@@ -188,7 +188,8 @@ fn raw_message(m: &BorrowedMessage<'_>) -> RawMessage {
 /// [`ConsumerError::Kafka`] when the client cannot be created or subscribed;
 /// [`ConsumerError::Setting`] for a setting the guarantees depend on
 /// ([`super::config::check_overrides`]); [`ConsumerError::Refused`] when the broker refuses the
-/// login or the TLS handshake at start-up (before anything is consumed).
+/// login or the TLS handshake at start-up (before anything is consumed), or the first time a
+/// broker answers when none did at start-up (`shutdown` is then cancelled).
 pub async fn run<H: Handler>(
     config: RuntimeConfig,
     pool: PgPool,
@@ -197,12 +198,13 @@ pub async fn run<H: Handler>(
     shutdown: CancellationToken,
 ) -> Result<(), ConsumerError> {
     super::config::check_overrides(&config.client_config).map_err(ConsumerError::Setting)?;
-    crate::kafka::probe::check_at_start(
+    let refusal = crate::kafka::probe::check_at_start(
         &config.brokers,
         &config.client_config,
         crate::kafka::probe::START_CHECK_TIMEOUT,
     )
-    .await?;
+    .await?
+    .stop_on_refusal(shutdown.clone());
     if let Some(spec) = config.create_topics {
         let mut failures = 0;
         loop {
@@ -321,7 +323,10 @@ pub async fn run<H: Handler>(
     // Closing leaves the group (and commits what is stored once more); it blocks on librdkafka.
     let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     tracing::info!(consumer = %config.consumer_name, "Consumer stopped");
-    Ok(())
+    match refusal.take() {
+        Some(e) => Err(ConsumerError::Refused(e)),
+        None => Ok(()),
+    }
 }
 
 /// The retention rule of `consumer_name`'s inbox rows.

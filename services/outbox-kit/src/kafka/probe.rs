@@ -172,7 +172,9 @@ pub async fn check_connection(
 
 /// Runs [`check_connection`] and decides for a long-running process: a refusal is returned (the
 /// process should stop and say why), an unreachable broker is logged and let through (the
-/// clients keep retrying, as during any outage).
+/// clients keep retrying, as during any outage), with the check going on in the background
+/// until a broker answers: a process that has never reached a broker still stops on the first
+/// refusal ([`StartCheck::stop_on_refusal`]), however late the broker comes up.
 ///
 /// # Errors
 /// [`ProbeError`] when [`ProbeError::is_fatal`].
@@ -180,23 +182,85 @@ pub async fn check_at_start(
     brokers: &str,
     settings: &KafkaSettings,
     timeout: Duration,
-) -> Result<(), ProbeError> {
+) -> Result<StartCheck, ProbeError> {
     match check_connection(brokers, settings, timeout).await {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(StartCheck { pending: None }),
         Err(e) if e.is_fatal() => Err(e),
         Err(e) => {
             tracing::warn!(error = %e, "Kafka not reachable at start-up; carrying on, the clients keep retrying");
-            Ok(())
+            Ok(StartCheck {
+                pending: Some((brokers.to_owned(), settings.clone(), timeout)),
+            })
         }
+    }
+}
+
+/// What [`check_at_start`] leaves when no broker answered yet.
+#[derive(Debug)]
+#[must_use = "a process that never reached a broker stops on a refusal only through stop_on_refusal"]
+pub struct StartCheck {
+    /// Brokers, settings and the time one check may take, while no broker answered.
+    pending: Option<(String, KafkaSettings, Duration)>,
+}
+
+impl StartCheck {
+    /// Goes on checking in the background while no broker has answered (every second at first,
+    /// backing off to every 30 s), until one answers, or refuses: then it logs why, keeps the
+    /// refusal and cancels `shutdown`, so the process stops as it would have at start-up.
+    pub fn stop_on_refusal(self, shutdown: tokio_util::sync::CancellationToken) -> RefusalWatch {
+        let refused = std::sync::Arc::new(Mutex::new(None));
+        let Some((brokers, settings, timeout)) = self.pending else {
+            return RefusalWatch { refused };
+        };
+        let kept = refused.clone();
+        tokio::spawn(async move {
+            let mut wait = Duration::from_secs(1);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(wait) => {}
+                }
+                wait = (wait * 2).min(Duration::from_secs(30));
+                match check_connection(&brokers, &settings, timeout).await {
+                    Ok(()) => {
+                        tracing::info!("Kafka broker reachable");
+                        return;
+                    }
+                    Err(e) if e.is_fatal() => {
+                        tracing::error!(error = %e, "Kafka refused this process's settings the first time a broker answered; stopping");
+                        *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        shutdown.cancel();
+                        return;
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        RefusalWatch { refused }
+    }
+}
+
+/// The refusal [`StartCheck::stop_on_refusal`] stopped the process for, if it did.
+#[derive(Debug, Clone)]
+pub struct RefusalWatch {
+    refused: std::sync::Arc<Mutex<Option<ProbeError>>>,
+}
+
+impl RefusalWatch {
+    /// The refusal, once (the process should exit with it as its error).
+    pub fn take(&self) -> Option<ProbeError> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 }
 
 /// How long [`check_at_start`] waits for an answer by default: librdkafka's own
 /// `socket.connection.setup.timeout.ms` (30 s), so a handshake that is slow to fail (a loaded
 /// TLS terminator in front of the broker) still gets its verdict before the process carries
-/// on. At 10 s a consumer with an untrusted CA once carried on and retried forever under a
-/// loaded test run (its refusal came 10 ms after the check gave up). A broker that refuses
-/// the TCP connection ends the check at once (every broker down), whatever this is.
+/// on. A broker that refuses the TCP connection ends the check at once (every broker down),
+/// whatever this is; the check then goes on in the background ([`StartCheck`]).
 pub const START_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
