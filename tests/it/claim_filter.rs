@@ -8,7 +8,21 @@ use std::time::Duration;
 
 use outbox_relay::failure::FailureClass;
 use outbox_relay::parking::{FailureState, FailureView, NewFailure, ParkPolicy, Recorded};
-use outbox_relay::store::{ClaimLimits, ClaimedBatch, FailureFilter, Store, SMALL_FAILURE_TABLE};
+use outbox_relay::store::{
+    ClaimLimits, ClaimedBatch, FailureFilter, LeaseToken, Store, SMALL_FAILURE_TABLE,
+};
+
+/// A fresh outbox database, its store, and the lease held there by `instance`.
+async fn leased(instance: &str) -> (e2e::db::TestDb, Store, LeaseToken) {
+    let db = e2e::db::fresh_database().await;
+    let store = Store::from_pool(db.pool.clone());
+    let token = store
+        .try_acquire_lease("default", instance, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    (db, store, token)
+}
 
 async fn event(pool: &sqlx::PgPool, aggregate: &str) -> (i64, uuid::Uuid) {
     sqlx::query_as(
@@ -45,13 +59,7 @@ async fn failure(
 
 #[tokio::test]
 async fn hashed_and_probed_claims_leave_out_the_same_held_back_events() {
-    let db = e2e::db::fresh_database().await;
-    let store = Store::from_pool(db.pool.clone());
-    let token = store
-        .try_acquire_lease("default", "claim-filter", Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let (db, store, token) = leased("claim-filter").await;
 
     // due-1: its first event failed and is due for a retry; two events wait behind it.
     // later-1: failed, retried in an hour. parked-1: parked. healthy-*: nothing failed.
@@ -135,13 +143,7 @@ async fn hashed_and_probed_claims_leave_out_the_same_held_back_events() {
 
 #[tokio::test]
 async fn a_failure_past_a_thousand_attempts_is_recorded_without_overflow() {
-    let db = e2e::db::fresh_database().await;
-    let store = Store::from_pool(db.pool.clone());
-    let token = store
-        .try_acquire_lease("default", "overflow", Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let (db, store, token) = leased("overflow").await;
     let (id, event_id) = event(&db.pool, "long-1").await;
     failure(&db.pool, (id, event_id), "long-1", "due").await;
     sqlx::query("UPDATE outbox_failure SET attempts = 1100 WHERE outbox_id = $1")
@@ -194,13 +196,7 @@ async fn a_failure_past_a_thousand_attempts_is_recorded_without_overflow() {
 /// error naming the column, not a misread value, and nothing is claimed.
 #[tokio::test]
 async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() {
-    let db = e2e::db::fresh_database().await;
-    let store = Store::from_pool(db.pool.clone());
-    let token = store
-        .try_acquire_lease("default", "drift", Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let (db, store, token) = leased("drift").await;
     let (id, _) = event(&db.pool, "drift-1").await;
     let limits = ClaimLimits {
         rows: 10,

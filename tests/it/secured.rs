@@ -74,6 +74,30 @@ fn relay_security_flags(password_file: &str, ca: &str) -> Vec<String> {
     .into()
 }
 
+/// The stock consumer logging in over SASL_SSL with the password in `password_file`, trusting
+/// `ca`, on `[database url, brokers, topic prefix]`.
+fn stock_consumer(
+    name: &str,
+    password_file: &str,
+    ca: &str,
+    [database_url, brokers, prefix]: [&str; 3],
+) -> ServiceProcess {
+    let mut envs = SecuredKafka::client_env(KAFKA_PASSWORD, ca);
+    envs.retain(|(k, _)| k != "KAFKA_SASL_PASSWORD");
+    envs.extend(
+        [
+            ("KAFKA_SASL_PASSWORD_FILE", password_file),
+            ("DATABASE_URL", database_url),
+            ("KAFKA_BROKERS", brokers),
+            ("OUTBOX_TOPIC_PREFIX", prefix),
+            ("LISTEN_ADDR", "127.0.0.1:0"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    ServiceProcess::start("stock-consumer", name, &[], &env_refs(&envs))
+}
+
 /// Waits for `p` to exit; its exit status.
 async fn exited(p: &mut ServiceProcess, what: &str) -> std::process::ExitStatus {
     e2e::wait_for(what, Duration::from_secs(60), || {
@@ -422,24 +446,11 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
         );
         assert!(!log.contains(wrong_password) && !log.contains(KAFKA_PASSWORD));
 
-        let mut envs = SecuredKafka::client_env(KAFKA_PASSWORD, trusted);
-        envs.retain(|(k, _)| k != "KAFKA_SASL_PASSWORD");
-        envs.extend(
-            [
-                ("KAFKA_SASL_PASSWORD_FILE", password_file.as_str()),
-                ("DATABASE_URL", db.url.as_str()),
-                ("KAFKA_BROKERS", brokers.as_str()),
-                ("OUTBOX_TOPIC_PREFIX", prefix.as_str()),
-                ("LISTEN_ADDR", "127.0.0.1:0"),
-            ]
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-        );
-        let mut consumer = ServiceProcess::start(
-            "stock-consumer",
+        let mut consumer = stock_consumer(
             &format!("stock-{name}"),
-            &[],
-            &env_refs(&envs),
+            password_file,
+            trusted,
+            [&db.url, &brokers, &prefix],
         );
         let status = exited(
             &mut consumer,
@@ -497,24 +508,11 @@ async fn a_broker_that_comes_up_refusing_stops_a_relay_and_a_consumer_that_never
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-never-reached");
     args.extra = relay_security_flags(&password_file, &untrusted);
     let mut relay = RelayProcess::start(&args);
-    let mut envs = SecuredKafka::client_env(KAFKA_PASSWORD, &untrusted);
-    envs.retain(|(k, _)| k != "KAFKA_SASL_PASSWORD");
-    envs.extend(
-        [
-            ("KAFKA_SASL_PASSWORD_FILE", password_file.as_str()),
-            ("DATABASE_URL", db.url.as_str()),
-            ("KAFKA_BROKERS", brokers.as_str()),
-            ("OUTBOX_TOPIC_PREFIX", prefix.as_str()),
-            ("LISTEN_ADDR", "127.0.0.1:0"),
-        ]
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    let mut consumer = ServiceProcess::start(
-        "stock-consumer",
+    let mut consumer = stock_consumer(
         "stock-never-reached",
-        &[],
-        &env_refs(&envs),
+        &password_file,
+        &untrusted,
+        [&db.url, &brokers, &prefix],
     );
     let carried_on = "Kafka not reachable at start-up; carrying on";
     e2e::wait_for(
