@@ -196,7 +196,7 @@ async fn a_failure_past_a_thousand_attempts_is_recorded_without_overflow() {
 /// error naming the column, not a misread value, and nothing is claimed.
 #[tokio::test]
 async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() {
-    let (db, store, token) = leased("drift").await;
+    let (db, _store, token) = leased("drift").await;
     let (id, _) = event(&db.pool, "drift-1").await;
     let limits = ClaimLimits {
         rows: 10,
@@ -204,7 +204,9 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
         failures: FailureFilter::Off,
         ids: outbox_relay::store::IdRange::ALL,
     };
-    let ClaimedBatch::Rows(rows, _) = store.claim(&token, limits).await.unwrap() else {
+    // A relay's own pool (four connections), kept running through the migrations below.
+    let running = Store::connect_lazy(&db.url).unwrap();
+    let ClaimedBatch::Rows(rows, _) = running.claim(&token, limits).await.unwrap() else {
         panic!("lease lost")
     };
     let row = rows[0].message.as_ref().expect("decodes");
@@ -242,4 +244,29 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
         .await
         .unwrap();
     assert_eq!(left, 1, "nothing was marked");
+
+    // A compatible type again (`varchar` decodes as text), under the relay that kept running:
+    // the claim its connection prepared before the changes is refused once ("cached plan must
+    // not change result type"), then prepared afresh; the relay claims on.
+    sqlx::query("ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(249) USING topic::text")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut refusals = Vec::new();
+    let rows = loop {
+        match running.claim(&token, limits).await {
+            Ok(ClaimedBatch::Rows(rows, _)) => break rows,
+            Ok(ClaimedBatch::LeaseLost) => panic!("lease lost"),
+            Err(e) => refusals.push(e.to_string()),
+        }
+        assert!(
+            refusals.len() <= 4,
+            "the running relay's claims keep failing after the migration: {refusals:?}"
+        );
+    };
+    assert_eq!(
+        rows[0].message.as_ref().expect("decodes").topic.as_deref(),
+        Some("42"),
+        "claimed after {refusals:?}"
+    );
 }
