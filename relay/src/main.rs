@@ -173,6 +173,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         &args.kafka.kafka_brokers,
         &settings.kafka_config,
         outbox_kit::kafka::probe::START_CHECK_TIMEOUT,
+        &shutdown,
     )
     .await
     {

@@ -251,3 +251,134 @@ async fn a_join_group_the_coordinator_never_answers_costs_a_consumer_half_a_minu
     );
     assert_eq!(proxy.swallowed(), 1, "the second JoinGroup went through");
 }
+
+/// A TCP listener that takes connections and never answers: a broker address behind a
+/// firewall that drops replies, or a broker hung in the middle of a request. It reads the
+/// client id of each connection's first Kafka request (the relay's producers say
+/// `outbox-relay` and `outbox-relay-lone`, the connection check `outbox-check`).
+struct BlackHole {
+    clients: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    async fn bind(port: u16) -> Self {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .expect("bind the black hole");
+        let clients = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = clients.clone();
+        let task = tokio::spawn(async move {
+            let mut held = tokio::task::JoinSet::new();
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let seen = seen.clone();
+                held.spawn(async move {
+                    // Request header: size (4), api key (2), version (2), correlation id (4),
+                    // client id (2-byte length, then the bytes).
+                    let mut head = [0u8; 14];
+                    if socket.read_exact(&mut head).await.is_ok() {
+                        let len = usize::from(u16::from_be_bytes([head[12], head[13]]));
+                        let mut id = vec![0u8; len];
+                        if socket.read_exact(&mut id).await.is_ok() {
+                            seen.lock()
+                                .unwrap()
+                                .push(String::from_utf8_lossy(&id).into_owned());
+                        }
+                    }
+                    // Never answer; hold the connection until the peer gives up.
+                    let mut rest = [0u8; 1024];
+                    while matches!(socket.read(&mut rest).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        Self { clients, task }
+    }
+
+    /// Whether a connection check (a client that is not the relay's producer) is waiting.
+    fn checking(&self) -> bool {
+        self.clients
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|c| c != "outbox-relay")
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// SIGTERM stops a relay at once while its Kafka connection check waits on a broker that
+/// never answers (librdkafka gives such a connection 10 s to answer, the check 30 s in all):
+/// during the start-up check, and during the check that goes on in the background when no
+/// broker answered at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_stops_a_relay_whose_kafka_check_hangs_on_a_silent_broker() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    // At start-up: the broker's address takes the connection and never answers.
+    let port = e2e::free_port();
+    let hole = BlackHole::bind(port).await;
+    let brokers = format!("127.0.0.1:{port}");
+    let mut relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "hung-check"));
+    e2e::wait_for(
+        "the start-up check to wait on the silent broker",
+        Duration::from_secs(30),
+        || async { hole.checking().then_some(()) },
+    )
+    .await;
+    let (took, status) = relay
+        .terminate(Duration::from_secs(25))
+        .expect("SIGTERM during the start-up check stops the relay");
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        relay.log_text()
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped only after {took:?}: it waited for the check"
+    );
+    drop(hole);
+
+    // Nothing listens at start-up (refused at once: the relay carries on), then the address
+    // goes silent: the check that goes on in the background hangs on it.
+    let port = e2e::free_port();
+    let brokers = format!("127.0.0.1:{port}");
+    let mut relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "hung-later"));
+    e2e::wait_for(
+        "the relay to carry on past the start-up check",
+        Duration::from_secs(30),
+        || {
+            let carried_on = relay
+                .log_text()
+                .contains("Kafka not reachable at start-up; carrying on");
+            async move { carried_on.then_some(()) }
+        },
+    )
+    .await;
+    let hole = BlackHole::bind(port).await;
+    // The background check connects at its next attempt (1 s, 2 s, 4 s, ... apart), and then
+    // waits for an answer.
+    e2e::wait_for(
+        "the background check to wait on the silent broker",
+        Duration::from_secs(30),
+        || async { hole.checking().then_some(()) },
+    )
+    .await;
+    let (took, status) = relay
+        .terminate(Duration::from_secs(25))
+        .expect("SIGTERM during the background check stops the relay");
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        relay.log_text()
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped only after {took:?}: it waited for the check"
+    );
+}

@@ -202,6 +202,7 @@ pub async fn run<H: Handler>(
         &config.brokers,
         &config.client_config,
         crate::kafka::probe::START_CHECK_TIMEOUT,
+        &shutdown,
     )
     .await?
     .stop_on_refusal(shutdown.clone());

@@ -4,7 +4,8 @@
 //! the process's own settings, and sorts what happened: answered, refused (a setting is wrong:
 //! stop and say which), or unreachable (the broker may come later: carry on).
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
@@ -47,7 +48,7 @@ impl ProbeError {
 #[derive(Default)]
 struct ProbeContext {
     refused: Mutex<Option<(&'static str, String)>>,
-    all_down: std::sync::atomic::AtomicBool,
+    all_down: AtomicBool,
 }
 
 impl ClientContext for ProbeContext {
@@ -62,8 +63,7 @@ impl ClientContext for ProbeContext {
             let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
             refused.get_or_insert((kind, reason.to_owned()));
         } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.all_down
-                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.all_down.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -116,12 +116,29 @@ pub fn check_connection_blocking(
     settings: &KafkaSettings,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
+    check_until(brokers, settings, timeout, &AtomicBool::new(false))
+}
+
+/// [`check_connection_blocking`] that gives up ([`ProbeError::Unreachable`]) within half a
+/// second of `stop` being set.
+fn check_until(
+    brokers: &str,
+    settings: &KafkaSettings,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> Result<(), ProbeError> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", brokers);
     cfg.set("enable.metrics.push", "false");
+    let mut client_id = "outbox";
     for (k, v) in super::connection_settings(settings) {
+        if k == "client.id" {
+            client_id = v;
+        }
         cfg.set(k, v);
     }
+    // Told apart from the process's own clients in the broker's logs and quotas.
+    cfg.set("client.id", format!("{client_id}-check"));
     let producer: BaseProducer<ProbeContext> = cfg.create_with_context(ProbeContext::default())?;
     let deadline = Instant::now() + timeout;
     loop {
@@ -144,11 +161,8 @@ pub fn check_connection_blocking(
         }
         // Every broker was tried and none got as far as TLS or SASL (a refusal would have been
         // reported first): down, not refusing.
-        let all_down = producer
-            .context()
-            .all_down
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if all_down || Instant::now() >= deadline {
+        let all_down = producer.context().all_down.load(Ordering::Relaxed);
+        if all_down || Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
             return Err(ProbeError::Unreachable(timeout));
         }
     }
@@ -174,7 +188,9 @@ pub async fn check_connection(
 /// process should stop and say why), an unreachable broker is logged and let through (the
 /// clients keep retrying, as during any outage), with the check going on in the background
 /// until a broker answers: a process that has never reached a broker still stops on the first
-/// refusal ([`StartCheck::stop_on_refusal`]), however late the broker comes up.
+/// refusal ([`StartCheck::stop_on_refusal`]), however late the broker comes up. `shutdown`
+/// ends the check at once (a broker that takes the connection and never answers holds it for
+/// about 10 s): the process is stopping, nothing is left to check.
 ///
 /// # Errors
 /// [`ProbeError`] when [`ProbeError::is_fatal`].
@@ -182,8 +198,13 @@ pub async fn check_at_start(
     brokers: &str,
     settings: &KafkaSettings,
     timeout: Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
 ) -> Result<StartCheck, ProbeError> {
-    match check_connection(brokers, settings, timeout).await {
+    let Some(checked) = check_unless(brokers, settings, timeout, shutdown).await else {
+        // Stopping before the check ended: nothing to check any more.
+        return Ok(StartCheck { pending: None });
+    };
+    match checked {
         Ok(()) => Ok(StartCheck { pending: None }),
         Err(e) if e.is_fatal() => Err(e),
         Err(e) => {
@@ -208,7 +229,7 @@ impl StartCheck {
     /// backing off to every 30 s), until one answers, or refuses: then it logs why, keeps the
     /// refusal and cancels `shutdown`, so the process stops as it would have at start-up.
     pub fn stop_on_refusal(self, shutdown: tokio_util::sync::CancellationToken) -> RefusalWatch {
-        let refused = std::sync::Arc::new(Mutex::new(None));
+        let refused = Arc::new(Mutex::new(None));
         let Some((brokers, settings, timeout)) = self.pending else {
             return RefusalWatch { refused };
         };
@@ -221,7 +242,11 @@ impl StartCheck {
                     () = tokio::time::sleep(wait) => {}
                 }
                 wait = (wait * 2).min(Duration::from_secs(30));
-                match check_connection(&brokers, &settings, timeout).await {
+                let Some(checked) = check_unless(&brokers, &settings, timeout, &shutdown).await
+                else {
+                    return;
+                };
+                match checked {
                     Ok(()) => {
                         tracing::info!("Kafka broker reachable");
                         return;
@@ -240,10 +265,39 @@ impl StartCheck {
     }
 }
 
+/// [`check_connection`] unless `shutdown` comes first (`None`). The check runs on a blocking
+/// thread of its own, told to stop when this future ends or is dropped: a runtime waits for
+/// its blocking threads as it shuts down, and a check can take `timeout`.
+async fn check_unless(
+    brokers: &str,
+    settings: &KafkaSettings,
+    timeout: Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Option<Result<(), ProbeError>> {
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let check = {
+        let (brokers, settings, stop) = (brokers.to_owned(), settings.clone(), stop.0.clone());
+        tokio::task::spawn_blocking(move || check_until(&brokers, &settings, timeout, &stop))
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => None,
+        checked = check => Some(checked.unwrap_or(Err(ProbeError::Client(KafkaError::Canceled)))),
+    }
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The refusal [`StartCheck::stop_on_refusal`] stopped the process for, if it did.
 #[derive(Debug, Clone)]
 pub struct RefusalWatch {
-    refused: std::sync::Arc<Mutex<Option<ProbeError>>>,
+    refused: Arc<Mutex<Option<ProbeError>>>,
 }
 
 impl RefusalWatch {
