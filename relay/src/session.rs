@@ -16,7 +16,8 @@
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor, PgConnection, PgPool, Postgres};
 
-/// A pooled connection for one unit of work; call [`Session::finish`] when it succeeded.
+/// A pooled connection for one unit of work; call [`Session::finish`] when it succeeded (a
+/// session dropped without it closes its connection).
 #[derive(Debug)]
 pub struct Session {
     conn: PoolConnection<Postgres>,
@@ -25,6 +26,8 @@ pub struct Session {
     /// Behind PgBouncer: deallocate the statements before the commit.
     deallocate: bool,
     open: bool,
+    /// [`Session::finish`] ran: the unit of work succeeded.
+    finished: bool,
 }
 
 impl Session {
@@ -56,6 +59,7 @@ impl Session {
             tx,
             deallocate,
             open: tx,
+            finished: false,
         })
     }
 
@@ -80,15 +84,21 @@ impl Session {
             self.conn.execute(end).await?;
             self.open = false;
         }
+        self.finished = true;
         Ok(())
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // A transaction left open by an error: the connection is closed rather than handed to
-        // the next user mid-transaction (the server rolls it back).
-        if self.open {
+        // A unit of work that failed or was given up does not hand its connection on: a
+        // transaction left open is rolled back by the server as the connection closes, and the
+        // connection's cached statements go with it. After a migration changed the type of a
+        // column a cached statement returns, PostgreSQL refuses that statement on that
+        // connection every time ("cached plan must not change result type"); kept, the
+        // connection would fail the relay's claims whenever the pool handed it out, until it
+        // retired (30 min); a new connection prepares the statement afresh.
+        if self.open || !self.finished {
             self.conn.close_on_drop();
         }
     }

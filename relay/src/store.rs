@@ -664,19 +664,19 @@ impl Store {
     }
 }
 
-/// A row's `headers` column (its `jsonb` text) as JSON; `{}`, the common case, without a parse.
-/// Text PostgreSQL accepted but JSON readers refuse (e.g. numbers beyond `f64`) is an error:
-/// the row is parked as undecodable instead of stopping the batch.
 /// Checks the claim's columns (by position, as its SELECT lists them) against the types the
 /// relay decodes them as, so the rows can be decoded without sqlx's per-value check: a schema
-/// that differs from the migrations' is an error naming the column, never a misread value.
+/// that differs from the migrations' is an error naming the column, never a misread value. (A
+/// statement a connection prepared before such a change is refused by PostgreSQL itself,
+/// "cached plan must not change result type", and the connection is closed: see
+/// [`crate::session::Session`].)
 fn check_claim_types(row: &sqlx::postgres::PgRow) -> Result<(), sqlx::Error> {
     use sqlx::postgres::Postgres;
     use sqlx::{Column, Type, TypeInfo};
     fn is<T: Type<Postgres>>(row: &sqlx::postgres::PgRow, i: usize) -> Result<(), sqlx::Error> {
         let column = row.column(i);
         let ty = column.type_info();
-        if ty.is_null() || T::compatible(ty) {
+        if T::compatible(ty) {
             return Ok(());
         }
         Err(sqlx::Error::ColumnDecode {
@@ -701,6 +701,9 @@ fn check_claim_types(row: &sqlx::postgres::PgRow) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// A row's `headers` column (its `jsonb` text) as JSON; `{}`, the common case, without a parse.
+/// Text PostgreSQL accepted but JSON readers refuse (e.g. numbers beyond `f64`) is an error:
+/// the row is parked as undecodable instead of stopping the batch.
 fn decode_headers(text: &str) -> Result<serde_json::Value, serde_json::Error> {
     if text == "{}" {
         Ok(serde_json::Value::Object(Default::default()))

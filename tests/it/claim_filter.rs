@@ -246,8 +246,9 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
     assert_eq!(left, 1, "nothing was marked");
 
     // A compatible type again (`varchar` decodes as text), under the relay that kept running:
-    // the claim its connection prepared before the changes is refused once ("cached plan must
-    // not change result type"), then prepared afresh; the relay claims on.
+    // a connection that prepared the claim before the changes has it refused ("cached plan
+    // must not change result type") and is closed; a new one prepares it afresh. At most one
+    // refusal per connection of the relay's pool (four), then the relay claims on.
     sqlx::query("ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(249) USING topic::text")
         .execute(&db.pool)
         .await
@@ -269,4 +270,31 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
         Some("42"),
         "claimed after {refusals:?}"
     );
+    // No connection with the stale statement is left to hand out.
+    for i in 0..8 {
+        if let Err(e) = running.claim(&token, limits).await {
+            panic!("claim {i} after recovering failed again ({refusals:?} before): {e}");
+        }
+    }
+
+    // An incompatible type under the running relay: refused (by PostgreSQL, on connections
+    // that prepared the claim before, or by the type check), never claimed.
+    sqlx::query("ALTER TABLE outbox ALTER COLUMN topic TYPE bigint USING topic::bigint")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut errors = Vec::new();
+    let named = loop {
+        let err = match running.claim(&token, limits).await {
+            Ok(ClaimedBatch::Rows(rows, _)) => panic!("claimed {rows:?} with topic bigint"),
+            Ok(ClaimedBatch::LeaseLost) => panic!("lease lost"),
+            Err(e) => e.to_string(),
+        };
+        if err.contains("topic") {
+            break err;
+        }
+        errors.push(err);
+        assert!(errors.len() <= 4, "the column is never named: {errors:?}");
+    };
+    assert!(named.contains("INT8"), "{named}");
 }

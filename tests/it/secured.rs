@@ -81,6 +81,7 @@ fn stock_consumer(
     password_file: &str,
     ca: &str,
     [database_url, brokers, prefix]: [&str; 3],
+    extra: &[(&str, &str)],
 ) -> ServiceProcess {
     let mut envs = SecuredKafka::client_env(KAFKA_PASSWORD, ca);
     envs.retain(|(k, _)| k != "KAFKA_SASL_PASSWORD");
@@ -93,6 +94,7 @@ fn stock_consumer(
             ("LISTEN_ADDR", "127.0.0.1:0"),
         ]
         .iter()
+        .chain(extra)
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
     );
     ServiceProcess::start("stock-consumer", name, &[], &env_refs(&envs))
@@ -451,6 +453,7 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
             password_file,
             trusted,
             [&db.url, &brokers, &prefix],
+            &[],
         );
         let status = exited(
             &mut consumer,
@@ -508,11 +511,14 @@ async fn a_broker_that_comes_up_refusing_stops_a_relay_and_a_consumer_that_never
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-never-reached");
     args.extra = relay_security_flags(&password_file, &untrusted);
     let mut relay = RelayProcess::start(&args);
+    // It creates its topics if missing: it waits in that step (retrying) when the refusal
+    // comes, and must still stop with it.
     let mut consumer = stock_consumer(
         "stock-never-reached",
         &password_file,
         &untrusted,
         [&db.url, &brokers, &prefix],
+        &[("CONSUMER_CREATE_MISSING_TOPICS", "true")],
     );
     let carried_on = "Kafka not reachable at start-up; carrying on";
     e2e::wait_for(

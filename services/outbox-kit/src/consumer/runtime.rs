@@ -216,7 +216,10 @@ pub async fn run<H: Handler>(
                     let wait = config.retry.delay(failures, rand::random::<f64>());
                     tracing::warn!(error = %e, attempt = failures, "Could not create the topics; retrying");
                     tokio::select! {
-                        () = shutdown.cancelled() => return Ok(()),
+                        // Stopped, perhaps by the background check's refusal.
+                        () = shutdown.cancelled() => {
+                            return refusal.take().map_or(Ok(()), |e| Err(ConsumerError::Refused(e)));
+                        }
                         () = tokio::time::sleep(wait) => {}
                     }
                 }
