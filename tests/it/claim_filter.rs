@@ -12,6 +12,16 @@ use outbox_relay::store::{
     ClaimLimits, ClaimedBatch, FailureFilter, LeaseToken, Store, SMALL_FAILURE_TABLE,
 };
 
+/// Changes the type of the outbox's `topic` column: `type_using` is `<type> USING <expr>`.
+async fn alter_topic(pool: &sqlx::PgPool, type_using: &str) {
+    sqlx::query(&format!(
+        "ALTER TABLE outbox ALTER COLUMN topic TYPE {type_using}"
+    ))
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 /// A fresh outbox database, its store, and the lease held there by `instance`.
 async fn leased(instance: &str) -> (e2e::db::TestDb, Store, LeaseToken) {
     let db = e2e::db::fresh_database().await;
@@ -223,10 +233,7 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
 
     // An 8-byte integer where the relay reads text: decoded unchecked it would be 8 bytes of
     // garbage (or invalid UTF-8), not an error.
-    sqlx::query("ALTER TABLE outbox ALTER COLUMN topic TYPE bigint USING 42")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    alter_topic(&db.pool, "bigint USING 42").await;
     // A relay started after the change (the pool's connections would refuse their cached
     // statement instead: "cached plan must not change result type").
     let restarted = Store::from_pool(sqlx::PgPool::connect(&db.url).await.unwrap());
@@ -249,10 +256,7 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
     // a connection that prepared the claim before the changes has it refused ("cached plan
     // must not change result type") and is closed; a new one prepares it afresh. At most one
     // refusal per connection of the relay's pool (four), then the relay claims on.
-    sqlx::query("ALTER TABLE outbox ALTER COLUMN topic TYPE varchar(249) USING topic::text")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    alter_topic(&db.pool, "varchar(249) USING topic::text").await;
     let mut refusals = Vec::new();
     let rows = loop {
         match running.claim(&token, limits).await {
@@ -279,10 +283,7 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
 
     // An incompatible type under the running relay: refused (by PostgreSQL, on connections
     // that prepared the claim before, or by the type check), never claimed.
-    sqlx::query("ALTER TABLE outbox ALTER COLUMN topic TYPE bigint USING topic::bigint")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    alter_topic(&db.pool, "bigint USING topic::bigint").await;
     let mut errors = Vec::new();
     let named = loop {
         let err = match running.claim(&token, limits).await {

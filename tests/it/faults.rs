@@ -311,6 +311,29 @@ impl Drop for BlackHole {
     }
 }
 
+/// Waits until `check` of `relay` waits on `hole`, then SIGTERMs the relay: it must exit 0 at
+/// once, not after the check.
+async fn stops_at_once_while_checking(relay: &mut RelayProcess, hole: &BlackHole, check: &str) {
+    e2e::wait_for(
+        &format!("{check} to wait on the silent broker"),
+        Duration::from_secs(30),
+        || async { hole.checking().then_some(()) },
+    )
+    .await;
+    let (took, status) = relay
+        .terminate(Duration::from_secs(25))
+        .unwrap_or_else(|| panic!("SIGTERM during {check} stops the relay"));
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        relay.log_text()
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "stopped only after {took:?}: it waited for {check}"
+    );
+}
+
 /// SIGTERM stops a relay at once while its Kafka connection check waits on a broker that
 /// never answers (librdkafka gives such a connection 10 s to answer, the check 30 s in all):
 /// during the start-up check, and during the check that goes on in the background when no
@@ -324,24 +347,7 @@ async fn sigterm_stops_a_relay_whose_kafka_check_hangs_on_a_silent_broker() {
     let hole = BlackHole::bind(port).await;
     let brokers = format!("127.0.0.1:{port}");
     let mut relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "hung-check"));
-    e2e::wait_for(
-        "the start-up check to wait on the silent broker",
-        Duration::from_secs(30),
-        || async { hole.checking().then_some(()) },
-    )
-    .await;
-    let (took, status) = relay
-        .terminate(Duration::from_secs(25))
-        .expect("SIGTERM during the start-up check stops the relay");
-    assert!(
-        status.success(),
-        "exit status {status}:\n{}",
-        relay.log_text()
-    );
-    assert!(
-        took < Duration::from_secs(5),
-        "stopped only after {took:?}: it waited for the check"
-    );
+    stops_at_once_while_checking(&mut relay, &hole, "the start-up check").await;
     drop(hole);
 
     // Nothing listens at start-up (refused at once: the relay carries on), then the address
@@ -363,22 +369,5 @@ async fn sigterm_stops_a_relay_whose_kafka_check_hangs_on_a_silent_broker() {
     let hole = BlackHole::bind(port).await;
     // The background check connects at its next attempt (1 s, 2 s, 4 s, ... apart), and then
     // waits for an answer.
-    e2e::wait_for(
-        "the background check to wait on the silent broker",
-        Duration::from_secs(30),
-        || async { hole.checking().then_some(()) },
-    )
-    .await;
-    let (took, status) = relay
-        .terminate(Duration::from_secs(25))
-        .expect("SIGTERM during the background check stops the relay");
-    assert!(
-        status.success(),
-        "exit status {status}:\n{}",
-        relay.log_text()
-    );
-    assert!(
-        took < Duration::from_secs(5),
-        "stopped only after {took:?}: it waited for the check"
-    );
+    stops_at_once_while_checking(&mut relay, &hole, "the background check").await;
 }

@@ -132,15 +132,15 @@ pub async fn run_until_at_rest(
     timeout: Duration,
     caught_up: impl Fn(&AuditRun) -> bool,
 ) -> Result<AuditRun, AuditRun> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut previous: Option<AuditRun> = None;
-    loop {
+    // The previous run, to judge the next one by; the last one when the time is up.
+    let previous: std::sync::Mutex<Option<AuditRun>> = std::sync::Mutex::new(None);
+    let previous = &previous;
+    let caught_up = &caught_up;
+    let at_rest_run = outbox_kit::poll::poll_every(Duration::from_millis(250), timeout, || async move {
         let r = run(sys, brokers, extra).await;
-        if at_rest(previous.as_ref(), &r, &caught_up) {
-            return Ok(r);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(r);
+        let mut previous = previous.lock().unwrap();
+        if at_rest(previous.as_ref(), &r, caught_up) {
+            return Some(r);
         }
         eprintln!(
             "audit: not at rest yet ({} messages ahead of the consumers, {} unpublished, {} on the broker)",
@@ -148,9 +148,17 @@ pub async fn run_until_at_rest(
             r.unpublished(),
             r.count("broker.messages")
         );
-        previous = Some(r);
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        *previous = Some(r);
+        None
+    })
+    .await;
+    at_rest_run.ok_or_else(|| {
+        previous
+            .lock()
+            .unwrap()
+            .take()
+            .expect("poll_every runs the audit at least once")
+    })
 }
 
 /// Whether `current` is a verdict on a system at rest: the run before it (`previous`) and it

@@ -113,17 +113,19 @@ where
     Fut: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
-    loop {
-        match tokio::spawn(call(sys.clone())).await {
-            Ok(v) => return Some(v),
-            Err(_) if Instant::now() < deadline => {
-                c.retries.fetch_add(1, Ordering::Relaxed);
-                sleep(Duration::from_millis(500)).await;
-            }
-            Err(_) => return None,
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    outbox_kit::poll::poll_every(RETRY_INTERVAL, remaining, || async {
+        let answered = tokio::spawn(call(sys.clone())).await.ok();
+        if answered.is_none() && Instant::now() < deadline {
+            c.retries.fetch_add(1, Ordering::Relaxed);
         }
-    }
+        answered
+    })
+    .await
 }
+
+/// How long a client call that failed waits before it is tried again.
+const RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Waits until the order's outbound is in `status`; its number.
 async fn outbound_in(
@@ -214,16 +216,22 @@ where
     F: Fn(Arc<System>) -> Fut,
     Fut: Future<Output = bool> + Send + 'static,
 {
-    loop {
-        if retry(sys, c, deadline, &call).await? {
-            return Some(());
+    // `Some(None)`: the call itself gave up, so does this.
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    outbox_kit::poll::poll_every(RETRY_INTERVAL, remaining, || async {
+        match retry(sys, c, deadline, &call).await {
+            None => Some(None),
+            Some(true) => Some(Some(())),
+            Some(false) => {
+                if Instant::now() <= deadline {
+                    c.retries.fetch_add(1, Ordering::Relaxed);
+                }
+                None
+            }
         }
-        if Instant::now() > deadline {
-            return None;
-        }
-        c.retries.fetch_add(1, Ordering::Relaxed);
-        sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await
+    .flatten()
 }
 
 async fn one_order(
