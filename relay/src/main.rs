@@ -192,10 +192,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Err(e) => tracing::error!(error = %e, "Metrics server panicked"),
         Ok(Ok(())) => {}
     }
-    match refusal.take() {
-        Some(e) => Err(anyhow::Error::new(e).context("connecting to Kafka")),
-        None => result,
-    }
+    refusal.check().context("connecting to Kafka")?;
+    result
 }
 
 async fn wait_for_signal(shutdown: CancellationToken) {

@@ -217,9 +217,7 @@ pub async fn run<H: Handler>(
                     tracing::warn!(error = %e, attempt = failures, "Could not create the topics; retrying");
                     tokio::select! {
                         // Stopped, perhaps by the background check's refusal.
-                        () = shutdown.cancelled() => {
-                            return refusal.take().map_or(Ok(()), |e| Err(ConsumerError::Refused(e)));
-                        }
+                        () = shutdown.cancelled() => return Ok(refusal.check()?),
                         () = tokio::time::sleep(wait) => {}
                     }
                 }
@@ -327,10 +325,7 @@ pub async fn run<H: Handler>(
     // Closing leaves the group (and commits what is stored once more); it blocks on librdkafka.
     let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
     tracing::info!(consumer = %config.consumer_name, "Consumer stopped");
-    match refusal.take() {
-        Some(e) => Err(ConsumerError::Refused(e)),
-        None => Ok(()),
-    }
+    Ok(refusal.check()?)
 }
 
 /// The retention rule of `consumer_name`'s inbox rows.

@@ -301,12 +301,20 @@ pub struct RefusalWatch {
 }
 
 impl RefusalWatch {
-    /// The refusal, once (the process should exit with it as its error).
-    pub fn take(&self) -> Option<ProbeError> {
-        self.refused
+    /// The refusal, once, as the error the process should exit with.
+    ///
+    /// # Errors
+    /// The refusal [`StartCheck::stop_on_refusal`] stopped the process for.
+    pub fn check(&self) -> Result<(), ProbeError> {
+        match self
+            .refused
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
