@@ -254,7 +254,7 @@ impl SecuredKafka {
         let broker_port = crate::free_port();
         let terminator = TlsTerminator::start(pki, broker_port);
         let port = terminator.port;
-        let mut broker = Tansu::start_on_behind(broker_port, port);
+        let mut broker = Tansu::start_on_behind(broker_port, port, "127.0.0.1");
         for mechanism in ["scram512", "scram256"] {
             broker.cli(&[
                 "user",

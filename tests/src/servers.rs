@@ -197,11 +197,12 @@ impl Tansu {
     /// A broker behind a proxy listening on `advertised_port`: clients connect to the address
     /// metadata gives them, so the broker must advertise the proxy's.
     pub fn start_behind(advertised_port: u16) -> Self {
-        Self::start_on_behind(crate::free_port(), advertised_port)
+        Self::start_on_behind(crate::free_port(), advertised_port, "127.0.0.1")
     }
 
-    /// [`Tansu::start_behind`] listening on `port` (a proxy started first forwards there).
-    pub fn start_on_behind(port: u16, advertised_port: u16) -> Self {
+    /// [`Tansu::start_behind`] listening on `port` (a proxy started first forwards there) and
+    /// advertising `host` (the name in a TLS terminator's certificate, or `127.0.0.1`).
+    pub fn start_on_behind(port: u16, advertised_port: u16, host: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut me = Self {
@@ -210,7 +211,7 @@ impl Tansu {
             extra: Vec::new(),
             port,
             advertised_port,
-            advertised_host: "127.0.0.1".to_owned(),
+            advertised_host: host.to_owned(),
         };
         me.start_again();
         me
