@@ -3,6 +3,7 @@
 
 mod access;
 mod audit;
+mod bench;
 mod business_metrics;
 mod chaos;
 mod claim_filter;

@@ -258,7 +258,7 @@ impl Report {
             };
             row(
                 &mut o,
-                "relay (release binary) draining the backlog",
+                "relay binary draining the backlog",
                 d.events,
                 d.seconds,
                 d.events_per_s,

@@ -1,0 +1,211 @@
+//! `relay-bench` against the suite's PostgreSQL and broker: every phase at smoke sizes, so the
+//! benchmark the README's figures come from keeps running and keeps accounting for every
+//! event. No figure is asserted against a threshold (a busy machine must not fail this test):
+//! only that each phase ran, moved every event it wrote, and reported what it measured.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const EVENTS: u64 = 2_000;
+const BACKLOG: u64 = 5_000;
+const POISONED: u64 = 50;
+
+/// Runs `relay-bench` with every phase (the opt-in ones included) at smoke sizes; its JSON
+/// report. Killed, and the test failed, if it takes longer than `deadline`.
+fn run_bench(dir: &Path, deadline: Duration) -> Value {
+    let out = dir.join("relay-bench.json");
+    let mut child = Command::new(e2e::proc::workspace_binary("relay-bench"))
+        .args(["--relay-bin"])
+        .arg(e2e::proc::relay_binary())
+        .arg("--out")
+        .arg(&out)
+        .args([
+            "--phases",
+            "produce,db,drain,naive,latency,isolation,insert,failures,backlog,sizes,topics",
+            "--events",
+            &EVENTS.to_string(),
+            "--naive-events",
+            "100",
+            "--load-rate",
+            "200",
+            "--load-seconds",
+            "2",
+            "--idle-seconds",
+            "1",
+            "--isolation-events",
+            &EVENTS.to_string(),
+            "--poisoned-aggregates",
+            &POISONED.to_string(),
+            "--suspect-aggregates",
+            "20",
+            "--insert-seconds",
+            "1",
+            "--failure-outbox-rows",
+            &EVENTS.to_string(),
+            "--failure-rows",
+            "100,1000",
+            "--claim-repeats",
+            "1",
+            "--backlog-events",
+            &BACKLOG.to_string(),
+            "--backlog-probe-secs",
+            "1",
+            "--size-payloads",
+            "100,16384",
+            "--size-budget-mb",
+            "1",
+            "--topic-counts",
+            "1,10",
+            "--topic-events",
+            "1000",
+        ])
+        .env("KAFKA_BROKERS", e2e::kafka_brokers())
+        .stdout(std::fs::File::create(dir.join("stdout.txt")).unwrap())
+        .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap())
+        .spawn()
+        .expect("start relay-bench");
+    let stop = Instant::now() + deadline;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= stop {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "relay-bench still running after {deadline:?}; its log: {}",
+                dir.join("stderr.txt").display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+    assert!(status.success(), "relay-bench exited {status}:\n{stderr}");
+    let table = std::fs::read_to_string(dir.join("stdout.txt")).unwrap();
+    eprintln!("{table}");
+    serde_json::from_slice(&std::fs::read(&out).expect("the JSON report")).unwrap()
+}
+
+fn num(v: &Value, path: &str) -> f64 {
+    path.split('.')
+        .fold(v, |v, k| &v[k])
+        .as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number in the report: {v}"))
+}
+
+/// A rate or a latency that was measured: finite and above zero.
+fn measured(v: &Value, path: &str) -> f64 {
+    let x = num(v, path);
+    assert!(x.is_finite() && x > 0.0, "{path} = {x}");
+    x
+}
+
+/// A CPU figure that was reported (finite, not negative: CPU time is counted in 10 ms ticks,
+/// so a short run of an efficient process may show none).
+fn reported(v: &Value, path: &str) {
+    let x = num(v, path);
+    assert!(x.is_finite() && x >= 0.0, "{path} = {x}");
+}
+
+/// A relay run of the report (`drain`, `backlog.drain`, a `sizes` point's `relay`): it moved
+/// `events`, under one lease epoch, and its CPU per event was measured.
+fn check_relay_run(run: &Value, name: &str, events: u64) {
+    assert_eq!(num(run, "events"), events as f64, "{name}: {run}");
+    measured(run, "events_per_s");
+    reported(run, "cpu.relay_us_per_event");
+    assert_eq!(run["lease_epochs"], serde_json::json!([1]), "{name}: {run}");
+    assert_eq!(num(run, "lease_lost_logged"), 0.0, "{name}");
+}
+
+/// Every message on `topic`, read by kafka-python: one per event id.
+fn distinct_event_ids(topic: String) -> (usize, usize) {
+    let records = e2e::verify::dump(&e2e::kafka_brokers(), &[topic]);
+    let ids: HashSet<_> = records
+        .iter()
+        .map(|r| r.headers.get("event_id").cloned().expect("event_id header"))
+        .collect();
+    (records.len(), ids.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_bench_runs_every_phase_against_the_real_servers_and_accounts_for_every_event() {
+    let dir = std::env::temp_dir().join(format!("outbox-bench-{:08x}", rand::random::<u32>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.clone();
+    let report = tokio::task::spawn_blocking(move || run_bench(&path, Duration::from_secs(600)))
+        .await
+        .unwrap();
+    assert_eq!(report["errors"], serde_json::json!([]), "phase errors");
+
+    // Raw limits, and the relay draining the same backlog.
+    assert_eq!(num(&report, "raw_produce.messages"), EVENTS as f64);
+    measured(&report, "raw_produce.msgs_per_s");
+    assert_eq!(num(&report, "raw_db.rows"), EVENTS as f64);
+    measured(&report, "raw_db.rows_per_s");
+    let drain = &report["relay_drain"];
+    check_relay_run(drain, "drain", EVENTS);
+    assert_eq!(num(&report, "naive.events"), 100.0);
+    measured(&report, "ratios.relay_over_raw_produce");
+
+    // Latency at a fixed load: every committed event seen by the consumer and acked.
+    let latency = &report["latency"];
+    let committed = num(latency, "committed");
+    assert!(committed >= 200.0, "latency phase committed {committed}");
+    assert_eq!(num(latency, "not_seen"), 0.0, "{latency}");
+    assert_eq!(num(latency, "commit_to_ack_ms.count"), committed);
+    assert_eq!(num(latency, "commit_to_seen_ms.count"), committed);
+    for q in ["commit_to_ack_ms.p99", "commit_to_seen_ms.p99"] {
+        measured(latency, q);
+    }
+    reported(latency, "idle.relay_cpu_ms_per_s");
+
+    // Isolation: the poisoned rows (three per aggregate) stay behind, the rest drains.
+    let isolation = &report["isolation"];
+    let runs = isolation["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6, "A B C C B A");
+    for run in runs {
+        measured(run, "events_per_s");
+        if run["variant"] == "poisoned" {
+            assert_eq!(num(run, "front_rows_left"), (3 * POISONED) as f64, "{run}");
+        }
+    }
+
+    // Inserts with and without the per-aggregate lock; claims beside a failure table.
+    assert_eq!(report["insert"]["runs"].as_array().unwrap().len(), 4);
+    measured(&report, "insert.locked.inserts_per_s");
+    measured(&report, "insert.unlocked.inserts_per_s");
+    let sizes = report["failures"]["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 2);
+    for size in sizes {
+        for claim in size["claims"].as_array().unwrap() {
+            assert!(!claim["ms"].as_array().unwrap().is_empty(), "{claim}");
+        }
+    }
+
+    // The backlog, and the growth phases (payload sizes, topic counts) against raw produce.
+    check_relay_run(&report["backlog"]["drain"], "backlog", BACKLOG);
+    for (phase, points) in [("sizes", 2), ("topics", 2)] {
+        let points_of = report[phase]["points"].as_array().unwrap();
+        assert_eq!(points_of.len(), points, "{phase}");
+        for point in points_of {
+            assert_eq!(point["errors"], serde_json::json!([]), "{phase}: {point}");
+            measured(point, "raw.msgs_per_s");
+            measured(point, "relay.events_per_s");
+            measured(point, "relay_over_raw");
+        }
+    }
+
+    // What the drains claim to have moved is on the broker, once per event (kafka-python).
+    for (run, events) in [(drain, EVENTS), (&report["backlog"]["drain"], BACKLOG)] {
+        let topic = format!("{}order", run["topic_prefix"].as_str().unwrap());
+        let (messages, ids) = tokio::task::spawn_blocking(move || distinct_event_ids(topic))
+            .await
+            .unwrap();
+        assert_eq!((messages, ids), (events as usize, events as usize));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
