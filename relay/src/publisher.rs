@@ -9,12 +9,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_kit::kafka::PolledProducer;
 use outbox_kit::trace::{Attribute, ProducerSpan, TraceContext};
 use outbox_kit::{EventEnvelope, HeaderOptions};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::util::Timeout;
 
 use crate::decide::Outcome;
@@ -99,7 +100,7 @@ pub struct WireSettings {
 
 /// The Kafka side of the relay.
 pub struct Publisher {
-    producer: ThreadedProducer<RelayContext>,
+    producer: PolledProducer<RelayContext>,
     context: RelayContext,
     generation: std::sync::atomic::AtomicU32,
     brokers: String,
@@ -150,6 +151,19 @@ pub const FORCED_SETTINGS: [(&str, &str); 5] = [
     ("partitioner", "murmur2_random"),
 ];
 
+/// A producer of [`producer_config`] whose delivery reports go to `context`.
+fn new_producer(
+    brokers: &str,
+    extra: &[(String, String)],
+    context: &RelayContext,
+) -> Result<PolledProducer<RelayContext>, KafkaError> {
+    PolledProducer::create(
+        &producer_config(brokers, extra),
+        context.clone(),
+        "relay-producer",
+    )
+}
+
 impl Publisher {
     /// Creates the producer (no connection is made until the first message).
     ///
@@ -177,7 +191,7 @@ impl Publisher {
     ) -> Result<Self, KafkaError> {
         let broker_down = broker_down.map(BrokerGauge::new);
         let context = RelayContext::reporting_on(broker_down.clone(), false);
-        let producer = producer_config(brokers, extra).create_with_context(context.clone())?;
+        let producer = new_producer(brokers, extra, &context)?;
         Ok(Self {
             producer,
             context,
@@ -208,8 +222,7 @@ impl Publisher {
         self.purge();
         let context =
             RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
-        self.producer =
-            producer_config(&self.brokers, &self.extra).create_with_context(context.clone())?;
+        self.producer = new_producer(&self.brokers, &self.extra, &context)?;
         self.context = context;
         Ok(())
     }
@@ -230,7 +243,7 @@ impl Publisher {
     }
 
     /// The underlying producer, for metadata queries.
-    pub fn producer(&self) -> &ThreadedProducer<RelayContext> {
+    pub fn producer(&self) -> &PolledProducer<RelayContext> {
         &self.producer
     }
 

@@ -8,10 +8,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use outbox_kit::kafka::PolledProducer;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::ThreadedProducer;
 
 use crate::failure::{check_topic_name, classify_topic_creation, FailureClass};
 use crate::kafka_context::RelayContext;
@@ -94,7 +94,7 @@ impl TopicCatalog {
     /// When the broker cannot be asked (it is down): the caller backs off as a whole.
     pub async fn check<'a>(
         &mut self,
-        producer: &ThreadedProducer<RelayContext>,
+        producer: &PolledProducer<RelayContext>,
         topics: impl IntoIterator<Item = &'a str>,
     ) -> Result<HashMap<String, TopicProblem>, KafkaError> {
         let mut problems = HashMap::new();
@@ -181,12 +181,9 @@ impl TopicCatalog {
 }
 
 /// Asks the broker whether `topic` exists.
-async fn exists(
-    producer: &ThreadedProducer<RelayContext>,
-    topic: &str,
-) -> Result<bool, KafkaError> {
+async fn exists(producer: &PolledProducer<RelayContext>, topic: &str) -> Result<bool, KafkaError> {
     use rdkafka::producer::Producer;
-    let producer = producer.clone();
+    let producer = producer.shared();
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
         let md = producer

@@ -1,16 +1,19 @@
 //! What every Kafka client of every binary shares: the security flags and the librdkafka
 //! settings made from them ([`security`]), and the start-up check that tells a connection the
 //! broker refuses (authentication, certificate) from a broker that is not up yet ([`probe`]),
-//! and the refusal a running client is getting, for `/healthz` ([`refusal`]).
+//! and the refusal a running client is getting, for `/healthz` ([`refusal`]); a producer
+//! whose delivery reports a thread of its own serves without busy looping ([`polled`]).
 //!
 //! Binaries flatten [`KafkaSecurityArgs`] next to their `--kafka-config`, call
 //! [`KafkaSecurityArgs::settings`] once, and build every client from the [`KafkaSettings`] it
 //! returns.
 
+pub mod polled;
 pub mod probe;
 pub mod refusal;
 pub mod security;
 
+pub use polled::PolledProducer;
 pub use probe::{check_connection, ProbeError};
 pub use security::{
     is_secret, KafkaSecurityArgs, KafkaSecurityError, KafkaSettings, SaslMechanism,
