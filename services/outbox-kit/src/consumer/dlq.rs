@@ -4,14 +4,14 @@
 //! A message read from the consumer's redrive topic (`<topic>.<consumer>.redrive`) that fails
 //! again goes to `<topic>.dlq` too, its `dlq.source.*` naming the redrive topic it was read from.
 
-use std::time::Duration;
-
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
+use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
+use tokio::sync::oneshot;
+
+use crate::kafka::PolledProducer;
 
 use super::config::{
     consumed_topic, dead_letter_producer_config, dead_letter_topic, RuntimeConfig,
@@ -33,8 +33,20 @@ pub const DLQ_SOURCE_OFFSET: &str = "dlq.source.offset";
 
 /// librdkafka callbacks of the dead-letter producer: its chatter (connection attempts, the
 /// idempotent producer's id requests) goes to debug level; failures reach the caller through
-/// [`DeadLetters::send`].
+/// [`DeadLetters::send`], each message's outcome through the channel it was sent with.
 struct ProducerContext;
+
+/// Where a dead letter's delivery report goes.
+type Delivered = oneshot::Sender<Result<(), KafkaError>>;
+
+impl rdkafka::producer::ProducerContext for ProducerContext {
+    type DeliveryOpaque = Box<Delivered>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, delivered: Box<Delivered>) {
+        // The sender gave up waiting only if its task was dropped: nobody to tell.
+        let _ = delivered.send(result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone()));
+    }
+}
 
 impl ClientContext for ProducerContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
@@ -53,7 +65,9 @@ impl ClientContext for ProducerContext {
 
 /// Sends rejected messages to their dead-letter topics.
 pub struct DeadLetters {
-    producer: FutureProducer<ProducerContext>,
+    /// Not rdkafka's `FutureProducer`: its polling thread busy-loops ~1 % of a core, idle or
+    /// not ([`PolledProducer`]).
+    producer: PolledProducer<ProducerContext>,
     consumer_name: String,
     /// The consumed topics (a redrive topic's letters go to its consumed topic's `.dlq`).
     topics: Vec<String>,
@@ -91,7 +105,11 @@ impl DeadLetters {
     /// Invalid librdkafka settings.
     pub fn new(config: &RuntimeConfig) -> Result<Self, KafkaError> {
         Ok(Self {
-            producer: dead_letter_producer_config(config).create_with_context(ProducerContext)?,
+            producer: PolledProducer::create(
+                &dead_letter_producer_config(config),
+                ProducerContext,
+                "dead-letters",
+            )?,
             consumer_name: config.consumer_name.clone(),
             topics: config.topics.clone(),
         })
@@ -100,7 +118,8 @@ impl DeadLetters {
     /// Produces `msg` to the dead-letter topic of its consumed topic and waits for the broker's acknowledgement.
     ///
     /// # Errors
-    /// When the broker did not acknowledge it (the caller retries; the offset stays).
+    /// When the producer refused it (e.g. its queue is full) or the broker did not acknowledge
+    /// it (the caller retries; the offset stays).
     pub async fn send(&self, msg: &RawMessage, rejection: &Rejection) -> Result<(), KafkaError> {
         let topic = dead_letter_topic(consumed_topic(
             &msg.topic,
@@ -114,18 +133,18 @@ impl DeadLetters {
                 value: v.as_deref(),
             });
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).headers(headers);
+        let (delivered, report) = oneshot::channel();
+        let mut record: BaseRecord<'_, [u8], [u8], Box<Delivered>> =
+            BaseRecord::with_opaque_to(&topic, Box::new(delivered)).headers(headers);
         if let Some(k) = msg.key.as_deref() {
             record = record.key(k);
         }
         if let Some(p) = msg.payload.as_deref() {
             record = record.payload(p);
         }
-        self.producer
-            .send(record, Timeout::After(Duration::from_secs(5)))
-            .await
-            .map(|_| ())
-            .map_err(|(e, _)| e)
+        self.producer.send(record).map_err(|(e, _)| e)?;
+        // librdkafka reports every message it took, within `message.timeout.ms`.
+        report.await.map_err(|_| KafkaError::Canceled)?
     }
 }
 
