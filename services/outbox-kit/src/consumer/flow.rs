@@ -9,8 +9,11 @@
 //!   fetching a paused partition, so the buffer holds at most what was fetched before the pause
 //!   took effect. We chose the buffer over seeking back after pausing: a seek on a running
 //!   consumer races with the fetcher, and the buffer keeps the messages we already have.
-//! - [`regulate_all`] runs every [`REGULATE_INTERVAL`]: moves buffered messages into queues
-//!   that have room again and pauses or resumes each partition.
+//! - [`regulate_all`] runs every [`REGULATE_INTERVAL`] while messages arrive or wait (or a
+//!   partition is paused, or a worker retries): moves buffered messages into queues that have
+//!   room again and pauses or resumes each partition. With nothing arriving, buffered or
+//!   paused it runs every [`IDLE_REGULATE_INTERVAL`] (it also restarts dead workers), so an
+//!   idle consumer does not wake 50 times a second.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -28,6 +31,10 @@ use super::runtime::RuntimeContext;
 /// How often the fetch loop refills queues from overflow buffers and pauses or resumes
 /// partitions.
 pub(crate) const REGULATE_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How often the fetch loop regulates while no message arrived since the last time and none
+/// is buffered, no partition is paused and no worker retries.
+pub(crate) const IDLE_REGULATE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Gives `msg` to its partition's worker without waiting: into the queue when it has room and
 /// nothing waits before it, else at the end of the overflow buffer. A message at an offset the
@@ -137,20 +144,24 @@ pub(crate) fn regulate<C: Consumer<RuntimeContext>>(
     }
 }
 
-/// [`regulate`] for every partition; updates `consumer_paused_partitions`.
+/// [`regulate`] for every partition; updates `consumer_paused_partitions`. Returns whether
+/// any partition still needs regulating: messages buffered, paused, or its worker retrying.
 pub(crate) fn regulate_all<C: Consumer<RuntimeContext>>(
     registry: &Mutex<WorkerRegistry>,
     consumer: &C,
     metrics: &ConsumerMetrics,
-) {
+) -> bool {
     let mut r = registry.lock().unwrap_or_else(|p| p.into_inner());
     let mut changed = false;
+    let mut unsettled = false;
     for ((topic, partition), w) in &mut r.workers {
         changed |= regulate(w, consumer, topic, *partition);
+        unsettled |= w.paused || should_pause(w);
     }
     if changed {
         metrics
             .paused_partitions
             .set(i64::try_from(r.paused_count()).unwrap_or(i64::MAX));
     }
+    unsettled
 }

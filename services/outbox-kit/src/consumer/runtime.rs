@@ -276,19 +276,34 @@ pub async fn run<H: Handler>(
         shutdown: &shutdown,
         metrics: &metrics,
     };
-    let mut regulate = tokio::time::interval(flow::REGULATE_INTERVAL);
-    regulate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Regulated every REGULATE_INTERVAL while messages arrive or wait, else every
+    // IDLE_REGULATE_INTERVAL (see `flow`); one timer, reset only when that changes.
+    let regulate = tokio::time::sleep(flow::REGULATE_INTERVAL);
+    tokio::pin!(regulate);
+    let mut settled = false;
     loop {
         let next = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            _ = regulate.tick() => {
+            () = &mut regulate => {
                 spawner.restart_dead(&mut registry.lock().unwrap_or_else(|p| p.into_inner()));
-                flow::regulate_all(&registry, &*consumer, &metrics);
+                settled = !flow::regulate_all(&registry, &*consumer, &metrics);
+                let every = if settled {
+                    flow::IDLE_REGULATE_INTERVAL
+                } else {
+                    flow::REGULATE_INTERVAL
+                };
+                regulate.as_mut().reset(tokio::time::Instant::now() + every);
                 continue;
             }
             m = consumer.recv() => m,
         };
+        if settled {
+            settled = false;
+            regulate
+                .as_mut()
+                .reset(tokio::time::Instant::now() + flow::REGULATE_INTERVAL);
+        }
         let msg = match next {
             Ok(m) => raw_message(&m),
             Err(e) => {
