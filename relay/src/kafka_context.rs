@@ -16,6 +16,9 @@ pub struct RelayContext {
     batch: Arc<std::sync::Mutex<Option<Arc<BatchReports>>>>,
     /// Mirrors `broker_down` (1 while down) for `/metrics`.
     down_gauge: Option<BrokerGauge>,
+    /// Its producer was replaced: what it still reports while it winds down (its thread
+    /// serves events for up to a second after the drop) is not the broker's state any more.
+    retired: Arc<AtomicBool>,
 }
 
 /// The `/metrics` gauge of the broker state. Only a leading relay writes it: a standby's idle
@@ -62,6 +65,12 @@ impl RelayContext {
         }
     }
 
+    /// Stops this context from reporting errors (gauge, `/healthz`, logs): its producer was
+    /// replaced, and the new producer's context reports from now on.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
     /// True while librdkafka reports the brokers unreachable.
     pub fn broker_down(&self) -> bool {
         self.broker_down.load(Ordering::Relaxed)
@@ -96,6 +105,10 @@ impl ClientContext for RelayContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if self.retired.load(Ordering::Relaxed) {
+            tracing::debug!(error = %error, reason, "Kafka client error of a replaced producer");
+            return;
+        }
         // A refused login or certificate: `/healthz` says so until a delivery gets through.
         outbox_kit::kafka::refusal::note(error.rdkafka_error_code(), reason);
         let transport = matches!(
@@ -222,5 +235,27 @@ impl rdkafka::producer::ProducerContext for RelayContext {
         if let Some(batch) = batch {
             batch.fill(opaque, report);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_producers_context_no_longer_reports_the_broker_state() {
+        let gauge = IntGauge::new("brokers_down", "test").unwrap();
+        let outage = || KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
+        let old = RelayContext::reporting_on(Some(BrokerGauge::new(gauge.clone())), false);
+        old.set_leading(true);
+        let new = RelayContext::reporting_on(old.down_gauge.clone(), old.broker_down());
+        old.retire();
+        old.error(outage(), "winding down");
+        assert_eq!(gauge.get(), 0, "the retired context set the gauge");
+        assert!(!old.broker_down());
+        new.error(outage(), "down");
+        assert_eq!(gauge.get(), 1, "the current context reports");
+        new.mark_broker_up();
+        assert_eq!(gauge.get(), 0);
     }
 }

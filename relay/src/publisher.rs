@@ -222,7 +222,10 @@ impl Publisher {
         self.purge();
         let context =
             RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
-        self.producer = new_producer(&self.brokers, &self.extra, &context)?;
+        let producer = new_producer(&self.brokers, &self.extra, &context)?;
+        // The old producer winds down in the background; its errors are not the new one's.
+        self.context.retire();
+        self.producer = producer;
         self.context = context;
         Ok(())
     }
