@@ -16,8 +16,8 @@ pub struct RelayContext {
     batch: Arc<std::sync::Mutex<Option<Arc<BatchReports>>>>,
     /// Mirrors `broker_down` (1 while down) for `/metrics`.
     down_gauge: Option<BrokerGauge>,
-    /// Its producer was replaced: what it still reports while it winds down (its thread
-    /// serves events for up to a second after the drop) is not the broker's state any more.
+    /// Its producer was replaced: what it still reports while it is torn down (purged and
+    /// flushed, its last events served) is not the broker's state any more.
     retired: Arc<AtomicBool>,
 }
 

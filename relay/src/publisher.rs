@@ -223,7 +223,7 @@ impl Publisher {
         let context =
             RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
         let producer = new_producer(&self.brokers, &self.extra, &context)?;
-        // The old producer winds down in the background; its errors are not the new one's.
+        // The old producer is torn down as it is dropped; its errors are not the new one's.
         self.context.retire();
         self.producer = producer;
         self.context = context;

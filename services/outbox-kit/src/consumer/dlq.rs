@@ -66,7 +66,7 @@ impl ClientContext for ProducerContext {
 /// Sends rejected messages to their dead-letter topics.
 pub struct DeadLetters {
     /// Not rdkafka's `FutureProducer`: its polling thread busy-loops ~1 % of a core, idle or
-    /// not ([`PolledProducer`]).
+    /// not ([`PolledProducer`] sleeps until an event arrives).
     producer: PolledProducer<ProducerContext>,
     consumer_name: String,
     /// The consumed topics (a redrive topic's letters go to its consumed topic's `.dlq`).

@@ -8,6 +8,9 @@
 //! [`KafkaSecurityArgs::settings`] once, and build every client from the [`KafkaSettings`] it
 //! returns.
 
+// The one module with `unsafe`: four librdkafka calls the safe API does not offer (the
+// producer's queue as a handle, its length, its wake-up socket), each with its SAFETY note.
+#[allow(unsafe_code)]
 pub mod polled;
 pub mod probe;
 pub mod refusal;
