@@ -1,7 +1,8 @@
 //! `relay-bench` against the suite's PostgreSQL and broker: every phase at smoke sizes, so the
-//! benchmark the README's figures come from keeps running and keeps accounting for every
-//! event. No figure is asserted against a threshold (a busy machine must not fail this test):
-//! only that each phase ran, moved every event it wrote, and reported what it measured.
+//! benchmark the README's figures come from keeps running. No figure is asserted against a
+//! threshold (a busy machine must not fail this test): only that each phase ran, counted every
+//! event it wrote as published, and reported what it measured, and that the events of the two
+//! drains are on the broker, each once (kafka-python).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -111,17 +112,22 @@ fn reported(v: &Value, path: &str) {
     assert!(x.is_finite() && x >= 0.0, "{path} = {x}");
 }
 
-/// A relay run of the report (`drain`, `backlog.drain`, a `sizes` point's `relay`): it moved
-/// `events`, under one lease epoch, and its CPU per event was measured.
+/// A relay run of the report (`drain`, `backlog.drain`): it published `events` and reported
+/// its rate, CPU per event and lease epochs. (Leadership is not asserted: the backlog phase
+/// runs a 3 s lease, which a stall of the busy CI machine may cost.)
 fn check_relay_run(run: &Value, name: &str, events: u64) {
     assert_eq!(num(run, "events"), events as f64, "{name}: {run}");
     measured(run, "events_per_s");
     reported(run, "cpu.relay_us_per_event");
-    assert_eq!(run["lease_epochs"], serde_json::json!([1]), "{name}: {run}");
-    assert_eq!(num(run, "lease_lost_logged"), 0.0, "{name}");
+    assert!(
+        run["lease_epochs"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty()),
+        "{name}: {run}"
+    );
 }
 
-/// Every message on `topic`, read by kafka-python: one per event id.
+/// Messages on `topic` and distinct event ids among them, read by kafka-python.
 fn distinct_event_ids(topic: String) -> (usize, usize) {
     let records = e2e::verify::dump(&e2e::kafka_brokers(), &[topic]);
     let ids: HashSet<_> = records
@@ -132,7 +138,9 @@ fn distinct_event_ids(topic: String) -> (usize, usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_bench_runs_every_phase_against_the_real_servers_and_accounts_for_every_event() {
+async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event_lands_once() {
+    // Many processes at once: not beside the other CPU-sensitive tests.
+    let _heavy = e2e::cpu_heavy().await;
     let dir = std::env::temp_dir().join(format!("outbox-bench-{:08x}", rand::random::<u32>()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.clone();
@@ -199,13 +207,18 @@ async fn relay_bench_runs_every_phase_against_the_real_servers_and_accounts_for_
         }
     }
 
-    // What the drains claim to have moved is on the broker, once per event (kafka-python).
+    // What the drains claim to have moved is on the broker, once per event (kafka-python):
+    // every event, and no duplicate unless the lease changed hands (a new holder sends again
+    // what the old one had sent but not marked).
     for (run, events) in [(drain, EVENTS), (&report["backlog"]["drain"], BACKLOG)] {
         let topic = format!("{}order", run["topic_prefix"].as_str().unwrap());
         let (messages, ids) = tokio::task::spawn_blocking(move || distinct_event_ids(topic))
             .await
             .unwrap();
-        assert_eq!((messages, ids), (events as usize, events as usize));
+        assert_eq!(ids, events as usize, "distinct events on the broker");
+        if run["lease_epochs"] == serde_json::json!([1]) {
+            assert_eq!(messages, events as usize, "messages under one lease epoch");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

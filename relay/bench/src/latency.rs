@@ -194,7 +194,7 @@ pub async fn run(
         Duration::from_secs(60),
     )
     .await?;
-    let before = relay.metrics().await.unwrap_or_default();
+    let before = metrics_counting(&relay, 1.0).await;
 
     let per_writer = spec.rate * spec.seconds / spec.writers;
     let cpu0 = infra.cpu.snapshot();
@@ -239,7 +239,7 @@ pub async fn run(
             ids.iter().filter(|c| !seen.contains_key(&c.id)).count() as u64
         }
     };
-    let after = relay.metrics().await.unwrap_or_default();
+    let after = metrics_counting(&relay, (1 + ids.len()) as f64).await;
     let relay_cpu = |infra: &Infra, relay: &RelayProc, from: Option<f64>| {
         infra
             .cpu
@@ -324,6 +324,27 @@ pub async fn run(
         idle,
         relay_log: log.display().to_string(),
     })
+}
+
+/// The relay's metrics once its latency histogram counts at least `n` events, or after 30 s
+/// whatever they say. An event is counted after its batch is marked, which can come after the
+/// consumer saw it: read at once, the warm-up event could fall inside the measured window and
+/// the last batch outside it.
+async fn metrics_counting(relay: &RelayProc, n: f64) -> String {
+    let counted = outbox_kit::poll::poll_every(
+        Duration::from_millis(20),
+        Duration::from_secs(30),
+        || async {
+            let m = relay.metrics().await?;
+            let count = stats::metric_value(&m, "outbox_publish_latency_seconds_count")?;
+            (count >= n).then_some(m)
+        },
+    )
+    .await;
+    match counted {
+        Some(m) => m,
+        None => relay.metrics().await.unwrap_or_default(),
+    }
 }
 
 /// One event in its own transaction; returns its id and wall-clock begin and commit times.
