@@ -110,9 +110,15 @@ impl<C: ProducerContext + 'static> PolledProducer<C> {
                     }
                     match sleeper.read(&mut bytes) {
                         Ok(_) => {}
-                        // The backstop: a wake-up missed for any reason costs at most this.
+                        // The backstop (a wake-up missed for any reason costs at most this),
+                        // or a signal.
                         Err(e)
-                            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                            if matches!(
+                                e.kind(),
+                                ErrorKind::WouldBlock
+                                    | ErrorKind::TimedOut
+                                    | ErrorKind::Interrupted
+                            ) => {}
                         Err(_) => {
                             // The socket broke (never expected): fall back to timed polls.
                             while !stopped.load(Ordering::Acquire) {
