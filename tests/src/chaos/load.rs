@@ -492,15 +492,17 @@ pub async fn run(world: Arc<World>, rate: f64, until: Instant, seed: u64) -> Loa
                 // The simulator keeps the trade whatever happens to the order service; the
                 // push or the compensation pass brings it over.
                 let deadline = Instant::now() + FLOW_DEADLINE;
-                let mut placed = w.trade(&tid).await;
-                while !placed && Instant::now() < deadline {
-                    sleep(Duration::from_millis(500)).await;
-                    placed = w.trade(&tid).await;
-                }
-                if let (true, Some((_, body))) = (placed, refund) {
-                    while !w.refund_trade(&tid, &body).await && Instant::now() < deadline {
-                        sleep(Duration::from_millis(500)).await;
-                    }
+                let placed =
+                    outbox_kit::poll::poll_every(RETRY_INTERVAL, FLOW_DEADLINE, || async {
+                        w.trade(&tid).await.then_some(())
+                    })
+                    .await;
+                if let (Some(()), Some((_, body))) = (placed, refund) {
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    outbox_kit::poll::poll_every(RETRY_INTERVAL, remaining, || async {
+                        w.refund_trade(&tid, &body).await.then_some(())
+                    })
+                    .await;
                 }
             });
             stats.trades += 1;

@@ -194,7 +194,11 @@ pub async fn run(spec: &Spec) -> Summary {
     let sampler = {
         let (w, s) = (world.clone(), samples.clone());
         tokio::spawn(async move {
+            // A sample every 500 ms until the run aborts the sampler.
+            let mut every = tokio::time::interval(Duration::from_millis(500));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                every.tick().await;
                 let lag = tokio::time::timeout(Duration::from_secs(2), sample_lag(&w))
                     .await
                     .ok()
@@ -202,7 +206,6 @@ pub async fn run(spec: &Spec) -> Summary {
                 s.lock()
                     .unwrap()
                     .push((t0.elapsed().as_millis() as u64, lag));
-                sleep(Duration::from_millis(500)).await;
             }
         })
     };
