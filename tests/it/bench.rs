@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -69,20 +69,13 @@ fn run_bench(dir: &Path, deadline: Duration) -> Value {
         .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap())
         .spawn()
         .expect("start relay-bench");
-    let stop = Instant::now() + deadline;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= stop {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "relay-bench still running after {deadline:?}; its log: {}",
-                dir.join("stderr.txt").display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let Some(status) = e2e::proc::wait_exit(&mut child, deadline) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "relay-bench still running after {deadline:?}; its log: {}",
+            dir.join("stderr.txt").display()
+        );
     };
     let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
     assert!(status.success(), "relay-bench exited {status}:\n{stderr}");

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::db::TestDb;
-use crate::proc::{log_dir, signal, workspace_binary, RelayArgs, RelayProcess};
+use crate::proc::{log_dir, signal, wait_exit, workspace_binary, RelayArgs, RelayProcess};
 
 /// The secret the order service verifies payment and refund callbacks with.
 pub const SECRET: &str = "e2e-callback-secret";
@@ -114,15 +114,12 @@ impl Service {
         let mut child = self.child.lock().unwrap().take()?;
         signal(child.id() as i32, "TERM");
         let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Some(status) = child.try_wait().unwrap() {
-                return Some((start.elapsed(), status));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let exited = wait_exit(&mut child, timeout).map(|status| (start.elapsed(), status));
+        if exited.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        exited
     }
 
     /// `host:port` it listens on now, as its log says once it is serving (`127.0.0.1:0`, which

@@ -197,14 +197,11 @@ impl RelayProcess {
     pub fn terminate(&mut self, timeout: Duration) -> Option<(Duration, std::process::ExitStatus)> {
         signal(self.pid(), "TERM");
         let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some((start.elapsed(), status));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let exited = wait_exit(&mut self.child, timeout).map(|status| (start.elapsed(), status));
+        if exited.is_none() {
+            self.kill();
         }
-        self.kill();
-        None
+        exited
     }
 
     /// True while the process runs.
@@ -231,6 +228,20 @@ impl RelayProcess {
 impl Drop for RelayProcess {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Waits up to `timeout` for `child` to exit; its status, or `None` if it still runs.
+pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
