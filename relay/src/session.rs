@@ -25,7 +25,6 @@ pub struct Session {
     tx: bool,
     /// Behind PgBouncer: deallocate the statements before the commit.
     deallocate: bool,
-    open: bool,
     /// [`Session::finish`] ran: the unit of work succeeded.
     finished: bool,
 }
@@ -58,7 +57,6 @@ impl Session {
             conn,
             tx,
             deallocate,
-            open: tx,
             finished: false,
         })
     }
@@ -82,7 +80,6 @@ impl Session {
                 "COMMIT"
             };
             self.conn.execute(end).await?;
-            self.open = false;
         }
         self.finished = true;
         Ok(())
@@ -98,7 +95,7 @@ impl Drop for Session {
         // connection every time ("cached plan must not change result type"); kept, the
         // connection would fail the relay's claims whenever the pool handed it out, until it
         // retired (30 min); a new connection prepares the statement afresh.
-        if self.open || !self.finished {
+        if !self.finished {
             self.conn.close_on_drop();
         }
     }
