@@ -13,13 +13,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::decide::{decide, MarkPlan, Outcome};
 use crate::failure::{FailureClass, Scope};
-use crate::metrics::Metrics;
+use crate::metrics::{BatchStage, Metrics};
 use crate::outage::Outage;
 use crate::parking::{ParkPolicy, Recorded};
 use crate::publisher::{Publisher, Send};
@@ -101,6 +101,7 @@ pub struct Prefetched {
 impl Batcher<'_> {
     /// Runs one batch.
     pub async fn run(&mut self, shutdown: &CancellationToken) -> BatchEnd {
+        let started = Instant::now();
         let prefetched = self.prefetched.take();
         let asked = self.row_limit;
         let filter = match self.failure_filter().await {
@@ -125,6 +126,9 @@ impl Batcher<'_> {
             Err(end) => return end,
         };
         self.metrics.batch_size.observe(rows.len() as f64);
+        self.metrics
+            .observe_stage(BatchStage::Claim, started.elapsed());
+        let publishing = Instant::now();
         let prepared = match self.prepare(&rows).await {
             Ok(p) => p,
             Err(end) => return end,
@@ -151,11 +155,17 @@ impl Batcher<'_> {
                 None => None,
             }
         };
-        let (outcomes, next) =
-            tokio::join!(self.publish(&rows, &prepared, &retrying, shutdown), next);
+        let publish = async {
+            let outcomes = self.publish(&rows, &prepared, &retrying, shutdown).await;
+            self.metrics
+                .observe_stage(BatchStage::Publish, publishing.elapsed());
+            outcomes
+        };
+        let (outcomes, next) = tokio::join!(publish, next);
         let Some(outcomes) = outcomes else {
             return BatchEnd::Shutdown;
         };
+        let marking = Instant::now();
         let plan = decide(&rows, &outcomes, &retrying);
         if let Err(end) = self.mark(&rows, &outcomes, &plan, shutdown).await {
             return end;
@@ -163,6 +173,8 @@ impl Batcher<'_> {
         if let Err(end) = self.record(&rows, &plan).await {
             return end;
         }
+        self.metrics
+            .observe_stage(BatchStage::Mark, marking.elapsed());
         let end = self.react(&rows, &plan);
         // A failed prefetch is simply not used: the next batch claims from the head.
         if let Some(Ok(ClaimedBatch::Rows(rows, cut))) = next {

@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +31,9 @@ pub struct Metrics {
     pub latency: Histogram,
     /// Rows per claimed batch.
     pub batch_size: Histogram,
+    /// How long each step of a batch with rows took (`stage`: `claim`, `publish`, `mark`):
+    /// where the relay's part of the latency goes.
+    pub batch_stage: HistogramVec,
     /// Events sent alone (through the relay's second producer) per batch that had any
     /// suspect: bounded by [`crate::batch::LONE_SENDS_PER_BATCH`].
     pub lone_sends: Histogram,
@@ -118,6 +121,21 @@ impl Metrics {
             ]),
         )
         .unwrap();
+        let batch_stage = HistogramVec::new(
+            HistogramOpts::new(
+                "outbox_batch_stage_seconds",
+                "Time of each step of a batch with rows, by stage: claim (the failure view and the claim, or the rows below a batch claimed ahead), publish (topics checked, every event sent and its acknowledgement received), mark (published rows deleted and failures recorded)",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["stage"],
+        )
+        .unwrap();
+        for stage in BatchStage::ALL {
+            batch_stage.with_label_values(&[stage.as_str()]);
+        }
         let lone_sends = Histogram::with_opts(
             HistogramOpts::new(
                 "outbox_batch_lone_sends",
@@ -222,6 +240,7 @@ impl Metrics {
             Box::new(oldest_age.clone()),
             Box::new(latency.clone()),
             Box::new(batch_size.clone()),
+            Box::new(batch_stage.clone()),
             Box::new(lone_sends.clone()),
             Box::new(claimed_ahead.clone()),
             Box::new(late_rows.clone()),
@@ -249,6 +268,7 @@ impl Metrics {
             oldest_age,
             latency,
             batch_size,
+            batch_stage,
             lone_sends,
             claimed_ahead,
             late_rows,
@@ -291,6 +311,13 @@ impl Metrics {
         self.retrying.set(stats.retrying);
         self.blocked_aggregates.set(stats.blocked_aggregates);
         self.waiting_behind.set(stats.waiting_behind);
+    }
+
+    /// Observes how long a step of a batch took.
+    pub fn observe_stage(&self, stage: BatchStage, took: std::time::Duration) {
+        self.batch_stage
+            .with_label_values(&[stage.as_str()])
+            .observe(took.as_secs_f64());
     }
 
     /// Marks the relay loop as (un)healthy for `/healthz`.
@@ -377,6 +404,31 @@ mod tests {
             "retention_rows_deleted_total",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}
+
+/// A step of a batch, as `outbox_batch_stage_seconds` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchStage {
+    /// The failure view and the claim.
+    Claim,
+    /// Topics checked, events sent, acknowledgements received.
+    Publish,
+    /// Published rows deleted, failures recorded.
+    Mark,
+}
+
+impl BatchStage {
+    /// Every stage.
+    pub const ALL: [Self; 3] = [Self::Claim, Self::Publish, Self::Mark];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Claim => "claim",
+            Self::Publish => "publish",
+            Self::Mark => "mark",
         }
     }
 }

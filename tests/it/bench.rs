@@ -163,6 +163,15 @@ async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event
         measured(latency, q);
     }
     reported(latency, "idle.relay_cpu_ms_per_s");
+    // Where the relay's part went: every step of its batches was timed (a batch may straddle
+    // the window's edges, so the counts are not compared).
+    for stage in ["claim", "publish", "mark"] {
+        assert!(
+            num(latency, &format!("stages.{stage}.count")) >= 1.0,
+            "{stage}: {latency}"
+        );
+        measured(latency, &format!("stages.{stage}.p99"));
+    }
 
     // Isolation: the poisoned rows (three per aggregate) stay behind, the rest drains.
     let isolation = &report["isolation"];

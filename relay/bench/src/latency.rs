@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use outbox_kit::{enqueue, NewEvent};
+use outbox_relay::metrics::BatchStage;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -97,6 +98,18 @@ pub struct HistogramQuantiles {
     pub within_50ms: Option<f64>,
 }
 
+/// Each step of the relay's batches, from its `outbox_batch_stage_seconds`, ms (`count` is
+/// batches).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct BatchStages {
+    /// The failure view and the claim.
+    pub claim: HistogramQuantiles,
+    /// Topics checked, every event sent and acknowledged.
+    pub publish: HistogramQuantiles,
+    /// Rows deleted, failures recorded.
+    pub mark: HistogramQuantiles,
+}
+
 /// Figures of phase 5.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyFigures {
@@ -118,6 +131,9 @@ pub struct LatencyFigures {
     pub commit_to_produce_ms: Option<Percentiles>,
     /// Commit → broker acknowledgement, from the relay's histogram, ms.
     pub commit_to_ack_ms: HistogramQuantiles,
+    /// The relay's batches with rows during the load, each step's time
+    /// (`outbox_batch_stage_seconds`): where the relay's part of the latency goes.
+    pub stages: BatchStages,
     /// Transaction start → commit returned, ms (how much earlier `created_at` is than commit).
     pub txn_ms: Option<Percentiles>,
     /// CPU from the start of the load until the consumer had seen every event, per event
@@ -286,12 +302,26 @@ pub async fn run(
     relay.stop().await?;
     infra.drop_database(db).await?;
 
-    let name = "outbox_publish_latency_seconds";
-    let hist = stats::histogram_delta(
-        &stats::histogram(&after, name),
-        &stats::histogram(&before, name),
-    );
-    let ms = |q| stats::histogram_quantile(&hist, q).map(|s| s * 1000.0);
+    let quantiles = |name: &str| {
+        let hist = stats::histogram_delta(
+            &stats::histogram(&after, name),
+            &stats::histogram(&before, name),
+        );
+        let ms = |q| stats::histogram_quantile(&hist, q).map(|s| s * 1000.0);
+        HistogramQuantiles {
+            count: hist.last().map_or(0.0, |b| b.1),
+            p50: ms(0.50),
+            p95: ms(0.95),
+            p99: ms(0.99),
+            within_50ms: stats::fraction_at_most(&hist, 0.05),
+        }
+    };
+    let stage = |s: BatchStage| {
+        quantiles(&format!(
+            "outbox_batch_stage_seconds{{stage=\"{}\"}}",
+            s.as_str()
+        ))
+    };
     let seen = seen.lock().unwrap();
     let (mut to_seen, mut to_produce, mut txn) = (Vec::new(), Vec::new(), Vec::new());
     for c in &ids {
@@ -312,12 +342,11 @@ pub async fn run(
         not_seen,
         commit_to_seen_ms: stats::percentiles(&to_seen),
         commit_to_produce_ms: stats::percentiles(&to_produce),
-        commit_to_ack_ms: HistogramQuantiles {
-            count: hist.last().map_or(0.0, |b| b.1),
-            p50: ms(0.50),
-            p95: ms(0.95),
-            p99: ms(0.99),
-            within_50ms: stats::fraction_at_most(&hist, 0.05),
+        commit_to_ack_ms: quantiles("outbox_publish_latency_seconds"),
+        stages: BatchStages {
+            claim: stage(BatchStage::Claim),
+            publish: stage(BatchStage::Publish),
+            mark: stage(BatchStage::Mark),
         },
         txn_ms: stats::percentiles(&txn),
         cpu,

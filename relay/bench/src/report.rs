@@ -401,6 +401,22 @@ impl Report {
                     .map_or("-".to_owned(), |v| format!("{:.2} %", v * 100.0))
             );
             prow(&mut o, "commit → seen by consumer", &l.commit_to_seen_ms);
+            for (name, q) in [
+                ("claim", &l.stages.claim),
+                ("publish: sent → every ack", &l.stages.publish),
+                ("mark", &l.stages.mark),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "{:<52} {:>7} {:>7} {:>7} {:>7}  {:.0} batches",
+                    format!("  relay batch step: {name}"),
+                    f(q.p50),
+                    f(q.p95),
+                    f(q.p99),
+                    "",
+                    q.count
+                );
+            }
             let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
             let _ = writeln!(
                 o,

@@ -44,12 +44,18 @@ pub fn metric_value(text: &str, name: &str) -> Option<f64> {
 }
 
 /// Cumulative buckets `(upper bound, count)` of histogram `name` in Prometheus text, in
-/// order, `+Inf` last.
+/// order, `+Inf` last. `name` may select one series of a labelled histogram:
+/// `outbox_batch_stage_seconds{stage="claim"}`.
 pub fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let (name, labels) = match name.split_once('{') {
+        Some((n, l)) => (n, l.trim_end_matches('}')),
+        None => (name, ""),
+    };
     let prefix = format!("{name}_bucket{{");
     let mut out: Vec<(f64, f64)> = text
         .lines()
         .filter(|l| l.starts_with(&prefix))
+        .filter(|l| labels.is_empty() || l[prefix.len()..].contains(labels))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?;
             let le = if le == "+Inf" {
@@ -147,5 +153,22 @@ mod tests {
         assert_eq!(histogram_delta(&h, &before)[0], (0.01, 40.0));
         assert_eq!(metric_value(text, "lat_count"), Some(100.0));
         assert_eq!(metric_value(text, "lat"), None);
+    }
+
+    #[test]
+    fn one_series_of_a_labelled_histogram() {
+        let text = "stage_bucket{stage=\"claim\",le=\"0.001\"} 7\n\
+            stage_bucket{stage=\"claim\",le=\"+Inf\"} 9\n\
+            stage_bucket{stage=\"mark\",le=\"0.001\"} 1\n\
+            stage_bucket{stage=\"mark\",le=\"+Inf\"} 4\n";
+        assert_eq!(
+            histogram(text, "stage{stage=\"claim\"}"),
+            vec![(0.001, 7.0), (f64::INFINITY, 9.0)]
+        );
+        assert_eq!(
+            histogram(text, "stage{stage=\"mark\"}"),
+            vec![(0.001, 1.0), (f64::INFINITY, 4.0)]
+        );
+        assert!(histogram(text, "stage{stage=\"publish\"}").is_empty());
     }
 }
