@@ -109,6 +109,17 @@ async fn exited(p: &mut ServiceProcess, what: &str) -> std::process::ExitStatus 
     .await
 }
 
+/// Starts a relay with `args` that should stop by itself (`what`); its log once it has.
+async fn relay_stopped(args: &RelayArgs, what: &str) -> String {
+    let mut relay = RelayProcess::start(args);
+    e2e::wait_for(what, Duration::from_secs(60), || {
+        let running = relay.is_running();
+        async move { (!running).then_some(()) }
+    })
+    .await;
+    relay.log_text()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_python_logs_in_with_scram_sha_512_over_tls_and_a_wrong_password_is_refused() {
     let pki = Pki::new();
@@ -431,17 +442,7 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
     for (name, password_file, trusted, cause) in &cases {
         let mut args = RelayArgs::new(&db.url, &brokers, &prefix, &format!("relay-{name}"));
         args.extra = relay_security_flags(password_file, trusted);
-        let mut relay = RelayProcess::start(&args);
-        e2e::wait_for(
-            &format!("the relay with a {name} to stop"),
-            Duration::from_secs(60),
-            || {
-                let running = relay.is_running();
-                async move { (!running).then_some(()) }
-            },
-        )
-        .await;
-        let log = relay.log_text();
+        let log = relay_stopped(&args, &format!("the relay with a {name} to stop")).await;
         assert!(
             log.contains(&format!("Kafka refused the connection ({cause})")),
             "{name}: the relay should name the cause:\n{log}"
@@ -936,6 +937,71 @@ async fn mutual_tls_connects_with_the_client_certificate_and_is_refused_without(
     assert!(
         matches!(e, ProbeError::Refused { kind: "tls", .. }),
         "no client certificate is a TLS refusal: {e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_advertised_under_a_name_its_certificate_lacks_is_refused_at_start_up_every_time()
+{
+    let pki = Pki::new();
+    // The bootstrap address carries the certificate's name (`localhost`); the broker advertises
+    // `127.0.0.1`, which the certificate does not name. The bootstrap connection verifies;
+    // every request after it would go to the advertised address and fail verification.
+    let broker_port = e2e::free_port();
+    let terminator = e2e::secured::TlsTerminator::start(&pki, broker_port);
+    let port = terminator.port;
+    let _broker = e2e::servers::Tansu::start_on_behind(broker_port, port, "127.0.0.1");
+    let tls = settings(KafkaSecurityArgs {
+        kafka_security_protocol: Some(SecurityProtocol::Ssl),
+        kafka_ssl_ca_location: Some(pki.dir.join("ca.pem")),
+        ..KafkaSecurityArgs::default()
+    });
+    // Before, the check saw this only when the client's own connection to the advertised
+    // address failed before the bootstrap's answer came: a race. Now every check sees it.
+    for attempt in 1..=3 {
+        let e = check_connection(&format!("localhost:{port}"), &tls, Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        match &e {
+            // librdkafka names the connection: the advertised address, whichever client
+            // of the check met it first.
+            ProbeError::Refused {
+                kind: "tls",
+                reason,
+            } => assert!(
+                reason.contains(&format!("127.0.0.1:{port}")),
+                "attempt {attempt}: {e}"
+            ),
+            _ => panic!("attempt {attempt}: a TLS refusal at the advertised address, got {e}"),
+        }
+    }
+    // The relay stops at start-up naming it, rather than running and publishing nothing.
+    let db = e2e::db::fresh_database().await;
+    let brokers = format!("localhost:{port}");
+    let ca = pki.path("ca.pem");
+    let mut args = RelayArgs::new(
+        &db.url,
+        &brokers,
+        &e2e::unique_topic_prefix(),
+        "relay-advertised",
+    );
+    args.extra = [
+        "--kafka-security-protocol",
+        "SSL",
+        "--kafka-ssl-ca-location",
+        ca.as_str(),
+    ]
+    .map(str::to_owned)
+    .into();
+    let log = relay_stopped(
+        &args,
+        "the relay facing a broker advertised under another name to stop",
+    )
+    .await;
+    assert!(
+        log.contains("Kafka refused the connection (tls)")
+            && log.contains(&format!("127.0.0.1:{port}")),
+        "the relay should name the refusal and the advertised address:\n{log}"
     );
 }
 

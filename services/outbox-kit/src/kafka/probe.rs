@@ -32,6 +32,18 @@ pub enum ProbeError {
     /// No broker answered within the deadline (down, not yet up, wrong address).
     #[error("no Kafka broker answered within {0:?}")]
     Unreachable(Duration),
+    /// The bootstrap address answered, but a broker's advertised address, where the clients
+    /// send their requests, did not (down now, or advertised under an address this process
+    /// cannot reach: the broker's `advertised.listeners`).
+    #[error("Kafka broker {broker} answered at the bootstrap address but not at its advertised address {address} within {timeout:?} (down, or `advertised.listeners` names an address this process cannot reach)")]
+    AdvertisedUnreachable {
+        /// The broker's id.
+        broker: i32,
+        /// `host:port` as the cluster's metadata advertises it.
+        address: String,
+        /// How long it had.
+        timeout: Duration,
+    },
     /// The client could not be created (invalid settings).
     #[error("invalid Kafka client settings")]
     Client(#[from] KafkaError),
@@ -40,7 +52,10 @@ pub enum ProbeError {
 impl ProbeError {
     /// Whether the process should stop: the settings are wrong, not the broker's state.
     pub fn is_fatal(&self) -> bool {
-        !matches!(self, Self::Unreachable(_))
+        !matches!(
+            self,
+            Self::Unreachable(_) | Self::AdvertisedUnreachable { .. }
+        )
     }
 }
 
@@ -121,12 +136,74 @@ pub fn check_connection_blocking(
 
 /// [`check_connection_blocking`] that gives up ([`ProbeError::Unreachable`]) within half a
 /// second of `stop` being set.
+///
+/// The metadata names each broker's advertised address, and that is where the clients send
+/// everything after the bootstrap: a broker advertised under a name its certificate does not
+/// carry, or an address this process cannot reach, would fail only there. So each advertised
+/// address that is not among `brokers` is asked for metadata too, on a connection of its own,
+/// and its refusal is the check's (whether a client's first connection to it had failed before
+/// the bootstrap's answer came was a race).
 fn check_until(
     brokers: &str,
     settings: &KafkaSettings,
     timeout: Duration,
     stop: &AtomicBool,
 ) -> Result<(), ProbeError> {
+    let advertised = ask_metadata(brokers, settings, timeout, stop)?;
+    for (broker, address) in advertised
+        .into_iter()
+        .filter(|(_, a)| !bootstrap_names(brokers, a))
+    {
+        match ask_metadata(&address, settings, timeout, stop) {
+            Ok(_) => {}
+            Err(ProbeError::Refused { kind, reason }) => {
+                return Err(ProbeError::Refused {
+                    kind,
+                    reason: format!(
+                        "broker {broker} at its advertised address {address}: {reason}"
+                    ),
+                })
+            }
+            Err(ProbeError::Unreachable(timeout)) => {
+                return Err(ProbeError::AdvertisedUnreachable {
+                    broker,
+                    address,
+                    timeout,
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `address` (`host:port`) is one of the bootstrap servers `brokers` (comma separated,
+/// each `host:port`, optionally with a `PROTOCOL://` prefix).
+fn bootstrap_names(brokers: &str, address: &str) -> bool {
+    brokers.split(',').any(|b| {
+        let b = b.trim();
+        let b = b.split_once("://").map_or(b, |(_, rest)| rest);
+        b.eq_ignore_ascii_case(address)
+    })
+}
+
+/// `host:port` as a bootstrap server (an IPv6 host in brackets).
+fn broker_address(host: &str, port: i32) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// Asks `brokers` for the cluster's metadata with a client of its own; on an answer, each
+/// broker's id and advertised address.
+fn ask_metadata(
+    brokers: &str,
+    settings: &KafkaSettings,
+    timeout: Duration,
+    stop: &AtomicBool,
+) -> Result<Vec<(i32, String)>, ProbeError> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", brokers);
     cfg.set("enable.metrics.push", "false");
@@ -144,7 +221,12 @@ fn check_until(
     loop {
         let step =
             Duration::from_millis(500).min(deadline.saturating_duration_since(Instant::now()));
-        let answered = producer.client().fetch_metadata(None, step).is_ok();
+        let answered = producer.client().fetch_metadata(None, step).ok().map(|m| {
+            m.brokers()
+                .iter()
+                .map(|b| (b.id(), broker_address(b.host(), b.port())))
+                .collect()
+        });
         // Error events are served by poll.
         producer.poll(Duration::ZERO);
         if let Some((kind, reason)) = producer
@@ -156,8 +238,8 @@ fn check_until(
         {
             return Err(ProbeError::Refused { kind, reason });
         }
-        if answered {
-            return Ok(());
+        if let Some(advertised) = answered {
+            return Ok(advertised);
         }
         // Every broker was tried and none got as far as TLS or SASL (a refusal would have been
         // reported first): down, not refusing.
@@ -328,6 +410,34 @@ pub const START_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn advertised_addresses_are_compared_with_the_bootstrap_list() {
+        let list = "SASL_SSL://Kafka-1.example:9093, kafka-2.example:9093,[::1]:9092";
+        assert!(bootstrap_names(list, "kafka-1.example:9093"));
+        assert!(bootstrap_names(list, "kafka-2.example:9093"));
+        assert!(bootstrap_names(list, &broker_address("::1", 9092)));
+        assert!(!bootstrap_names(list, "kafka-1.example:9092"));
+        assert!(!bootstrap_names(list, "10.0.0.7:9093"));
+        assert_eq!(broker_address("10.0.0.7", 9093), "10.0.0.7:9093");
+    }
+
+    #[test]
+    fn an_advertised_address_out_of_reach_is_not_fatal_a_refusal_there_is() {
+        let e = ProbeError::AdvertisedUnreachable {
+            broker: 1,
+            address: "kafka:9092".into(),
+            timeout: Duration::from_secs(30),
+        };
+        assert!(!e.is_fatal());
+        assert!(e.to_string().contains("kafka:9092"), "{e}");
+        assert!(ProbeError::Refused {
+            kind: "tls",
+            reason: "broker 1 at its advertised address kafka:9092: certificate verify failed"
+                .into(),
+        }
+        .is_fatal());
+    }
 
     #[test]
     fn refusals_are_told_from_outages() {
