@@ -149,16 +149,24 @@ impl Batcher<'_> {
             },
             ..self.limits
         };
+        let metrics = self.metrics;
         let next = async {
-            match prefetch {
+            let claiming = Instant::now();
+            let next = match prefetch {
                 Some(_) => Some(store.claim(token, next_limits).await),
                 None => None,
+            };
+            if next.is_some() {
+                // A claim too: it can outlast the publish, which then waits for it.
+                metrics.observe_stage(BatchStage::Claim, claiming.elapsed());
             }
+            next
         };
         let publish = async {
             let outcomes = self.publish(&rows, &prepared, &retrying, shutdown).await;
-            self.metrics
-                .observe_stage(BatchStage::Publish, publishing.elapsed());
+            if outcomes.is_some() {
+                metrics.observe_stage(BatchStage::Publish, publishing.elapsed());
+            }
             outcomes
         };
         let (outcomes, next) = tokio::join!(publish, next);
@@ -173,8 +181,11 @@ impl Batcher<'_> {
         if let Err(end) = self.record(&rows, &plan).await {
             return end;
         }
-        self.metrics
-            .observe_stage(BatchStage::Mark, marking.elapsed());
+        if !(plan.mark.is_empty() && plan.record.is_empty()) {
+            // Nothing to write (a broker outage's batch) is no time of PostgreSQL's.
+            self.metrics
+                .observe_stage(BatchStage::Mark, marking.elapsed());
+        }
         let end = self.react(&rows, &plan);
         // A failed prefetch is simply not used: the next batch claims from the head.
         if let Some(Ok(ClaimedBatch::Rows(rows, cut))) = next {

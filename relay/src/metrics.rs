@@ -124,7 +124,7 @@ impl Metrics {
         let batch_stage = HistogramVec::new(
             HistogramOpts::new(
                 "outbox_batch_stage_seconds",
-                "Time of each step of a batch with rows, by stage: claim (the failure view and the claim, or the rows below a batch claimed ahead), publish (topics checked, every event sent and its acknowledgement received), mark (published rows deleted and failures recorded)",
+                "Time of each step of a batch with rows, by stage: claim (each claim of rows: the failure view and the claim of the head, the claim ahead of a full batch in flight, the rows below a batch claimed ahead), publish (topics checked, every event sent and its acknowledgement received), mark (published rows deleted and failures recorded, when there was any)",
             )
             .buckets(vec![
                 0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -411,7 +411,8 @@ mod tests {
 /// A step of a batch, as `outbox_batch_stage_seconds` labels it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BatchStage {
-    /// The failure view and the claim.
+    /// A claim of rows: the failure view and the head, the claim ahead of a full batch in
+    /// flight, or the rows below a batch claimed ahead.
     Claim,
     /// Topics checked, events sent, acknowledgements received.
     Publish,

@@ -51,19 +51,26 @@ pub fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
         Some((n, l)) => (n, l.trim_end_matches('}')),
         None => (name, ""),
     };
+    let wanted: Vec<&str> = labels.split(',').filter(|p| !p.is_empty()).collect();
     let prefix = format!("{name}_bucket{{");
     let mut out: Vec<(f64, f64)> = text
         .lines()
-        .filter(|l| l.starts_with(&prefix))
-        .filter(|l| labels.is_empty() || l[prefix.len()..].contains(labels))
+        .filter_map(|l| l.strip_prefix(&prefix))
         .filter_map(|l| {
-            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            // The label pairs, compared whole (label values here hold no `,` or `}`).
+            let (set, count) = l.split_once('}')?;
+            let pairs: Vec<&str> = set.split(',').collect();
+            if !wanted.iter().all(|w| pairs.contains(w)) {
+                return None;
+            }
+            let le = pairs.iter().find_map(|p| p.strip_prefix("le=\""))?;
+            let le = le.strip_suffix('"')?;
             let le = if le == "+Inf" {
                 f64::INFINITY
             } else {
                 le.parse().ok()?
             };
-            let count = l.rsplit(' ').next()?.parse().ok()?;
+            let count = count.trim().parse().ok()?;
             Some((le, count))
         })
         .collect();
@@ -170,5 +177,9 @@ mod tests {
             vec![(0.001, 1.0), (f64::INFINITY, 4.0)]
         );
         assert!(histogram(text, "stage{stage=\"publish\"}").is_empty());
+        // Whole pairs: `substage` is not `stage`, `handle` is not `le`.
+        let other = "stage_bucket{substage=\"claim\",handle=\"1\",le=\"0.5\"} 3\n";
+        assert!(histogram(other, "stage{stage=\"claim\"}").is_empty());
+        assert_eq!(histogram(other, "stage"), vec![(0.5, 3.0)]);
     }
 }
