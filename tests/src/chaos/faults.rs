@@ -152,17 +152,12 @@ async fn pause_leader(world: &World, fault: &Planned) -> (String, String) {
         return (leader, "leader process not running".to_owned());
     };
     signal(pid, "STOP");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut taken_by = None;
-    while Instant::now() < deadline {
-        match world.order_leader().await {
-            Some(h) if h != leader => {
-                taken_by = Some(h);
-                break;
-            }
-            _ => sleep(Duration::from_millis(200)).await,
-        }
-    }
+    let taken_by = outbox_kit::poll::poll_every(
+        Duration::from_millis(200),
+        Duration::from_secs(60),
+        || async { world.order_leader().await.filter(|h| *h != leader) },
+    )
+    .await;
     sleep(fault.hold).await;
     signal(pid, "CONT");
     let note = match taken_by {

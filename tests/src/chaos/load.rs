@@ -14,7 +14,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use tokio::time::{sleep, Instant};
+use tokio::time::Instant;
 
 use super::world::World;
 use crate::fulfilment::System;
@@ -127,6 +127,34 @@ where
 /// How long a client call that failed waits before it is tried again.
 const RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
+/// Checks every `interval` until `deadline`: `Some(Some(v))` is the answer, `Some(None)` gives
+/// up (a client call that gave up), `None` checks again.
+async fn poll_flow<T, F, Fut>(interval: Duration, deadline: Instant, check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<Option<T>>>,
+{
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    outbox_kit::poll::poll_every(interval, remaining, check)
+        .await
+        .flatten()
+}
+
+/// The order's outbounds (`None`: the call gave up).
+async fn outbounds(
+    sys: &Arc<System>,
+    c: &Counters,
+    deadline: Instant,
+    order: &str,
+) -> Option<Vec<serde_json::Value>> {
+    let o = order.to_owned();
+    retry(sys, c, deadline, move |s| {
+        let o = o.clone();
+        async move { s.outbounds_of(&o).await }
+    })
+    .await
+}
+
 /// Waits until the order's outbound is in `status`; its number.
 async fn outbound_in(
     sys: &Arc<System>,
@@ -135,21 +163,15 @@ async fn outbound_in(
     order: &str,
     status: &str,
 ) -> Option<String> {
-    loop {
-        let o = order.to_owned();
-        let obs = retry(sys, c, deadline, move |s| {
-            let o = o.clone();
-            async move { s.outbounds_of(&o).await }
-        })
-        .await?;
-        if let Some(ob) = obs.iter().find(|ob| ob["status"] == status) {
-            return ob["outbound_no"].as_str().map(str::to_owned);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        sleep(POLL).await;
-    }
+    poll_flow(POLL, deadline, || async {
+        let Some(obs) = outbounds(sys, c, deadline, order).await else {
+            return Some(None);
+        };
+        obs.iter()
+            .find(|ob| ob["status"] == status)
+            .map(|ob| ob["outbound_no"].as_str().map(str::to_owned))
+    })
+    .await
 }
 
 /// Waits until the order is in one of `statuses`; which one.
@@ -160,21 +182,22 @@ async fn order_in(
     order: &str,
     statuses: &[&str],
 ) -> Option<String> {
-    loop {
+    poll_flow(POLL, deadline, || async {
         let o = order.to_owned();
-        let v = retry(sys, c, deadline, move |s| {
+        let Some(v) = retry(sys, c, deadline, move |s| {
             let o = o.clone();
             async move { s.order_of(&o).await }
         })
-        .await?;
-        if let Some(st) = v["status"].as_str().filter(|st| statuses.contains(st)) {
-            return Some(st.to_owned());
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        sleep(POLL).await;
-    }
+        .await
+        else {
+            return Some(None);
+        };
+        v["status"]
+            .as_str()
+            .filter(|st| statuses.contains(st))
+            .map(|st| Some(st.to_owned()))
+    })
+    .await
 }
 
 /// Waits until the order has an outbound (`Some(Some(no))`) or was cancelled for lack of
@@ -185,24 +208,20 @@ async fn reserved_or_cancelled(
     deadline: Instant,
     order: &str,
 ) -> Option<Option<String>> {
-    loop {
-        if order_in(sys, c, deadline, order, &["CANCELLED", "PAID"]).await? == "CANCELLED" {
+    poll_flow(POLL, deadline, || async {
+        match order_in(sys, c, deadline, order, &["CANCELLED", "PAID"]).await {
+            None => return Some(None),
+            Some(st) if st == "CANCELLED" => return Some(Some(None)),
+            Some(_) => {}
+        }
+        let Some(obs) = outbounds(sys, c, deadline, order).await else {
             return Some(None);
-        }
-        let o = order.to_owned();
-        let obs = retry(sys, c, deadline, move |s| {
-            let o = o.clone();
-            async move { s.outbounds_of(&o).await }
-        })
-        .await?;
-        if let Some(no) = obs.first().and_then(|ob| ob["outbound_no"].as_str()) {
-            return Some(Some(no.to_owned()));
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        sleep(POLL).await;
-    }
+        };
+        obs.first()
+            .and_then(|ob| ob["outbound_no"].as_str())
+            .map(|no| Some(Some(no.to_owned())))
+    })
+    .await
 }
 
 /// A warehouse action answered 2xx (5xx and connection errors are retried).
@@ -216,9 +235,7 @@ where
     F: Fn(Arc<System>) -> Fut,
     Fut: Future<Output = bool> + Send + 'static,
 {
-    // `Some(None)`: the call itself gave up, so does this.
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    outbox_kit::poll::poll_every(RETRY_INTERVAL, remaining, || async {
+    poll_flow(RETRY_INTERVAL, deadline, || async {
         match retry(sys, c, deadline, &call).await {
             None => Some(None),
             Some(true) => Some(Some(())),
@@ -231,7 +248,6 @@ where
         }
     })
     .await
-    .flatten()
 }
 
 async fn one_order(
