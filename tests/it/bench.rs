@@ -2,7 +2,8 @@
 //! benchmark the README's figures come from keeps running. No figure is asserted against a
 //! threshold (a busy machine must not fail this test): only that each phase ran, counted every
 //! event it wrote as published, and reported what it measured, and that the events of the two
-//! drains are on the broker, each once (kafka-python).
+//! drains are on the broker, each once, and the isolation runs' healthy events, none of a
+//! poisoned aggregate and every suspect aggregate's in order (kafka-python).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -14,6 +15,7 @@ use serde_json::Value;
 const EVENTS: u64 = 2_000;
 const BACKLOG: u64 = 5_000;
 const POISONED: u64 = 50;
+const SUSPECTS: u64 = 20;
 
 /// Runs `relay-bench` with every phase (the opt-in ones included) at smoke sizes; its JSON
 /// report. Killed, and the test failed, if it takes longer than `deadline`.
@@ -42,7 +44,7 @@ fn run_bench(dir: &Path, deadline: Duration) -> Value {
             "--poisoned-aggregates",
             &POISONED.to_string(),
             "--suspect-aggregates",
-            "20",
+            &SUSPECTS.to_string(),
             "--insert-seconds",
             "1",
             "--failure-outbox-rows",
@@ -130,6 +132,36 @@ fn distinct_event_ids(topic: String) -> (usize, usize) {
     (records.len(), ids.len())
 }
 
+/// Keys of the isolation phase's front aggregates: poisoned `p-<k>`, suspects `s-<k>` (the
+/// healthy workload's aggregate ids are neither).
+fn is_front(key: &str) -> bool {
+    key.starts_with("p-") || key.starts_with("s-")
+}
+
+/// Per front aggregate, the payloads' `n` of its events in the order the broker holds them
+/// (partition, offset), each event once.
+fn front_sequences(
+    records: &[e2e::verify::Record],
+) -> std::collections::BTreeMap<String, Vec<i64>> {
+    let mut sorted: Vec<&e2e::verify::Record> = records
+        .iter()
+        .filter(|r| r.key.as_deref().is_some_and(is_front))
+        .collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    let mut seen = HashSet::new();
+    let mut out: std::collections::BTreeMap<String, Vec<i64>> = Default::default();
+    for r in sorted {
+        if !seen.insert(&r.headers["event_id"]) {
+            continue;
+        }
+        let value: Value = serde_json::from_str(r.value.as_deref().unwrap_or("null")).unwrap();
+        out.entry(r.key.clone().unwrap())
+            .or_default()
+            .push(value["n"].as_i64().expect("a front event's payload has n"));
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event_lands_once() {
     // Many processes at once: not beside the other CPU-sensitive tests.
@@ -173,14 +205,52 @@ async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event
         measured(latency, &format!("stages.{stage}.p99"));
     }
 
-    // Isolation: the poisoned rows (three per aggregate) stay behind, the rest drains.
+    // Isolation: the poisoned rows (three per aggregate) stay behind, the rest drains. On the
+    // broker (kafka-python): every healthy event; no event of a poisoned aggregate (the two
+    // behind each unsendable first event wait for it); each suspect aggregate's three events,
+    // in order.
     let isolation = &report["isolation"];
-    let runs = isolation["runs"].as_array().unwrap();
+    let runs = isolation["runs"].as_array().unwrap().clone();
     assert_eq!(runs.len(), 6, "A B C C B A");
-    for run in runs {
+    for run in &runs {
         measured(run, "events_per_s");
         if run["variant"] == "poisoned" {
             assert_eq!(num(run, "front_rows_left"), (3 * POISONED) as f64, "{run}");
+        }
+        let topic = format!("{}order", run["topic_prefix"].as_str().unwrap());
+        let records =
+            tokio::task::spawn_blocking(move || e2e::verify::dump(&e2e::kafka_brokers(), &[topic]))
+                .await
+                .unwrap();
+        let front = front_sequences(&records);
+        let healthy: HashSet<&String> = records
+            .iter()
+            .filter(|r| !r.key.as_deref().is_some_and(is_front))
+            .map(|r| &r.headers["event_id"])
+            .collect();
+        assert_eq!(
+            healthy.len(),
+            EVENTS as usize,
+            "healthy events on the broker: {run}"
+        );
+        if run["variant"] == "suspects" {
+            assert_eq!(
+                front.len(),
+                SUSPECTS as usize,
+                "suspect aggregates out: {front:?}"
+            );
+            for (aggregate, ns) in &front {
+                assert_eq!(ns.len(), 3, "{aggregate}: {ns:?}");
+                assert!(
+                    ns.windows(2).all(|w| w[0] < w[1]),
+                    "{aggregate} in order: {ns:?}"
+                );
+            }
+        } else {
+            assert!(
+                front.is_empty(),
+                "nothing of a poisoned aggregate got out: {front:?}"
+            );
         }
     }
 

@@ -37,6 +37,8 @@ pub struct IsolationRun {
     pub postgres_us_per_event: Option<f64>,
     /// The relay's log.
     pub relay_log: String,
+    /// The run's topic prefix (its events are on `<prefix>order`).
+    pub topic_prefix: String,
 }
 
 /// One variant over its runs.
@@ -151,5 +153,6 @@ fn one_run(variant: &'static str, d: &DrainFigures) -> IsolationRun {
         relay_us_per_event: d.cpu.relay_us_per_event,
         postgres_us_per_event: d.cpu.postgres_us_per_event,
         relay_log: d.relay_log.clone(),
+        topic_prefix: d.topic_prefix.clone(),
     }
 }
