@@ -1005,6 +1005,26 @@ async fn a_broker_advertised_under_a_name_its_certificate_lacks_is_refused_at_st
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_advertised_at_an_address_out_of_reach_is_named_and_not_fatal() {
+    // The broker listens on one port and advertises another, where nothing listens.
+    let port = e2e::free_port();
+    let closed = e2e::free_port();
+    let _broker = e2e::servers::Tansu::start_on_behind(port, closed, "127.0.0.1");
+    let e = check_connection(
+        &format!("127.0.0.1:{port}"),
+        &KafkaSettings::default(),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&e, ProbeError::AdvertisedUnreachable { address, .. } if *address == format!("127.0.0.1:{closed}")),
+        "{e}"
+    );
+    assert!(!e.is_fatal(), "a broker answered: the process carries on");
+}
+
 /// The relay's `/healthz`: (HTTP status, body).
 async fn relay_health(relay: &RelayProcess) -> Option<(u16, serde_json::Value)> {
     let r = reqwest::get(format!("http://{}/healthz", relay.metrics_addr))

@@ -35,14 +35,12 @@ pub enum ProbeError {
     /// The bootstrap address answered, but a broker's advertised address, where the clients
     /// send their requests, did not (down now, or advertised under an address this process
     /// cannot reach: the broker's `advertised.listeners`).
-    #[error("Kafka broker {broker} answered at the bootstrap address but not at its advertised address {address} within {timeout:?} (down, or `advertised.listeners` names an address this process cannot reach)")]
+    #[error("the Kafka bootstrap address answered, but broker {broker} did not at its advertised address {address} (down, or `advertised.listeners` names an address this process cannot reach)")]
     AdvertisedUnreachable {
         /// The broker's id.
         broker: i32,
         /// `host:port` as the cluster's metadata advertises it.
         address: String,
-        /// How long it had.
-        timeout: Duration,
     },
     /// The client could not be created (invalid settings).
     #[error("invalid Kafka client settings")]
@@ -139,22 +137,42 @@ pub fn check_connection_blocking(
 ///
 /// The metadata names each broker's advertised address, and that is where the clients send
 /// everything after the bootstrap: a broker advertised under a name its certificate does not
-/// carry, or an address this process cannot reach, would fail only there. So each advertised
-/// address that is not among `brokers` is asked for metadata too, on a connection of its own,
-/// and its refusal is the check's (whether a client's first connection to it had failed before
-/// the bootstrap's answer came was a race).
+/// carry, or an address this process cannot reach, would fail only there. So every advertised
+/// address that is not among `brokers` is asked for metadata too, each on a connection of its
+/// own, all at once, within what is left of `timeout` (at least [`ADVERTISED_MIN`]): a refusal
+/// at any of them is the check's (before, it depended on whether a client's first connection
+/// there failed before the bootstrap's answer came), and only when none refuses, the first
+/// that did not answer ([`ProbeError::AdvertisedUnreachable`]).
 fn check_until(
     brokers: &str,
     settings: &KafkaSettings,
     timeout: Duration,
     stop: &AtomicBool,
 ) -> Result<(), ProbeError> {
-    let advertised = ask_metadata(brokers, settings, timeout, stop)?;
-    for (broker, address) in advertised
+    let started = Instant::now();
+    let advertised: Vec<(i32, String)> = ask_metadata(brokers, settings, timeout, stop)?
         .into_iter()
         .filter(|(_, a)| !bootstrap_names(brokers, a))
-    {
-        match ask_metadata(&address, settings, timeout, stop) {
+        .collect();
+    let left = timeout
+        .saturating_sub(started.elapsed())
+        .max(ADVERTISED_MIN);
+    let answers: Vec<Result<Vec<(i32, String)>, ProbeError>> = std::thread::scope(|scope| {
+        let probes: Vec<_> = advertised
+            .iter()
+            .map(|(_, address)| scope.spawn(move || ask_metadata(address, settings, left, stop)))
+            .collect();
+        probes
+            .into_iter()
+            .map(|p| {
+                p.join()
+                    .unwrap_or(Err(ProbeError::Client(KafkaError::Canceled)))
+            })
+            .collect()
+    });
+    let mut unreachable = None;
+    for ((broker, address), answer) in advertised.into_iter().zip(answers) {
+        match answer {
             Ok(_) => {}
             Err(ProbeError::Refused { kind, reason }) => {
                 return Err(ProbeError::Refused {
@@ -164,18 +182,17 @@ fn check_until(
                     ),
                 })
             }
-            Err(ProbeError::Unreachable(timeout)) => {
-                return Err(ProbeError::AdvertisedUnreachable {
-                    broker,
-                    address,
-                    timeout,
-                })
+            Err(ProbeError::Unreachable(_)) => {
+                unreachable.get_or_insert(ProbeError::AdvertisedUnreachable { broker, address });
             }
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    unreachable.map_or(Ok(()), Err)
 }
+
+/// The least time the advertised addresses get, whatever the bootstrap took.
+const ADVERTISED_MIN: Duration = Duration::from_secs(5);
 
 /// Whether `address` (`host:port`) is one of the bootstrap servers `brokers` (comma separated,
 /// each `host:port`, optionally with a `PROTOCOL://` prefix).
@@ -289,6 +306,12 @@ pub async fn check_at_start(
     match checked {
         Ok(()) => Ok(StartCheck { pending: None }),
         Err(e) if e.is_fatal() => Err(e),
+        Err(e @ ProbeError::AdvertisedUnreachable { .. }) => {
+            // A broker answered: the clients take it from here, and report a broker they
+            // cannot reach as any outage.
+            tracing::warn!(error = %e, "Kafka broker unreachable at its advertised address at start-up; carrying on");
+            Ok(StartCheck { pending: None })
+        }
         Err(e) => {
             tracing::warn!(error = %e, "Kafka not reachable at start-up; carrying on, the clients keep retrying");
             Ok(StartCheck {
@@ -331,6 +354,10 @@ impl StartCheck {
                 match checked {
                     Ok(()) => {
                         tracing::info!("Kafka broker reachable");
+                        return;
+                    }
+                    Err(e @ ProbeError::AdvertisedUnreachable { .. }) => {
+                        tracing::warn!(error = %e, "Kafka broker reachable at the bootstrap address only");
                         return;
                     }
                     Err(e) if e.is_fatal() => {
@@ -427,7 +454,6 @@ mod tests {
         let e = ProbeError::AdvertisedUnreachable {
             broker: 1,
             address: "kafka:9092".into(),
-            timeout: Duration::from_secs(30),
         };
         assert!(!e.is_fatal());
         assert!(e.to_string().contains("kafka:9092"), "{e}");
