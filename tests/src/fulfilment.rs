@@ -445,24 +445,31 @@ impl System {
     }
 
     /// Sends `req`; a `503` (with `Retry-After`: the services' "send the same request again")
-    /// is retried for up to 30 s, as a client of these APIs should, then returned.
+    /// is sent again every 250 ms until another answer comes, for up to 30 s, as a client of
+    /// these APIs should; the last answer is returned.
     async fn send(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut req = req;
-        let r = loop {
-            let again = req.try_clone();
-            let r = req.send().await.expect("HTTP request");
-            match again {
-                Some(again)
-                    if r.status() == StatusCode::SERVICE_UNAVAILABLE
-                        && Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                    req = again;
+        let next = std::sync::Mutex::new(Some(req));
+        let last = std::sync::Mutex::new(None);
+        outbox_kit::poll::poll_every(
+            Duration::from_millis(250),
+            Duration::from_secs(30),
+            || async {
+                let req = next.lock().unwrap().take()?;
+                let again = req.try_clone();
+                let r = req.send().await.expect("HTTP request");
+                let unavailable = r.status() == StatusCode::SERVICE_UNAVAILABLE;
+                *last.lock().unwrap() = Some(r);
+                match again {
+                    Some(again) if unavailable => {
+                        *next.lock().unwrap() = Some(again);
+                        None
+                    }
+                    _ => Some(()),
                 }
-                _ => break r,
-            }
-        };
+            },
+        )
+        .await;
+        let r = last.into_inner().unwrap().expect("a request was sent");
         let status = r.status();
         let text = r.text().await.unwrap_or_default();
         (

@@ -178,11 +178,25 @@ async fn writer(
                 out.unknown.extend(batch)
             }
             Err(_) => {
-                // Failed before commit: the server rolled it back. Wait for the database.
+                // Failed before commit: the server rolled it back. Wait until the database
+                // answers again (for a while; the next transaction finds out either way).
                 out.failed_txns += 1;
                 out.rolled_back
                     .extend(batch.into_iter().map(|e| e.event_id));
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                let answers = || async {
+                    let mut conn = pool.acquire().await.ok()?;
+                    sqlx::query("SELECT 1")
+                        .execute(&mut *conn)
+                        .await
+                        .ok()
+                        .map(drop)
+                };
+                outbox_kit::poll::poll_every(
+                    Duration::from_millis(100),
+                    Duration::from_secs(10),
+                    answers,
+                )
+                .await;
             }
         }
         if !spec.pause.is_zero() {
