@@ -102,7 +102,7 @@ pub struct HistogramQuantiles {
 /// batches).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct BatchStages {
-    /// The failure view and the claim.
+    /// Each claim of rows (the head, the claim ahead of a full batch, the rows below it).
     pub claim: HistogramQuantiles,
     /// Topics checked, every event sent and acknowledged.
     pub publish: HistogramQuantiles,
