@@ -1,7 +1,7 @@
 # Makefile: developer entry points for the outbox relay.
 #
-#   make deps       install PostgreSQL, tansu and the Python venv (deploy/local/install-deps.sh)
-#   make env-up     deps + start PostgreSQL and tansu locally (deploy/local/up.sh)
+#   make deps       install PostgreSQL, Apache Kafka's jars and the Python venv (deploy/local/install-deps.sh)
+#   make env-up     deps + start PostgreSQL and Apache Kafka locally (deploy/local/up.sh)
 #   make env-down   stop them and remove the state directory (deploy/local/down.sh)
 #   make bench      relay benchmark (deploy/local/bench.sh); flags: make bench BENCH_ARGS=--quick
 #   make chaos      the whole system under load through faults, then the audit
@@ -31,14 +31,14 @@ demo:
 test:
 	bash deploy/local/run-tests.sh
 
-# Relay benchmark: release builds, PostgreSQL + tansu (memory storage) unless DATABASE_URL /
+# Relay benchmark: release builds, PostgreSQL + Apache Kafka unless DATABASE_URL /
 # KAFKA_BROKERS are set; table on stdout, JSON in target/bench/relay-bench.json.
 BENCH_ARGS ?=
 .PHONY: bench
 bench:
 	bash deploy/local/bench.sh $(BENCH_ARGS)
 
-# Chaos run: private PostgreSQL + tansu (sqlite) behind proxies, the whole system under load
+# Chaos run: private PostgreSQL + Apache Kafka behind proxies, the whole system under load
 # through a fault schedule, then outbox-audit. Summary on stdout.
 ARGS ?=
 .PHONY: chaos

@@ -2,10 +2,8 @@
 #
 # deploy/local/bench.sh [relay-bench flags]: the relay benchmark (what `make bench` runs).
 #
-#  1. installs what is missing and starts PostgreSQL + tansu with MEMORY storage
-#     (deploy/local/up.sh), unless DATABASE_URL / KAFKA_BROKERS point at your own servers;
-#     tansu's memory:// engine is for throughput runs (sqlite:// is much slower, and nothing
-#     is durable either way in memory);
+#  1. installs what is missing and starts PostgreSQL + Apache Kafka (single-node KRaft,
+#     deploy/local/up.sh), unless DATABASE_URL / KAFKA_BROKERS point at your own servers;
 #  2. builds the release relay and relay-bench;
 #  3. runs relay-bench with the given flags (e.g. --quick, --batch-size 10000; see
 #     `relay-bench --help`): table on stdout, JSON in target/bench/relay-bench.json;
@@ -27,14 +25,16 @@ own_broker=1
 
 bash deploy/local/install-deps.sh
 trap 'bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true' EXIT
-TOPICS="" TANSU_STORAGE=memory bash deploy/local/up.sh "$STATE_DIR"
+TOPICS="" bash deploy/local/up.sh "$STATE_DIR"
 # shellcheck disable=SC1091
 . "$STATE_DIR/env.sh"
 export DATABASE_URL KAFKA_BROKERS
 if ((own_broker)); then
-    export BENCH_BROKER_STORAGE="memory://tansu/"
+    # shellcheck source=deploy/local/lib.sh
+    . deploy/local/lib.sh
+    export BENCH_BROKER_STORAGE="Apache Kafka $KAFKA_VERSION, KRaft, one node, log on $(df --output=fstype "$STATE_DIR" | tail -n 1)"
     # Lets relay-bench account the broker's CPU per event (PostgreSQL's it finds itself).
-    BENCH_BROKER_PID="$(cat "$STATE_DIR/tansu.pid" 2>/dev/null || true)"
+    BENCH_BROKER_PID="$(cat "$STATE_DIR/kafka.pid" 2>/dev/null || true)"
     export BENCH_BROKER_PID
 else
     export BENCH_BROKER_STORAGE="${BENCH_BROKER_STORAGE:-external (KAFKA_BROKERS)}"

@@ -2,7 +2,7 @@
 #
 # deploy/local/chaos.sh [chaos flags]: the chaos run (what `make chaos` runs).
 #
-#  1. installs what is missing (PostgreSQL's binaries, tansu, the Python venv);
+#  1. installs what is missing (PostgreSQL's binaries, Apache Kafka's jars, the Python venv);
 #  2. builds the workspace's binaries (debug, like the test suite);
 #  3. runs the `chaos` binary with the given flags (--rate, --duration-s, --seed, --faults,
 #     --mix, --lag-threshold, --json FILE; see `chaos --help`): the whole system under load
@@ -10,8 +10,9 @@
 #     (fault timeline, recovery per fault, the audit's counts) goes to stdout; progress to
 #     stderr. Exit 0 only with a clean audit and every fault recovered.
 #
-# It starts a private PostgreSQL and a private tansu (sqlite storage) because its faults stop
-# and restart them: DATABASE_URL / KAFKA_BROKERS are not used.
+# It starts a private PostgreSQL and a private Apache Kafka broker (deploy/local/kafka-broker.sh)
+# because its faults stop and restart them (SIGKILL of the broker's JVM, then a start on the same
+# storage): DATABASE_URL / KAFKA_BROKERS are not used.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."

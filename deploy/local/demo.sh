@@ -2,7 +2,7 @@
 #
 # deploy/local/demo.sh: the relay end to end on local defaults (what `make demo` runs).
 #
-#  1. installs what is missing and starts PostgreSQL + tansu (deploy/local/up.sh), unless
+#  1. installs what is missing and starts PostgreSQL + Apache Kafka (deploy/local/up.sh), unless
 #     DATABASE_URL / KAFKA_BROKERS point at your own servers;
 #  2. applies the outbox schema (`outbox-relay migrate`);
 #  3. writes a stream of events from 8 concurrent transactions for 10 s (pgbench,

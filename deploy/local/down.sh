@@ -4,8 +4,8 @@
 # STATE_DIR (default target/local-env under the repo root) and remove it.
 #
 # Only processes recorded there are touched: the PostgreSQL cluster whose data
-# directory STATE_DIR/pg.datadir names (pg_ctl stop -m fast) and the tansu
-# broker in STATE_DIR/tansu.pid (SIGTERM, SIGKILL after DOWN_TIMEOUT seconds,
+# directory STATE_DIR/pg.datadir names (pg_ctl stop -m fast) and the Kafka
+# broker in STATE_DIR/kafka.pid (SIGTERM, SIGKILL after DOWN_TIMEOUT seconds,
 # default 10). Servers that up.sh did not start (DATABASE_URL / KAFKA_BROKERS
 # given from outside) are left alone. A directory without up.sh's marker file
 # is never removed.
@@ -26,19 +26,19 @@ fi
 
 failed=0
 
-# --- tansu: SIGTERM now (it takes ~2 s to exit), wait after PostgreSQL ----------
-tansu_pid=""
-if [[ -f "$STATE_DIR/tansu.pid" ]]; then
-    pid="$(cat "$STATE_DIR/tansu.pid")"
-    if pid_is "$pid" tansu; then
-        log "tansu: stopping pid $pid"
+# --- kafka: SIGTERM now (a controlled shutdown takes a few s), wait after PostgreSQL ----------
+kafka_pid=""
+if [[ -f "$STATE_DIR/kafka.pid" ]]; then
+    pid="$(cat "$STATE_DIR/kafka.pid")"
+    if pid_is "$pid" kafka; then
+        log "kafka: stopping pid $pid"
         kill -TERM "$pid" 2>/dev/null || true
-        tansu_pid="$pid"
+        kafka_pid="$pid"
     else
-        log "tansu: pid $pid is not running"
+        log "kafka: pid $pid is not running"
     fi
 fi
-tansu_deadline=$((SECONDS + DOWN_TIMEOUT))
+kafka_deadline=$((SECONDS + DOWN_TIMEOUT))
 
 # --- PostgreSQL ---------------------------------------------------------------
 if [[ -f "$STATE_DIR/pg.datadir" ]]; then
@@ -64,14 +64,14 @@ if [[ -f "$STATE_DIR/pg.datadir" ]]; then
     fi
 fi
 
-if [[ -n "$tansu_pid" ]]; then
-    while pid_alive "$tansu_pid" && ((SECONDS < tansu_deadline)); do sleep 0.1; done
-    if pid_alive "$tansu_pid"; then
-        log "tansu: still running after ${DOWN_TIMEOUT}s, sending SIGKILL"
-        kill -KILL "$tansu_pid" 2>/dev/null || true
+if [[ -n "$kafka_pid" ]]; then
+    while pid_alive "$kafka_pid" && ((SECONDS < kafka_deadline)); do sleep 0.1; done
+    if pid_alive "$kafka_pid"; then
+        log "kafka: still running after ${DOWN_TIMEOUT}s, sending SIGKILL"
+        kill -KILL "$kafka_pid" 2>/dev/null || true
         sleep 0.2
-        if pid_alive "$tansu_pid"; then
-            log "tansu: pid $tansu_pid survived SIGKILL"
+        if pid_alive "$kafka_pid"; then
+            log "kafka: pid $kafka_pid survived SIGKILL"
             failed=1
         fi
     fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """deploy/local/drill-broker-outage.py: what an operator sees during a broker outage.
 
-Starts PostgreSQL (unless DATABASE_URL is set) and a tansu broker with sqlite storage (its own:
+Starts PostgreSQL (unless DATABASE_URL is set) and an Apache Kafka broker (its own:
 the drill kills it, so KAFKA_BROKERS is refused), a leading and a standby relay, a writer of
 about 20 events/s and a Prometheus evaluating deploy/prometheus/alerts.yaml; SIGKILLs the
 broker at T_STOP seconds (default 120) for OUTAGE seconds (default 480), restarts it, watches
@@ -23,7 +23,7 @@ RELAY_PORTS=(free_port(), free_port()); PROM_PORT=free_port()
 T_STOP=int(os.environ.get('T_STOP','120')); OUTAGE=int(os.environ.get('OUTAGE','480')); AFTER=int(os.environ.get('AFTER','240'))
 env=dict(os.environ)
 def sh(cmd, **kw): return subprocess.run(cmd, shell=True, check=True, env=env, **kw)
-sh(f'cd {REPO} && TANSU_STORAGE=sqlite TOPICS="outbox.event.order" bash deploy/local/up.sh {ST} >{OUT}/up.log 2>&1')
+sh(f'cd {REPO} && TOPICS="outbox.event.order" bash deploy/local/up.sh {ST} >{OUT}/up.log 2>&1')
 for line in open(f'{ST}/env.sh'):
     line=line.strip()
     if line.startswith('export '):
@@ -67,14 +67,14 @@ Q={'backlog':'max(outbox_backlog_events)','oldest_s':'max(outbox_oldest_unpublis
    'p99_ms':'1000*histogram_quantile(0.99, sum by (le) (rate(outbox_publish_latency_seconds_bucket[1m])))',
    'parked':'sum(outbox_parked_events)','retrying':'sum(outbox_retrying_events)','brokers_down':'max(outbox_kafka_brokers_down)'}
 t0=time.time(); stopped=restarted=False; last_alerts=None
-tansu_pid=lambda: open(f'{ST}/tansu.pid').read().strip()
+kafka_pid=lambda: open(f'{ST}/kafka.pid').read().strip()
 try:
     while True:
         t=time.time()-t0
         if not stopped and t>=T_STOP:
-            os.kill(int(tansu_pid()), signal.SIGKILL); stopped=True; print(f'== t={t:.0f}s broker SIGKILLed',flush=True)
+            os.kill(int(kafka_pid()), signal.SIGKILL); stopped=True; print(f'== t={t:.0f}s broker SIGKILLed',flush=True)
         if stopped and not restarted and t>=T_STOP+OUTAGE:
-            sh(f'cd {REPO} && TANSU_STORAGE=sqlite TOPICS="outbox.event.order" bash deploy/local/up.sh {ST} >>{OUT}/up.log 2>&1'); restarted=True; print(f'== t={t:.0f}s broker restarted',flush=True)
+            sh(f'cd {REPO} && TOPICS="outbox.event.order" bash deploy/local/up.sh {ST} >>{OUT}/up.log 2>&1'); restarted=True; print(f'== t={t:.0f}s broker restarted',flush=True)
         if t>=T_STOP+OUTAGE+AFTER: break
         vals={k:q(v) for k,v in Q.items()}; al=alerts()
         print(f't={t:4.0f}s '+' '.join(f'{k}={v}' for k,v in vals.items())+f' alerts={al}',flush=True)

@@ -9,9 +9,10 @@
 #     run-tests.sh does before clippy, which compiles);
 #   - PostgreSQL server binaries (Debian package `postgresql`), only when no
 #     /usr/lib/postgresql/*/bin/initdb exists;
-#   - the tansu Kafka-compatible broker, built with cargo into
-#     $CACHE/tansu-<version>, only when that binary is missing (a first build
-#     takes ~35 minutes on 2 cores);
+#   - Apache Kafka $KAFKA_VERSION's jars from Maven Central (deploy/local/kafka/pom.xml, the
+#     dependency plugin's copy-dependencies) into $CACHE/kafka-<version>/libs, only when the
+#     broker's jar is missing there; Java 17 and Maven are installed (Debian openjdk-17-jre-headless,
+#     maven) only when missing;
 #   - a Python venv at $CACHE/venv with a pinned kafka-python, for
 #     tests/tools/kafka_tool.py, only when missing or at another version;
 #   - in the same venv, pinned check-jsonschema and kubernetes-validate (validation of
@@ -24,8 +25,6 @@
 #     the package's own service is kept from starting (the tests start their own server);
 #   - PgBouncer (Debian package `pgbouncer`), only when the binary is missing; its service is
 #     kept from starting too (tests/it/pgbouncer.rs starts its own on a free port);
-#   - stunnel (Debian package `stunnel4`), only when the binary is missing; its service is kept
-#     from starting (tests/it/secured.rs starts its own TLS terminator in front of tansu);
 #   - the openssl command line tool (Debian package `openssl`), which makes the tests'
 #     certificates, only when missing.
 #
@@ -99,34 +98,37 @@ else
     did+=("installed postgresql ($PG_BIN_DIR)")
 fi
 
-# --- tansu --------------------------------------------------------------------
-tansu_build_running() { pgrep -f "cargo install tansu" >/dev/null 2>&1; }
+# --- Apache Kafka -------------------------------------------------------------
+kafka_ok() { [[ -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" && -f "$KAFKA_LIBS/.complete" ]]; }
 
-if [[ -x "$TANSU_BIN" ]] && ! tansu_build_running; then
-    log "tansu: present ($TANSU_BIN)"
+if kafka_ok; then
+    log "kafka: present ($KAFKA_LIBS)"
 else
-    if tansu_build_running; then
-        # Never start a second build next to one already running (same target
-        # dir, 2 cores): wait for it instead.
-        log "tansu: a 'cargo install tansu' is already running, waiting for it"
-        while tansu_build_running; do sleep 5; done
+    if ! command -v java >/dev/null; then
+        log "kafka: java missing, installing openjdk-17-jre-headless"
+        apt_install_without_service openjdk-17-jre-headless
     fi
-    if [[ -x "$TANSU_BIN" ]]; then
-        log "tansu: present ($TANSU_BIN)"
-        did+=("waited for a running tansu build")
-    else
-        command -v cargo >/dev/null || die "cargo not found: needed to build tansu"
-        mkdir -p "$CACHE"
-        build_log="$CACHE/tansu-build.log"
-        log "tansu: building tansu $TANSU_VERSION with cargo (~35 min on 2 cores), log: $build_log"
-        if ! cargo install tansu --version "$TANSU_VERSION" --locked \
-            --features "$TANSU_FEATURES" --root "$TANSU_ROOT" >"$build_log" 2>&1; then
-            log_tail "$build_log" 40
-            die "building tansu failed"
-        fi
-        [[ -x "$TANSU_BIN" ]] || die "cargo install finished but $TANSU_BIN is missing"
-        did+=("built tansu $TANSU_VERSION ($TANSU_BIN)")
+    if ! command -v mvn >/dev/null; then
+        log "kafka: mvn missing, installing maven"
+        apt_install_without_service maven
     fi
+    log "kafka: fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_LIBS"
+    tmp="$KAFKA_LIBS.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    fetch_log="$CACHE/kafka-fetch.log"
+    if ! mvn -B -q -f "$KAFKA_POM" dependency:copy-dependencies -DincludeScope=runtime \
+        -DoutputDirectory="$tmp" >"$fetch_log" 2>&1; then
+        log_tail "$fetch_log" 40
+        rm -rf "$tmp"
+        die "fetching Apache Kafka's jars with maven failed"
+    fi
+    [[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ]] \
+        || die "maven finished but kafka_2.13-$KAFKA_VERSION.jar is not in $tmp (pom.xml and lib.sh disagree?)"
+    touch "$tmp/.complete"
+    rm -rf "$KAFKA_LIBS"
+    mv "$tmp" "$KAFKA_LIBS"
+    did+=("fetched Apache Kafka $KAFKA_VERSION ($(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1)) into $KAFKA_LIBS")
 fi
 
 # --- Python venv with kafka-python -------------------------------------------
@@ -238,15 +240,7 @@ else
     did+=("installed pgbouncer ($(/usr/sbin/pgbouncer --version 2>&1 | head -n 1))")
 fi
 
-# --- stunnel and openssl (the secured-connection tests) ----------------------------
-if command -v stunnel4 >/dev/null || command -v stunnel >/dev/null; then
-    log "stunnel: present ($(command -v stunnel4 || command -v stunnel))"
-else
-    log "stunnel: missing, installing the Debian package"
-    apt_install_without_service stunnel4
-    command -v stunnel4 >/dev/null || command -v stunnel >/dev/null || die "stunnel4 installed but not found"
-    did+=("installed stunnel4")
-fi
+# --- openssl (the secured-connection tests' certificates) ----------------------------
 if command -v openssl >/dev/null; then
     log "openssl: present ($(openssl version))"
 else

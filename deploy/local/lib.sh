@@ -7,17 +7,20 @@
 #
 # Settings (environment, all optional):
 #   OUTBOX_CACHE  cache for tools built/installed once  (default ~/.cache/outbox-relay)
-#   TANSU_BIN     tansu broker binary                    (default $CACHE/tansu-0.6.0/bin/tansu)
+#   KAFKA_LIBS    Apache Kafka's jars                    (default $CACHE/kafka-$KAFKA_VERSION/libs)
 #   PG_BIN_DIR    PostgreSQL server binaries             (default newest /usr/lib/postgresql/*/bin)
 #   PYTHON        python with kafka-python               (default $CACHE/venv/bin/python)
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CACHE="${OUTBOX_CACHE:-$HOME/.cache/outbox-relay}"
 
-TANSU_VERSION=0.6.0
-TANSU_FEATURES=dynostore,libsql
-TANSU_ROOT="$CACHE/tansu-$TANSU_VERSION"
-TANSU_BIN="${TANSU_BIN:-$TANSU_ROOT/bin/tansu}"
+# Apache Kafka, from Maven Central (deploy/local/kafka/pom.xml pins the same version; the
+# compose file's image too): the broker of up.sh, the tests, the benchmark and the chaos run.
+KAFKA_VERSION=4.1.1
+KAFKA_POM="$REPO_ROOT/deploy/local/kafka/pom.xml"
+KAFKA_LOG4J="$REPO_ROOT/deploy/local/kafka/log4j2.yaml"
+KAFKA_LIBS="${KAFKA_LIBS:-$CACHE/kafka-$KAFKA_VERSION/libs}"
+KAFKA_BROKER_SH="$REPO_ROOT/deploy/local/kafka-broker.sh"
 
 # kafka-python is pure Python (no librdkafka), so tests/tools/kafka_tool.py is an
 # independent check of what the Rust relay (rdkafka) put on the broker.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 #
 # deploy/local/run-tests.sh: the whole test suite against real servers (what `make test`
-# and CI run). Installs what is missing (PostgreSQL, tansu, the kafka-python venv), starts a
-# throwaway PostgreSQL and tansu broker unless DATABASE_URL / KAFKA_BROKERS are already set,
+# and CI run). Installs what is missing (PostgreSQL, Apache Kafka's jars, the kafka-python venv), starts a
+# throwaway PostgreSQL and Apache Kafka broker unless DATABASE_URL / KAFKA_BROKERS are already set,
 # builds the binaries the end-to-end tests spawn, runs `cargo test --workspace`, and stops
 # the servers it started. Tests that restart a server (broker outage, PostgreSQL restart)
 # start private servers of their own from the same binaries.
@@ -27,7 +27,7 @@ trap 'bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true' EXIT
 TOPICS="" bash deploy/local/up.sh "$STATE_DIR"
 # shellcheck disable=SC1091
 . "$STATE_DIR/env.sh"
-export DATABASE_URL KAFKA_BROKERS TANSU_BIN PG_BIN_DIR PYTHON
+export DATABASE_URL KAFKA_BROKERS KAFKA_LIBS PG_BIN_DIR PYTHON
 
 cargo build --workspace --bins
 # --no-fail-fast: one failing test binary must not hide the results of the others. The last

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 #
 # deploy/local/up.sh [STATE_DIR]: start a throwaway local environment for the
-# outbox relay: a PostgreSQL cluster and a tansu (Kafka-compatible) broker, each
-# on a free port of 127.0.0.1, with state and logs in STATE_DIR (default
+# outbox relay: a PostgreSQL cluster and an Apache Kafka broker (single-node KRaft,
+# deploy/local/kafka-broker.sh), each on a free port of 127.0.0.1, with state and logs in
+# STATE_DIR (default
 # target/local-env under the repo root). deploy/local/down.sh stops it again.
 #
 #   - PostgreSQL (initdb + pg_ctl, trust auth, database `outbox`) is skipped
 #     when DATABASE_URL is already set;
-#   - tansu (memory storage; TANSU_STORAGE=sqlite keeps it in STATE_DIR/tansu.db, with the
-#     header index tansu 0.6.0 lacks: deploy/local/tansu-sqlite-index.py)
-#     is skipped when KAFKA_BROKERS is already set;
+#   - Kafka (storage in STATE_DIR/kafka, kept across restarts; ready once a metadata request
+#     answers) is skipped when KAFKA_BROKERS is already set;
 #   - topics TOPICS (space separated, default `outbox.event.order`; empty: none) are created
 #     with TOPIC_PARTITIONS partitions (default 6) on whichever broker is used
-#     (tansu does not create topics on its own);
+#     (the broker does not create topics on its own: auto.create.topics.enable=false);
 #   - STATE_DIR/env.sh gets `export DATABASE_URL=... KAFKA_BROKERS=...
-#     TANSU_BIN=... PG_BIN_DIR=... PYTHON=...`: `. target/local-env/env.sh`.
+#     KAFKA_LIBS=... PG_BIN_DIR=... PYTHON=...`: `. target/local-env/env.sh`.
 #
 # Running it again while the environment is up reuses the running servers.
 # Needs deploy/local/install-deps.sh to have run. UP_TIMEOUT (default 60)
@@ -27,7 +27,6 @@ set -euo pipefail
 STATE_DIR="$(abs_state_dir "${1:-}")"
 TOPICS="${TOPICS-outbox.event.order}"
 TOPIC_PARTITIONS="${TOPIC_PARTITIONS:-6}"
-TANSU_STORAGE="${TANSU_STORAGE:-memory}"
 UP_TIMEOUT="${UP_TIMEOUT:-60}"
 
 [[ -x "$PYTHON" ]] || die "no python at $PYTHON: run deploy/local/install-deps.sh"
@@ -104,61 +103,45 @@ start_postgres() {
     DATABASE_URL="postgres://postgres@127.0.0.1:$port/outbox"
 }
 
-# --- tansu --------------------------------------------------------------------
-start_tansu() {
-    [[ -x "$TANSU_BIN" ]] || die "no tansu at $TANSU_BIN: run deploy/local/install-deps.sh"
-    local pid port storage tlog="$STATE_DIR/tansu.log"
-    pid="$(cat "$STATE_DIR/tansu.pid" 2>/dev/null || true)"
-    if pid_is "$pid" tansu; then
-        port="$(cat "$STATE_DIR/tansu.port")"
-        log "tansu: already running (pid $pid) on 127.0.0.1:$port, reusing it"
+# --- Kafka --------------------------------------------------------------------
+start_kafka() {
+    local pid port klog="$STATE_DIR/kafka.log" started=$SECONDS
+    pid="$(cat "$STATE_DIR/kafka.pid" 2>/dev/null || true)"
+    if pid_is "$pid" kafka; then
+        port="$(cat "$STATE_DIR/kafka.port")"
+        log "kafka: already running (pid $pid) on 127.0.0.1:$port, reusing it"
     else
-        case "$TANSU_STORAGE" in
-        memory) storage="memory://tansu/" ;;
-        # tansu 0.6.0 resolves a sqlite URL against its working directory
-        # (cwd + host + path, even for sqlite:///abs/path), and it runs in
-        # STATE_DIR: this is STATE_DIR/tansu.db.
-        sqlite) storage="sqlite://tansu.db" ;;
-        *) die "TANSU_STORAGE must be memory or sqlite, not '$TANSU_STORAGE'" ;;
-        esac
-        # Keep the port across restarts (clients of a restarted sqlite broker
-        # find it again), unless something else took it meanwhile.
-        port="$(cat "$STATE_DIR/tansu.port" 2>/dev/null || true)"
+        # Keep the port across restarts (clients of a restarted broker find it again), unless
+        # something else took it meanwhile.
+        port="$(cat "$STATE_DIR/kafka.port" 2>/dev/null || true)"
         if [[ -z "$port" ]] || port_open 127.0.0.1 "$port"; then
             port="$(free_port)"
         fi
-        printf '%s\n' "$port" >"$STATE_DIR/tansu.port"
-        log "tansu: starting on 127.0.0.1:$port, storage $storage (log $tlog)"
-        # setsid: its own session, so it outlives this script and the terminal
-        # (or make) that started it. In a non-interactive script the background
-        # child is no process-group leader, so setsid execs in place and $! is
-        # tansu's own pid.
-        (
-            cd "$STATE_DIR"
-            exec setsid "$TANSU_BIN" broker \
-                --listener-url "tcp://127.0.0.1:$port" \
-                --advertised-listener-url "tcp://127.0.0.1:$port" \
-                --storage-engine "$storage" \
-                --cluster-id outbox-local
-        ) </dev/null >>"$tlog" 2>&1 &
+        printf '%s\n' "$port" >"$STATE_DIR/kafka.port"
+        log "kafka: starting Apache Kafka $KAFKA_VERSION on 127.0.0.1:$port (log $klog)"
+        # setsid: its own session, so it outlives this script and the terminal (or make) that
+        # started it. In a non-interactive script the background child is no process-group
+        # leader, so setsid execs in place, and kafka-broker.sh execs the JVM: $! is the
+        # broker's own pid.
+        setsid bash "$KAFKA_BROKER_SH" --dir "$STATE_DIR/kafka" --port "$port" \
+            </dev/null >>"$klog" 2>&1 &
         pid=$!
-        printf '%s\n' "$pid" >"$STATE_DIR/tansu.pid"
+        printf '%s\n' "$pid" >"$STATE_DIR/kafka.pid"
     fi
-    if ! wait_for_port 127.0.0.1 "$port" "$UP_TIMEOUT" "$pid"; then
-        log_tail "$tlog"
-        die "tansu does not accept connections on 127.0.0.1:$port"
+    if ! "$PYTHON" "$KAFKA_TOOL" ready --brokers "127.0.0.1:$port" --timeout "$UP_TIMEOUT" \
+        --pid "$pid" >/dev/null 2>"$STATE_DIR/kafka-ready.log"; then
+        cat "$STATE_DIR/kafka-ready.log" >&2
+        log_tail "$klog"
+        die "kafka does not answer metadata requests on 127.0.0.1:$port"
     fi
-    if [[ "$TANSU_STORAGE" == sqlite ]]; then
-        # The index tansu 0.6.0's sqlite storage lacks (see the script).
-        "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/tansu-sqlite-index.py" "$STATE_DIR/tansu.db"
-    fi
+    log "kafka: ready after $((SECONDS - started)) s (pid $pid)"
     KAFKA_BROKERS="127.0.0.1:$port"
 }
 
 # DATABASE_URL / KAFKA_BROKERS pointing at this STATE_DIR's own servers (e.g.
 # after `. env.sh`) count as unset: those servers are checked and reused.
 own_pg_url="postgres://postgres@127.0.0.1:$(cat "$STATE_DIR/pg.port" 2>/dev/null || echo none)/outbox"
-own_brokers="127.0.0.1:$(cat "$STATE_DIR/tansu.port" 2>/dev/null || echo none)"
+own_brokers="127.0.0.1:$(cat "$STATE_DIR/kafka.port" 2>/dev/null || echo none)"
 
 if [[ -n "${DATABASE_URL:-}" && "$DATABASE_URL" != "$own_pg_url" ]]; then
     log "postgres: DATABASE_URL is set, not starting one"
@@ -167,9 +150,9 @@ else
 fi
 
 if [[ -n "${KAFKA_BROKERS:-}" && "$KAFKA_BROKERS" != "$own_brokers" ]]; then
-    log "tansu: KAFKA_BROKERS is set, not starting a broker"
+    log "kafka: KAFKA_BROKERS is set, not starting a broker"
 else
-    start_tansu
+    start_kafka
 fi
 
 # --- topics -------------------------------------------------------------------
@@ -179,7 +162,7 @@ if ((${#topic_list[@]} > 0)); then
         --partitions "$TOPIC_PARTITIONS" --timeout "$UP_TIMEOUT" "${topic_list[@]}" \
         >"$STATE_DIR/topics.json" 2>"$STATE_DIR/topics.log"; then
         cat "$STATE_DIR/topics.log" >&2
-        [[ -f "$STATE_DIR/tansu.log" ]] && log_tail "$STATE_DIR/tansu.log"
+        [[ -f "$STATE_DIR/kafka.log" ]] && log_tail "$STATE_DIR/kafka.log"
         die "creating topics ${topic_list[*]} on $KAFKA_BROKERS failed"
     fi
     log "topics: $(tr '\n' ' ' <"$STATE_DIR/topics.json")"
@@ -188,8 +171,8 @@ fi
 # --- env.sh -------------------------------------------------------------------
 {
     printf '# written by deploy/local/up.sh; source it: . %q\n' "$STATE_DIR/env.sh"
-    printf 'export DATABASE_URL=%q KAFKA_BROKERS=%q TANSU_BIN=%q PG_BIN_DIR=%q PYTHON=%q\n' \
-        "$DATABASE_URL" "$KAFKA_BROKERS" "$TANSU_BIN" "$PG_BIN_DIR" "$PYTHON"
+    printf 'export DATABASE_URL=%q KAFKA_BROKERS=%q KAFKA_LIBS=%q PG_BIN_DIR=%q PYTHON=%q\n' \
+        "$DATABASE_URL" "$KAFKA_BROKERS" "$KAFKA_LIBS" "$PG_BIN_DIR" "$PYTHON"
 } >"$STATE_DIR/env.sh.tmp"
 mv "$STATE_DIR/env.sh.tmp" "$STATE_DIR/env.sh"
 

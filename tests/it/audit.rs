@@ -208,7 +208,7 @@ async fn audit_is_clean_on_a_drained_system_and_names_each_planted_defect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn audit_reads_the_topics_back_over_a_slow_link() {
     use e2e::proxy::Proxy;
-    use e2e::servers::Tansu;
+    use e2e::servers::Kafka;
     use outbox_audit::broker::Broker;
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
@@ -216,10 +216,10 @@ async fn audit_reads_the_topics_back_over_a_slow_link() {
     const MESSAGES: usize = 3_000;
     const VALUE_BYTES: usize = 1_000;
     let proxy_port = e2e::free_port();
-    let tansu = tokio::task::spawn_blocking(move || Tansu::start_behind(proxy_port))
+    let kafka = tokio::task::spawn_blocking(move || Kafka::start_behind(proxy_port))
         .await
         .unwrap();
-    let proxy = Proxy::start(proxy_port, tansu.port).await;
+    let proxy = Proxy::start(proxy_port, kafka.port).await;
     let brokers = format!("127.0.0.1:{proxy_port}");
     let topic = format!("slow-link-{:08x}", rand::random::<u32>());
     create_topics(&brokers, PARTITIONS, &[&topic]);

@@ -4,12 +4,8 @@
 //! until the standby took over, the broker and PostgreSQL restarted, their proxies stalled and
 //! cut), then drained and audited: the audit must be clean and every fault must recover.
 //! `make chaos` runs the same binary with longer settings.
-//!
-//! The CI-sized run has all ten kinds again. Before the harness added the header index tansu
-//! 0.6.0's sqlite storage lacks (`deploy/local/tansu-sqlite-index.py`), the broker's three
-//! kinds made it fail one full-suite run in three (tansu's group coordinator fell behind after
-//! a broker fault and ~290 paid orders got no outbound); with the index four runs of this
-//! schedule in a row and the full suite passed (README, Chaos).
+//! The broker faults hit Apache Kafka itself: its JVM SIGKILLed and started again on the same
+//! storage, and its proxy stalled and cut.
 
 use e2e::proc::workspace_binary;
 use serde_json::Value;

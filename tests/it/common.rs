@@ -93,15 +93,38 @@ pub async fn assert_stays_up(relay: &mut e2e::proc::RelayProcess, outage: Durati
     }
 }
 
-/// A private broker that refuses, as a whole, every record batch of `<prefix>order` holding a
-/// record with a `poison` field (a JSON schema on the topic: INVALID_RECORD in the produce
-/// response, the asynchronous per-batch refusal of a topic-level limit).
-pub fn broker_refusing_poison(prefix: &str) -> e2e::servers::Tansu {
-    let schema = serde_json::json!({
-        "type": "object",
-        "properties": {"value": {"type": "object", "not": {"required": ["poison"]}}}
-    });
-    e2e::servers::Tansu::start_with_schemas(&[(format!("{prefix}{AGGREGATE_TYPE}"), schema)])
+/// `max.message.bytes` of [`topic_refusing_poison`]'s topic: far above any record batch of
+/// small events (librdkafka's `batch.size` is 1 000 000 bytes before lz4), far below a
+/// [`poison_payload`] after compression.
+pub const POISON_TOPIC_MAX_BYTES: usize = 512 * 1024;
+
+/// Creates `<prefix>order` on the shared broker with `max.message.bytes` at
+/// [`POISON_TOPIC_MAX_BYTES`], and returns the brokers: Apache Kafka refuses, as a whole, every
+/// record batch holding a [`poison_payload`] (MESSAGE_TOO_LARGE in the produce response, the
+/// asynchronous per-batch refusal of a topic-level limit: the healthy events of that batch are
+/// refused with it).
+pub fn topic_refusing_poison(prefix: &str) -> String {
+    let brokers = e2e::kafka_brokers();
+    let limit = format!("max.message.bytes={POISON_TOPIC_MAX_BYTES}");
+    e2e::audit::create_topics_with(
+        &brokers,
+        6,
+        &[&limit],
+        &[&format!("{prefix}{AGGREGATE_TYPE}")],
+    );
+    brokers
+}
+
+/// A payload the topic of [`topic_refusing_poison`] refuses: 900 000 characters of random
+/// base64 (under librdkafka's own 1 000 000-byte `message.max.bytes`, so the producer takes it;
+/// lz4 leaves ~675 000 bytes, over the topic's limit, so the broker does not).
+pub fn poison_payload(n: usize) -> serde_json::Value {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut noise = String::with_capacity(900_000);
+    for _ in 0..900_000 {
+        noise.push(B64[rand::random::<usize>() % 64] as char);
+    }
+    serde_json::json!({"poison": true, "noise": noise, "n": n})
 }
 
 /// Creates `<prefix>order` the way a deployment would: a first relay publishes one event

@@ -1040,10 +1040,7 @@ async fn the_wms_takes_refunded_lines_out_before_shipping_and_expects_only_them_
 async fn sigkill_mid_stream_leaves_one_outbound_and_one_reservation_per_order() {
     const ORDERS: usize = 1_000;
     let started = Instant::now();
-    // A private broker with sqlite storage: consumers resume from committed offsets in the
-    // middle of producer batches here, which tansu's memory storage does not support.
-    let tansu = e2e::servers::Tansu::start();
-    let sys = System::start_on(&tansu.brokers()).await;
+    let sys = System::start_on(&e2e::kafka_brokers()).await;
     let skus = ["K1", "K2", "K3", "K4"];
     for sku in skus {
         sys.sku(sku, 100).await;
@@ -1171,14 +1168,13 @@ async fn sigkill_mid_stream_leaves_one_outbound_and_one_reservation_per_order() 
     let wms_dups = inbox_duplicates(wms).await;
     eprintln!(
         "SIGKILL: {ORDERS} orders paid in {}; stock-consumer killed at {stock_killed_at} reservations, wms-consumer at {wms_killed_at} outbounds \
-         (starts until assigned: stock {stock_starts}, wms {wms_starts}); \
+         (assigned after its start: stock {stock_starts:?}, wms {wms_starts:?}); \
          all done after {}: {ORDERS} reservations ({expected_lines} RESERVE movements), {ORDERS} outbounds; \
          redeliveries skipped by the inbox: stock {stock_dups}, wms {wms_dups}",
         secs(paid_after),
         secs(done_after)
     );
     drop(sys);
-    drop(tansu);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -47,6 +47,37 @@ fn compose_file_matches_the_compose_spec() {
     assert!(out.contains("ok"), "{out}");
 }
 
+/// The Kafka release the local scripts and the tests run (`deploy/local/lib.sh`).
+fn local_kafka_version() -> String {
+    let lib = std::fs::read_to_string(e2e::workspace_root().join("deploy/local/lib.sh")).unwrap();
+    lib.lines()
+        .find_map(|l| l.strip_prefix("KAFKA_VERSION="))
+        .expect("KAFKA_VERSION= in deploy/local/lib.sh")
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn compose_pom_and_scripts_run_one_kafka_release() {
+    let version = local_kafka_version();
+    let root = e2e::workspace_root();
+    let compose = std::fs::read_to_string(root.join("deploy/compose/compose.yaml")).unwrap();
+    let images: Vec<&str> = compose
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("image: apache/kafka:"))
+        .collect();
+    assert!(!images.is_empty(), "compose runs apache/kafka");
+    assert!(
+        images.iter().all(|v| *v == version),
+        "compose's apache/kafka images {images:?} are not the local release {version}"
+    );
+    let pom = std::fs::read_to_string(root.join("deploy/local/kafka/pom.xml")).unwrap();
+    assert!(
+        pom.contains(&format!("<kafka.version>{version}</kafka.version>")),
+        "deploy/local/kafka/pom.xml does not pin {version}"
+    );
+}
+
 #[test]
 fn kubernetes_manifests_match_the_api_schemas() {
     let out = run_ok(

@@ -11,13 +11,12 @@ use crate::parking::{ops, Ledger};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_overtake_it() {
-    // A private broker that validates the topic's records against a JSON schema: a record
-    // with a `poison` field makes it refuse the whole record batch (INVALID_RECORD) in the
-    // produce response — the asynchronous, per-batch failure of a topic-level limit.
+    // A topic whose max.message.bytes a poison event's record batch exceeds: the broker refuses
+    // the whole record batch (MESSAGE_TOO_LARGE) in the produce response — the asynchronous,
+    // per-batch failure of a topic-level limit.
     let prefix = e2e::unique_topic_prefix();
     let topic = format!("{prefix}order");
-    let tansu = crate::common::broker_refusing_poison(&prefix);
-    let brokers = tansu.brokers();
+    let brokers = crate::common::topic_refusing_poison(&prefix);
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
     // Create the topic first (the relay would, but this test wants the stream to flow at once).
@@ -27,7 +26,7 @@ async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_over
     for i in 0..3_000 {
         let agg = format!("a-{}", i % 60);
         let payload = if i == 1_505 {
-            json!({"poison": true, "n": i})
+            crate::common::poison_payload(i)
         } else {
             json!({"n": i})
         };

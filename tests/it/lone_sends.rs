@@ -32,8 +32,7 @@ async fn retrying(pool: &PgPool) -> i64 {
 async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
     let prefix = e2e::unique_topic_prefix();
     let topic = format!("{prefix}order");
-    let tansu = crate::common::broker_refusing_poison(&prefix);
-    let brokers = tansu.brokers();
+    let brokers = crate::common::topic_refusing_poison(&prefix);
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
     crate::common::create_topic_by_publishing(&db, &brokers, &prefix, &mut ledger).await;
@@ -44,7 +43,7 @@ async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
         let agg = format!("s-{i}");
         for n in 0..3 {
             let payload = if n == 0 && i < CULPRITS {
-                json!({"poison": true})
+                crate::common::poison_payload(i)
             } else {
                 json!({"n": n})
             };
@@ -56,7 +55,7 @@ async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
                     "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
                          error_class, error_message, attempts, retry_at) \
                      VALUES ($1, $2, 'order', $3, 'broker_rejected', \
-                             'delivery failed: Broker: Invalid record', 1, now())",
+                             'delivery failed: Broker: Message size too large', 1, now())",
                 )
                 .bind(id)
                 .bind(event_id)
@@ -175,10 +174,10 @@ const PRODUCE: i16 = 0;
 async fn sigterm_during_a_lone_send_to_a_stalled_broker_stops_the_relay_and_releases_the_lease() {
     // A broker behind a proxy that can drop Produce requests: they never get an answer.
     let proxy_port = e2e::free_port();
-    let tansu = tokio::task::spawn_blocking(move || e2e::servers::Tansu::start_behind(proxy_port))
+    let kafka = tokio::task::spawn_blocking(move || e2e::servers::Kafka::start_behind(proxy_port))
         .await
         .unwrap();
-    let proxy = e2e::proxy::Proxy::start_kafka(proxy_port, tansu.port).await;
+    let proxy = e2e::proxy::Proxy::start_kafka(proxy_port, kafka.port).await;
     let brokers = format!("127.0.0.1:{proxy_port}");
     let prefix = e2e::unique_topic_prefix();
     let db = e2e::db::fresh_database().await;

@@ -546,11 +546,7 @@ async fn the_ship_back_consumer_sigkilled_mid_run_and_restarted_still_ships_back
     // ship-back take the consumer's quick retries (~250 ms), so the run lasts long enough to
     // be killed in the middle of it.
     let faults = json!({"ship_fail_times": 2});
-    // A private broker with sqlite storage, as in the consumer SIGKILL tests: the restarted
-    // consumer resumes from committed offsets in the middle of producer batches, which tansu's
-    // memory storage does not support.
-    let tansu = e2e::servers::Tansu::start();
-    let m = Market::start_on(&tansu.brokers(), faults.clone()).await;
+    let m = Market::start_on(&e2e::kafka_brokers(), faults.clone()).await;
     m.sys.set_stock(SKU, i64::try_from(N).unwrap() * 2).await;
     let tid = |i: usize| format!("TK{i:03}-{}", m.run_id());
     futures::stream::iter(0..N)
@@ -594,7 +590,7 @@ async fn the_ship_back_consumer_sigkilled_mid_run_and_restarted_still_ships_back
         shipped_at_kill < N,
         "the kill came after every ship-back ({shipped_at_kill} of {N} shipped)"
     );
-    // Like the consumer SIGKILL tests: start again until the group hands it partitions.
+    // Like the consumer SIGKILL tests: start again and wait until the group hands it partitions.
     let starts = m.sys.order.start_again_until_assigned().await;
     let restarted_after = ship_started.elapsed();
     // The order service listens on a new port: point the simulator's pushes at it.
@@ -691,7 +687,7 @@ async fn the_ship_back_consumer_sigkilled_mid_run_and_restarted_still_ships_back
         "ship-back SIGKILL: {N} shipments; order service killed {:.2}s after shipping began \
          with {shipped_at_kill} shipped ({shipped_before_kill} seen before the kill, \
          {} ship calls, {rows_at_kill} channel_shipbacks rows), restarted after {:.2}s \
-         ({starts} start(s)); ship calls {} (shipped {}, already_shipped {}, failed {}); \
+         (assigned {starts:?} after its start); ship calls {} (shipped {}, already_shipped {}, failed {}); \
          channel_shipbacks rows {} (already_shipped results {})",
         killed_after.as_secs_f64(),
         calls_at_kill.values().map(Vec::len).sum::<usize>(),

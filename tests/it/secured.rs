@@ -1,10 +1,15 @@
 //! Production connectivity against real secured servers (harness: `e2e::secured`):
 //!
-//! - Kafka: tansu with `--authentication` behind stunnel with a test CA; every client (the
+//! - Kafka: Apache Kafka whose own listeners do the security, with a test CA: SASL_SSL
+//!   (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN) and SSL with client certificates. Every client (the
 //!   relay, the stock consumer's runtime with its admin client and dead-letter producer, its
-//!   `dlq list` reader, kafka-python) logs in with SASL_SSL + SCRAM-SHA-512; a wrong password
-//!   or an untrusted CA stops the relay and the consumer at start-up, naming the cause, with
-//!   nothing published and nothing marked; so does a broker that first answers after start-up.
+//!   `dlq list` reader, kafka-python) logs in with SASL_SSL + SCRAM-SHA-512; the relay also
+//!   publishes with PLAIN; librdkafka logs in with both SCRAM mechanisms and with a client
+//!   certificate. A wrong password or an untrusted CA stops the relay and the consumer at
+//!   start-up, naming the cause, with nothing published and nothing marked; so does a broker
+//!   that first answers after start-up; a broker advertised under a name its certificate
+//!   lacks is refused at start-up, one advertised out of reach is named and let through; an
+//!   impostor's certificate shows on `/healthz` until the real broker is back.
 //! - PostgreSQL: `ssl=on`, `hostssl ... scram-sha-256` only; the relay and a service connect
 //!   with `sslmode=verify-full` and the password from `DATABASE_PASSWORD_FILE`; a client
 //!   certificate where the server wants one; a wrong CA, a wrong host name and no TLS are
@@ -14,7 +19,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use e2e::proc::{workspace_binary, RelayArgs, RelayProcess, ServiceProcess};
-use e2e::secured::{env_refs, Pki, SecuredKafka, SecuredPg, KAFKA_PASSWORD, PG_ADMIN_PASSWORD};
+use e2e::secured::{
+    env_refs, Advertised, Pki, SecuredKafka, SecuredPg, KAFKA_PASSWORD, PG_ADMIN_PASSWORD,
+};
 use e2e::stream::{write_stream, StreamSpec};
 use e2e::verify::{check, dump_secured, kafka_tool, python};
 use outbox_kit::kafka::{
@@ -58,11 +65,16 @@ fn secret_file(pki: &Pki, secret: &str) -> std::path::PathBuf {
 
 /// The relay's security flags for SASL_SSL + SCRAM-SHA-512 with the password in `file`.
 fn relay_security_flags(password_file: &str, ca: &str) -> Vec<String> {
+    relay_login_flags("SCRAM-SHA-512", password_file, ca)
+}
+
+/// The relay's security flags for SASL_SSL + `mechanism` with the password in `file`.
+fn relay_login_flags(mechanism: &str, password_file: &str, ca: &str) -> Vec<String> {
     [
         "--kafka-security-protocol",
         "SASL_SSL",
         "--kafka-sasl-mechanism",
-        "SCRAM-SHA-512",
+        mechanism,
         "--kafka-sasl-username",
         e2e::secured::KAFKA_USER,
         "--kafka-sasl-password-file",
@@ -153,12 +165,24 @@ async fn kafka_python_logs_in_with_scram_sha_512_over_tls_and_a_wrong_password_i
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].value.as_deref(), Some("{\"n\":1}"));
 
-    // A wrong password: tansu ends the SCRAM exchange without the server's proof, kafka-python
-    // aborts it and never gets connected; nothing is written.
+    // A wrong password: Kafka answers the SCRAM exchange's last step with an authentication
+    // error (and its log says so) and closes the connection; kafka-python never gets connected
+    // and gives up at its timeout. Nothing is written.
     let wrong = SecuredKafka::client_env("not-the-password", &ca);
     let (ok, stdout, stderr) = kafka_tool_run(&produce, &wrong).await;
     assert!(!ok, "a wrong password must be refused: {stdout}");
     assert!(stderr.contains("Unable to bootstrap"), "{stderr}");
+    // kafka-python reports the broker's answer as SaslAuthenticationFailedError only when it
+    // reads the answer before the close (the two often come in one read, and then it reports
+    // a disconnection): the broker's log is the account that does not depend on the race.
+    let broker_log = std::fs::read_to_string(kafka.broker.log_path()).unwrap();
+    assert!(
+        broker_log.contains(
+            "Authentication failed during authentication due to invalid credentials with SASL \
+             mechanism SCRAM-SHA-512"
+        ),
+        "the broker should have refused the login, not the network failed: {stderr}"
+    );
     let records = tokio::task::spawn_blocking(move || {
         dump_secured(&brokers, &["secured.check".to_owned()], &env_refs(&good))
     })
@@ -226,6 +250,84 @@ async fn relay_publishes_a_stream_over_sasl_ssl_once_and_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn relay_publishes_with_sasl_plain_over_tls_and_a_wrong_plain_password_is_refused() {
+    let pki = Pki::new();
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let kafka = SecuredKafka::start(&pki, &[(&topic, 1)]);
+    let brokers = kafka.brokers();
+    let ca = pki.path("ca.pem");
+    let db = e2e::db::fresh_database().await;
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..5 {
+        let payload = json!({"n": i});
+        outbox_kit::enqueue(
+            &mut *tx,
+            &outbox_kit::NewEvent::new("order", "a1", "Numbered", &payload),
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    // A wrong PLAIN password: the broker checks it and refuses the login; the relay stops at
+    // start-up naming the cause, with nothing published and nothing marked.
+    let wrong_password = "wrong-Password-123";
+    let wrong = secret_file(&pki, wrong_password).display().to_string();
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-plain-wrong");
+    args.extra = relay_login_flags("PLAIN", &wrong, &ca);
+    let log = relay_stopped(&args, "the relay with a wrong PLAIN password to stop").await;
+    assert!(
+        log.contains("Kafka refused the connection (authentication)"),
+        "the relay should name the cause:\n{log}"
+    );
+    assert!(!log.contains(wrong_password));
+    let broker_log = std::fs::read_to_string(kafka.broker.log_path()).unwrap();
+    assert!(
+        broker_log.contains("Authentication failed: Invalid username or password"),
+        "the broker should have refused the PLAIN login"
+    );
+    assert_eq!(e2e::db::backlog(&db.pool).await.unwrap(), 5);
+
+    // The right one: every event goes out once, in order, over PLAIN inside TLS.
+    let password = secret_file(&pki, KAFKA_PASSWORD).display().to_string();
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-plain");
+    args.extra = relay_login_flags("PLAIN", &password, &ca);
+    let relay = RelayProcess::start(&args);
+    e2e::wait_for("the outbox to drain", Duration::from_secs(60), || async {
+        matches!(e2e::db::backlog(&db.pool).await, Ok(0)).then_some(())
+    })
+    .await;
+    let mut env = SecuredKafka::client_env(KAFKA_PASSWORD, &ca);
+    for (k, v) in &mut env {
+        if k == "KAFKA_SASL_MECHANISM" {
+            "PLAIN".clone_into(v);
+        }
+    }
+    let records =
+        tokio::task::spawn_blocking(move || dump_secured(&brokers, &[topic], &env_refs(&env)))
+            .await
+            .unwrap();
+    let values: Vec<i64> = records
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        values,
+        (0..5).collect::<Vec<i64>>(),
+        "each event once, in order"
+    );
+    assert!(
+        !relay.log_text().contains(KAFKA_PASSWORD),
+        "the password reached the log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stock_consumer_applies_and_dead_letters_over_sasl_ssl_and_exports_spans_over_https() {
     let pki = Pki::new();
     let prefix = e2e::unique_topic_prefix();
@@ -236,8 +338,8 @@ async fn stock_consumer_applies_and_dead_letters_over_sasl_ssl_and_exports_spans
     let brokers = kafka.brokers();
     let ca = pki.path("ca.pem");
     let db = e2e::db::fresh_database().await;
-    // Its spans go to an OTLP receiver behind the same kind of TLS terminator: HTTPS with a
-    // private CA (OpenSSL's SSL_CERT_FILE).
+    // Its spans go to an OTLP receiver behind a TLS forwarder with the broker's certificate:
+    // HTTPS with a private CA (OpenSSL's SSL_CERT_FILE).
     let receiver = e2e::otlp::Receiver::start().await;
     let receiver_port: u16 = receiver
         .endpoint
@@ -246,7 +348,7 @@ async fn stock_consumer_applies_and_dead_letters_over_sasl_ssl_and_exports_spans
         .unwrap()
         .parse()
         .unwrap();
-    let otlp_tls = e2e::secured::TlsTerminator::start(&pki, receiver_port);
+    let otlp_tls = e2e::secured::TlsForwarder::start(&pki, receiver_port);
     let otlp_endpoint = format!("https://localhost:{}", otlp_tls.port);
     let mut envs = SecuredKafka::client_env(KAFKA_PASSWORD, &ca);
     envs.extend(
@@ -503,8 +605,8 @@ async fn a_broker_that_comes_up_refusing_stops_a_relay_and_a_consumer_that_never
     )
     .await
     .unwrap();
-    // Nothing listens at the broker's address: every connection is refused (an outage).
-    kafka.terminator.stop();
+    // The broker is down: every connection is refused (an outage).
+    kafka.broker.stop();
 
     // Both trust another CA than the one that signed the broker's certificate.
     let untrusted = pki.path("other-ca.pem");
@@ -536,7 +638,7 @@ async fn a_broker_that_comes_up_refusing_stops_a_relay_and_a_consumer_that_never
     assert!(consumer.try_wait().is_none(), "{}", consumer.log_text());
 
     // The broker comes up, with a certificate neither process trusts.
-    kafka.present(&pki, "server");
+    kafka.broker.start_again();
     let relay_status = e2e::wait_for(
         "the relay to stop on the refusal",
         Duration::from_secs(120),
@@ -879,8 +981,7 @@ async fn librdkafka_logs_in_with_both_scram_mechanisms_and_refuses_a_wrong_scram
         kafka_ssl_ca_location: Some(pki.dir.join("ca.pem")),
         ..KafkaSecurityArgs::default()
     };
-    // PLAIN is not tested here: a PLAIN login from librdkafka does not get through tansu 0.6.0
-    // (the connection ends without a refusal), and tansu's PLAIN checks no password anyway.
+    // PLAIN: relay_publishes_with_sasl_plain_over_tls_and_a_wrong_plain_password_is_refused.
     for mechanism in [SaslMechanism::ScramSha256, SaslMechanism::ScramSha512] {
         check_connection(
             &brokers,
@@ -912,15 +1013,10 @@ async fn librdkafka_logs_in_with_both_scram_mechanisms_and_refuses_a_wrong_scram
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_tls_connects_with_the_client_certificate_and_is_refused_without() {
     let pki = Pki::new();
-    // A broker without SASL behind a terminator that wants a client certificate.
-    let broker_port = e2e::free_port();
-    let terminator = e2e::secured::TlsTerminator::start_requiring_client_cert(&pki, broker_port);
-    let port = terminator.port;
-    // It advertises the certificate's name: librdkafka connects to the advertised address
-    // while the check waits for metadata, and a certificate without 127.0.0.1 fails that
-    // connection's verification (this test failed in CI so, depending on which came first).
-    let _broker = e2e::servers::Tansu::start_on_behind(broker_port, port, "localhost");
-    let brokers = format!("localhost:{port}");
+    // The broker's SSL listener wants a client certificate signed by the CA
+    // (`ssl.client.auth=required`).
+    let kafka = SecuredKafka::start(&pki, &[]);
+    let brokers = kafka.mtls_brokers();
     let tls = |with_cert: bool| KafkaSecurityArgs {
         kafka_security_protocol: Some(SecurityProtocol::Ssl),
         kafka_ssl_ca_location: Some(pki.dir.join("ca.pem")),
@@ -947,19 +1043,28 @@ async fn a_broker_advertised_under_a_name_its_certificate_lacks_is_refused_at_st
     // The bootstrap address carries the certificate's name (`localhost`); the broker advertises
     // `127.0.0.1`, which the certificate does not name. The bootstrap connection verifies;
     // every request after it would go to the advertised address and fail verification.
-    let broker_port = e2e::free_port();
-    let terminator = e2e::secured::TlsTerminator::start(&pki, broker_port);
-    let port = terminator.port;
-    let _broker = e2e::servers::Tansu::start_on_behind(broker_port, port, "127.0.0.1");
-    let tls = settings(KafkaSecurityArgs {
-        kafka_security_protocol: Some(SecurityProtocol::Ssl),
+    let kafka = SecuredKafka::start_with(
+        &pki,
+        &[],
+        &Advertised {
+            host: "127.0.0.1".to_owned(),
+            ..Advertised::default()
+        },
+    );
+    let port = kafka.port;
+    let ca = pki.path("ca.pem");
+    let login = settings(KafkaSecurityArgs {
+        kafka_security_protocol: Some(SecurityProtocol::SaslSsl),
+        kafka_sasl_mechanism: Some(SaslMechanism::ScramSha512),
+        kafka_sasl_username: Some(e2e::secured::KAFKA_USER.to_owned()),
+        kafka_sasl_password: Some(KAFKA_PASSWORD.to_owned()),
         kafka_ssl_ca_location: Some(pki.dir.join("ca.pem")),
         ..KafkaSecurityArgs::default()
     });
     // Before, the check saw this only when the client's own connection to the advertised
     // address failed before the bootstrap's answer came: a race. Now every check sees it.
     for attempt in 1..=3 {
-        let e = check_connection(&format!("localhost:{port}"), &tls, Duration::from_secs(30))
+        let e = check_connection(&kafka.brokers(), &login, Duration::from_secs(30))
             .await
             .unwrap_err();
         match &e {
@@ -977,22 +1082,14 @@ async fn a_broker_advertised_under_a_name_its_certificate_lacks_is_refused_at_st
     }
     // The relay stops at start-up naming it, rather than running and publishing nothing.
     let db = e2e::db::fresh_database().await;
-    let brokers = format!("localhost:{port}");
-    let ca = pki.path("ca.pem");
+    let password = secret_file(&pki, KAFKA_PASSWORD).display().to_string();
     let mut args = RelayArgs::new(
         &db.url,
-        &brokers,
+        &kafka.brokers(),
         &e2e::unique_topic_prefix(),
         "relay-advertised",
     );
-    args.extra = [
-        "--kafka-security-protocol",
-        "SSL",
-        "--kafka-ssl-ca-location",
-        ca.as_str(),
-    ]
-    .map(str::to_owned)
-    .into();
+    args.extra = relay_security_flags(&password, &ca);
     let log = relay_stopped(
         &args,
         "the relay facing a broker advertised under another name to stop",
@@ -1007,19 +1104,30 @@ async fn a_broker_advertised_under_a_name_its_certificate_lacks_is_refused_at_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_broker_advertised_at_an_address_out_of_reach_is_named_and_not_fatal() {
-    // The broker listens on one port and advertises another, where nothing listens.
-    let port = e2e::free_port();
+    // The SASL_SSL listener listens on one port and advertises another, where nothing listens.
+    let pki = Pki::new();
     let closed = e2e::free_port();
-    let _broker = e2e::servers::Tansu::start_on_behind(port, closed, "127.0.0.1");
-    let e = check_connection(
-        &format!("127.0.0.1:{port}"),
-        &KafkaSettings::default(),
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_err();
+    let kafka = SecuredKafka::start_with(
+        &pki,
+        &[],
+        &Advertised {
+            sasl_ssl_port: Some(closed),
+            ..Advertised::default()
+        },
+    );
+    let login = settings(KafkaSecurityArgs {
+        kafka_security_protocol: Some(SecurityProtocol::SaslSsl),
+        kafka_sasl_mechanism: Some(SaslMechanism::ScramSha512),
+        kafka_sasl_username: Some(e2e::secured::KAFKA_USER.to_owned()),
+        kafka_sasl_password: Some(KAFKA_PASSWORD.to_owned()),
+        kafka_ssl_ca_location: Some(pki.dir.join("ca.pem")),
+        ..KafkaSecurityArgs::default()
+    });
+    let e = check_connection(&kafka.brokers(), &login, Duration::from_secs(30))
+        .await
+        .unwrap_err();
     assert!(
-        matches!(&e, ProbeError::AdvertisedUnreachable { address, .. } if *address == format!("127.0.0.1:{closed}")),
+        matches!(&e, ProbeError::AdvertisedUnreachable { address, .. } if *address == format!("localhost:{closed}")),
         "{e}"
     );
     assert!(!e.is_fatal(), "a broker answered: the process carries on");
@@ -1071,7 +1179,8 @@ async fn a_running_relay_facing_an_untrusted_certificate_says_why_on_healthz_and
     )
     .await;
 
-    // An impostor with a certificate of another CA takes the broker's address.
+    // An impostor at the broker's address: a certificate of another CA (the broker restarted
+    // with it, same ports).
     kafka.present(&pki, "rogue");
     write(5, 5).await;
     let (status, body) = e2e::wait_for(

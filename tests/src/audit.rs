@@ -205,6 +205,11 @@ impl AuditRun {
 
 /// Creates `topics` with the independent client (kafka-python).
 pub fn create_topics(brokers: &str, partitions: i32, topics: &[&str]) {
+    create_topics_with(brokers, partitions, &[], topics);
+}
+
+/// [`create_topics`] with topic-level `configs` (`name=value`, e.g. `max.message.bytes=2048`).
+pub fn create_topics_with(brokers: &str, partitions: i32, configs: &[&str], topics: &[&str]) {
     let partitions = partitions.to_string();
     let mut argv = vec![
         "create-topics",
@@ -213,6 +218,9 @@ pub fn create_topics(brokers: &str, partitions: i32, topics: &[&str]) {
         "--partitions",
         &partitions,
     ];
+    for c in configs {
+        argv.extend_from_slice(&["--config", c]);
+    }
     argv.extend_from_slice(topics);
     crate::verify::run_python(&crate::verify::kafka_tool(), argv);
 }

@@ -157,61 +157,35 @@ impl Service {
             .unwrap_or_default()
     }
 
-    /// Starts a consumer again after a crash (SIGKILL), until the group hands it partitions.
-    ///
-    /// Two rules keep tansu 0.6.0 (the test broker) from wedging the group; neither is needed
-    /// with Apache Kafka:
-    /// - A member that joins while a SIGKILLed leader's session is still open is handed no
-    ///   partitions and no further rebalance comes. So each start waits out the dead member's
-    ///   session ([`Service::session_timeout`]) first.
-    /// - A leader that *leaves* (SIGTERM, LeaveGroup) while the group is forming stays its
-    ///   leader in tansu's group state for good: every later member is a follower whose
-    ///   SyncGroup is answered "rebalance in progress", forever (seen in a chaos run, in the
-    ///   group detail of tansu's sqlite storage). So a start that got nothing is SIGKILLed, not
-    ///   stopped, before the next one.
-    ///
-    /// Returns how many starts it took; panics after five.
-    pub async fn start_again_until_assigned(&self) -> usize {
-        self.try_start_again_until_assigned(5)
+    /// Starts a consumer again after a crash (SIGKILL) and waits until the group hands it
+    /// partitions: the group rebalances once the dead member's session has run out
+    /// ([`Service::session_timeout`]), so within that plus a minute. Returns how long it took.
+    pub async fn start_again_until_assigned(&self) -> Duration {
+        self.try_start_again_until_assigned()
             .await
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// [`Self::start_again_until_assigned`] with at most `starts` starts of 90 s each; the
-    /// error says how it ended (the process is left running, unassigned).
-    pub async fn try_start_again_until_assigned(&self, starts: usize) -> Result<usize, String> {
-        for attempt in 1..=starts {
-            tokio::time::sleep(self.session_timeout() + Duration::from_secs(1)).await;
-            self.start_again();
-            // The first assignment it gets (possibly empty), if any comes within 90 s.
-            let assigned = crate::poll_until(Duration::from_secs(90), || async {
-                let m = self.metrics().await;
-                (metric(&m, "consumer_rebalances_total", &[("kind", "assign")]) >= 1.0)
-                    .then(|| metric(&m, "consumer_assigned_partitions", &[]))
-            })
-            .await;
-            if assigned.is_some_and(|n| n >= 1.0) {
-                return Ok(attempt);
-            }
-            if attempt == starts {
-                break;
-            }
-            eprintln!(
-                "{} was assigned no partitions after its start ({}); killing it and starting again",
+    /// [`Self::start_again_until_assigned`]; the error says how it ended (the process is left
+    /// running).
+    pub async fn try_start_again_until_assigned(&self) -> Result<Duration, String> {
+        let started = std::time::Instant::now();
+        self.start_again();
+        let deadline = self.session_timeout() + Duration::from_secs(60);
+        let assigned = crate::poll_until(deadline, || async {
+            let m = self.metrics().await;
+            (metric(&m, "consumer_assigned_partitions", &[]) >= 1.0).then_some(())
+        })
+        .await;
+        match assigned {
+            Some(()) => Ok(started.elapsed()),
+            None => Err(format!(
+                "{} got no partitions within {} s of its start; log {}",
                 self.name,
-                if assigned.is_some() {
-                    "an empty assignment"
-                } else {
-                    "no assignment within 90 s"
-                }
-            );
-            self.kill();
+                deadline.as_secs(),
+                self.log.display()
+            )),
         }
-        Err(format!(
-            "{} got no partitions in {starts} start(s) of 90 s; log {}",
-            self.name,
-            self.log.display()
-        ))
     }
 
     /// Its consumer's `session.timeout.ms`, from the last `KAFKA_CONSUMER_CONFIG` of its

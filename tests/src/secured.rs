@@ -2,21 +2,23 @@
 //!
 //! - [`Pki`]: a test CA, a server certificate for `localhost` (and only that name, so a client
 //!   that connects to `127.0.0.1` sees a wrong host name), a client certificate, and a second CA
-//!   with a `localhost` certificate of its own (what an impostor would present); made with the openssl command line at test time, in a temporary
-//!   directory (no key is ever committed);
+//!   with a `localhost` certificate of its own (what an impostor would present); made with the
+//!   openssl command line at test time, in a temporary directory (no key is ever committed);
 //! - [`SecuredPg`]: a PostgreSQL cluster with `ssl=on`, whose `pg_hba.conf` has `hostssl ...
 //!   scram-sha-256` lines only (one database also wants a client certificate);
-//! - [`SecuredKafka`]: a tansu broker with `--authentication` (SCRAM users made before through
-//!   tansu's own CLI, which cannot authenticate) behind stunnel, the TLS terminator, which the
-//!   broker advertises as `localhost:<port>`;
-//! - [`TlsTerminator`]: that stunnel, also in front of other plaintext servers (the OTLP
-//!   receiver).
+//! - [`SecuredKafka`]: an Apache Kafka broker ([`Kafka`]) whose own listeners do the security: a
+//!   SASL_SSL listener (SCRAM-SHA-512 and SCRAM-SHA-256 users made at storage format, PLAIN from
+//!   the login module's configuration) and an SSL listener that wants a client certificate,
+//!   both presenting the `localhost` certificate from PEM files; another certificate is a
+//!   restart on the same ports and storage;
+//! - [`TlsForwarder`]: TLS in front of a plaintext server of the test process (the OTLP
+//!   receiver), `tests/tools/tls_forward.py`.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::servers::{PgCluster, Tansu};
+use crate::servers::{Kafka, KafkaOptions, PgCluster};
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -124,6 +126,12 @@ impl Pki {
                 ],
             );
         }
+        // The brokers' PEM key stores: the (PKCS#8, unencrypted) key, then the certificate.
+        for name in ["server", "rogue"] {
+            let key = std::fs::read_to_string(dir.join(format!("{name}.key"))).unwrap();
+            let cert = std::fs::read_to_string(dir.join(format!("{name}.pem"))).unwrap();
+            std::fs::write(dir.join(format!("{name}-keystore.pem")), key + &cert).unwrap();
+        }
         // Readable by the `postgres` user that runs the cluster (the test's own copies).
         let _ = Command::new("chmod")
             .args(["-R", "a+rX"])
@@ -134,7 +142,8 @@ impl Pki {
 
     /// A file of the PKI (`ca.pem`, `other-ca.pem`, `server.pem`, `server.key`,
     /// `client.pem`, `client.key`, and `rogue.pem` / `rogue.key`: a `localhost` certificate
-    /// signed by the other CA).
+    /// signed by the other CA; `server-keystore.pem` and `rogue-keystore.pem`: key and
+    /// certificate in one file, as a broker's PEM key store).
     pub fn path(&self, name: &str) -> String {
         self.dir.join(name).display().to_string()
     }
@@ -227,71 +236,113 @@ impl Drop for SecuredPg {
     }
 }
 
-/// The SCRAM-SHA-512 user every client of [`SecuredKafka`] logs in as.
+/// The user every client of [`SecuredKafka`] logs in as (SCRAM-SHA-512, SCRAM-SHA-256 and
+/// PLAIN all know it).
 pub const KAFKA_USER: &str = "outbox";
 /// Its password.
 pub const KAFKA_PASSWORD: &str = "e2e-Kafka-pw-91c2";
 
-/// A tansu broker with `--authentication` behind stunnel.
+/// Where [`SecuredKafka`]'s secured listeners say they are: the broker address in the
+/// metadata, where clients send everything after the bootstrap.
+#[derive(Debug, Clone)]
+pub struct Advertised {
+    /// The host name of both secured listeners (default `localhost`, the name the certificate
+    /// holds).
+    pub host: String,
+    /// The port the SASL_SSL listener advertises instead of its own (nothing listens there).
+    pub sasl_ssl_port: Option<u16>,
+}
+
+impl Default for Advertised {
+    fn default() -> Self {
+        Self {
+            host: "localhost".to_owned(),
+            sasl_ssl_port: None,
+        }
+    }
+}
+
+/// An Apache Kafka broker whose own listeners do the security, with `pki`'s `localhost`
+/// certificate: SASL_SSL (SCRAM-SHA-512, SCRAM-SHA-256, PLAIN) and SSL wanting a client
+/// certificate signed by the CA (mutual TLS). Its PLAINTEXT listener on `127.0.0.1` serves
+/// only the harness (readiness, topic creation) and the broker itself (inter-broker traffic);
+/// the tests' clients use the secured listeners.
 #[derive(Debug)]
 pub struct SecuredKafka {
-    /// The broker (plaintext, on `broker.port`: reached only through the terminator).
-    pub broker: Tansu,
-    /// stunnel in front of it.
-    pub terminator: TlsTerminator,
-    /// The terminator's port (what the broker advertises, as `localhost`).
+    /// The broker ([`Kafka::stop`] / [`Kafka::start_again`] make it unreachable and back).
+    pub broker: Kafka,
+    /// The SASL_SSL port, on `localhost`.
     pub port: u16,
+    /// The SSL port (client certificate required), on `localhost`.
+    pub ssl_port: u16,
 }
 
 impl SecuredKafka {
-    /// Starts the broker without authentication, creates [`KAFKA_USER`] (SCRAM-SHA-512, and
-    /// SCRAM-SHA-256) and `topics` (`(name, partitions)`) with tansu's CLI, restarts it with
-    /// `--authentication` advertising `localhost:<terminator port>`, and starts stunnel in
-    /// front of it with `pki`'s server certificate.
+    /// Starts the broker advertising `localhost` (see [`SecuredKafka::start_with`]).
     pub fn start(pki: &Pki, topics: &[(&str, u32)]) -> Self {
-        // The terminator first, on a port of its own choosing (see [`TlsTerminator`]); the
-        // broker then advertises it.
-        let broker_port = crate::free_port();
-        let terminator = TlsTerminator::start(pki, broker_port);
-        let port = terminator.port;
-        let mut broker = Tansu::start_on_behind(broker_port, port, "127.0.0.1");
-        for mechanism in ["scram512", "scram256"] {
-            broker.cli(&[
-                "user",
-                "create",
-                KAFKA_USER,
-                KAFKA_PASSWORD,
-                "--mechanism",
-                mechanism,
-            ]);
-        }
+        Self::start_with(pki, topics, &Advertised::default())
+    }
+
+    /// Starts the broker with [`KAFKA_USER`] made at storage format (SCRAM-SHA-512 and
+    /// SCRAM-SHA-256, so the login works from the first second) and in the PLAIN login
+    /// module's configuration, presenting `pki`'s `server` certificate on its secured
+    /// listeners, which advertise `advertised`; then creates `topics` (`(name, partitions)`)
+    /// through the PLAINTEXT listener.
+    pub fn start_with(pki: &Pki, topics: &[(&str, u32)], advertised: &Advertised) -> Self {
+        let port = crate::free_port();
+        let ssl_port = crate::free_port();
+        let listener = |name: &str, port: u16, advertised_port: Option<u16>| {
+            let listen = format!("{name}://localhost:{port}");
+            let (host, port) = (&advertised.host, advertised_port.unwrap_or(port));
+            if host == "localhost" && advertised_port.is_none() {
+                listen
+            } else {
+                format!("{listen}={host}:{port}")
+            }
+        };
+        let format_args = ["SCRAM-SHA-512", "SCRAM-SHA-256"]
+            .iter()
+            .flat_map(|mechanism| {
+                [
+                    "--add-scram".to_owned(),
+                    format!("{mechanism}=[name={KAFKA_USER},password={KAFKA_PASSWORD}]"),
+                ]
+            })
+            .collect();
+        let broker = Kafka::start_with(KafkaOptions {
+            listeners: vec![
+                listener("SASL_SSL", port, advertised.sasl_ssl_port),
+                listener("SSL", ssl_port, None),
+            ],
+            config: broker_config(pki, "server"),
+            format_args,
+            ..KafkaOptions::default()
+        });
         for (topic, partitions) in topics {
-            broker.cli(&[
-                "topic",
-                "create",
-                topic,
-                "--partitions",
-                &partitions.to_string(),
-            ]);
+            let partitions = i32::try_from(*partitions).expect("a partition count");
+            crate::audit::create_topics(&broker.brokers(), partitions, &[topic]);
         }
-        broker.restart_with(&["--authentication"], "localhost");
         Self {
             broker,
-            terminator,
             port,
+            ssl_port,
         }
     }
 
-    /// Replaces the terminator by one presenting certificate `cert` of `pki` on the same port
+    /// Restarts the broker (same ports, same storage) presenting certificate `cert` of `pki`
     /// (`rogue`: an impostor; `server`: the real one again). Open connections are cut.
     pub fn present(&mut self, pki: &Pki, cert: &str) {
-        self.terminator.stop();
-        self.terminator = TlsTerminator::start_with(pki, self.port, self.broker.port, cert, "");
+        self.broker.restart_with_config(&broker_config(pki, cert));
     }
 
-    /// The bootstrap address clients use: the terminator, by the name its certificate holds.
+    /// The bootstrap address of the SASL_SSL listener, by the name the certificate holds.
     pub fn brokers(&self) -> String {
         format!("localhost:{}", self.port)
+    }
+
+    /// The bootstrap address of the SSL listener that wants a client certificate.
+    pub fn mtls_brokers(&self) -> String {
+        format!("localhost:{}", self.ssl_port)
     }
 
     /// The environment of a client logging in with SASL_SSL + SCRAM-SHA-512 as [`KAFKA_USER`]
@@ -311,129 +362,80 @@ impl SecuredKafka {
     }
 }
 
-/// stunnel: TLS with `pki`'s `localhost` certificate on a port of its own, plaintext to a
-/// local port behind it. Stopped when dropped.
+/// The broker's security settings with certificate `cert` of `pki` (PEM stores: the key and
+/// certificate in `<cert>-keystore.pem`, the CA that signs client certificates in `ca.pem`).
+/// SCRAM's credentials live in the cluster's metadata (made at format); PLAIN's in its login
+/// module's options.
+fn broker_config(pki: &Pki, cert: &str) -> String {
+    format!(
+        "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN\n\
+         listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
+         org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+         listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=\
+         org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+         listener.name.sasl_ssl.plain.sasl.jaas.config=\
+         org.apache.kafka.common.security.plain.PlainLoginModule required \
+         user_{KAFKA_USER}=\"{KAFKA_PASSWORD}\";\n\
+         ssl.keystore.type=PEM\nssl.keystore.location={keystore}\n\
+         ssl.truststore.type=PEM\nssl.truststore.location={ca}\n\
+         listener.name.ssl.ssl.client.auth=required\n",
+        keystore = pki.path(&format!("{cert}-keystore.pem")),
+        ca = pki.path("ca.pem"),
+    )
+}
+
+/// TLS with `pki`'s `localhost` certificate in front of a plaintext server of the test process
+/// (the OTLP receiver): `tests/tools/tls_forward.py`, run with the venv's Python. Stopped when
+/// dropped.
 ///
-/// stunnel binds the port itself (port 0) and the port is read back from its log: a port
-/// probed free beforehand can be taken by another server before stunnel binds it, and a
-/// readiness check by TCP connect then succeeds against that other listener (seen as a client
-/// meeting another test's certificate).
+/// It binds its port itself (port 0) and prints it: a port probed free beforehand can be taken
+/// by another server before it binds, and a client would then meet that server instead.
 #[derive(Debug)]
-pub struct TlsTerminator {
+pub struct TlsForwarder {
     child: Child,
-    dir: PathBuf,
-    /// The TLS port.
+    log: PathBuf,
+    /// The TLS port, on `127.0.0.1`.
     pub port: u16,
 }
 
-impl TlsTerminator {
-    /// Listens on a free port of `127.0.0.1` (TLS, [`TlsTerminator::port`]) and forwards to
+impl TlsForwarder {
+    /// Listens on a free port of `127.0.0.1` (TLS, [`TlsForwarder::port`]) and forwards to
     /// `127.0.0.1:target`.
     pub fn start(pki: &Pki, target: u16) -> Self {
-        Self::start_with(pki, 0, target, "server", "")
-    }
-
-    /// [`TlsTerminator::start`] that also wants a client certificate signed by `pki`'s CA
-    /// (mutual TLS): a client without one fails the handshake.
-    pub fn start_requiring_client_cert(pki: &Pki, target: u16) -> Self {
-        Self::start_with(
-            pki,
-            0,
-            target,
-            "server",
-            &format!("verifyChain = yes\nCAfile = {}\n", pki.path("ca.pem")),
-        )
-    }
-
-    /// Listens on `port` (0: one stunnel picks) with certificate `cert` of `pki` (`server`, or
-    /// `rogue`: the same name signed by the other CA). Ready once stunnel's log says it bound
-    /// the port; fails at once, with the log, if stunnel exits (a fixed port already taken).
-    pub fn start_with(
-        pki: &Pki,
-        port: u16,
-        target: u16,
-        cert: &str,
-        service_options: &str,
-    ) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("outbox-stunnel-{:08x}", rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let conf = dir.join("stunnel.conf");
-        let log = dir.join("stunnel.log");
-        std::fs::write(
-            &conf,
-            format!(
-                "foreground = yes\npid =\ndebug = 6\noutput = {log}\n\n[tls]\n\
-                 accept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{target}\ncert = {cert}\n\
-                 key = {key}\n{service_options}",
-                log = log.display(),
-                cert = pki.path(&format!("{cert}.pem")),
-                key = pki.path(&format!("{cert}.key")),
-            ),
-        )
-        .unwrap();
-        let bin = ["stunnel4", "stunnel"]
-            .into_iter()
-            .find(|b| {
-                Command::new("sh")
-                    .args(["-c", &format!("command -v {b}")])
-                    .stdout(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            })
-            .expect("stunnel missing: run deploy/local/install-deps.sh");
-        let mut child = Command::new(bin)
-            .arg(&conf)
+        let log = std::env::temp_dir().join(format!(
+            "outbox-tls-forward-{:08x}.log",
+            rand::random::<u32>()
+        ));
+        let mut child = Command::new(crate::verify::python())
+            .arg(crate::workspace_root().join("tests/tools/tls_forward.py"))
+            .args(["--cert", &pki.path("server.pem")])
+            .args(["--key", &pki.path("server.key")])
+            .args(["--target", &format!("127.0.0.1:{target}")])
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
-            .expect("start stunnel");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let port = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(bound) = bound_port(&text) {
-                break bound;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("stunnel exited ({status}) before listening on port {port}:\n{text}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "stunnel did not start; see {}",
-                log.display()
+            .expect("start tests/tools/tls_forward.py");
+        let mut line = String::new();
+        // One line once it listens; end of file if it exits first.
+        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        let Ok(port) = line.trim().parse() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "tls_forward.py did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
             );
-            std::thread::sleep(Duration::from_millis(20));
         };
-        assert!(
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-            "stunnel says it listens on {port}, but nothing answers there"
-        );
-        Self { child, dir, port }
+        Self { child, log, port }
     }
 }
 
-/// The port of stunnel's `Service [tls] (FD=8) bound to 127.0.0.1:PORT` log line (debug 6).
-fn bound_port(log: &str) -> Option<u16> {
-    log.lines().find_map(|line| {
-        let (_, rest) = line.split_once("Service [tls] (FD=")?;
-        let (_, addr) = rest.split_once(") bound to ")?;
-        addr.rsplit(':').next()?.trim().parse().ok()
-    })
-}
-
-impl TlsTerminator {
-    /// Kills stunnel (its port is free afterwards).
-    pub fn stop(&mut self) {
+impl Drop for TlsForwarder {
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-impl Drop for TlsTerminator {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 

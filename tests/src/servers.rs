@@ -1,6 +1,7 @@
 //! Private servers for tests that stop and restart them: a PostgreSQL cluster (initdb/pg_ctl
-//! in a temporary directory, run as `postgres` when we are root) and a tansu broker with
-//! sqlite storage (so its data survives a restart).
+//! in a temporary directory, run as `postgres` when we are root) and an Apache Kafka broker
+//! (single-node KRaft, started by `deploy/local/kafka-broker.sh`, storage kept across
+//! restarts).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -160,179 +161,177 @@ impl Drop for PgCluster {
     }
 }
 
-/// Path of the tansu binary (`TANSU_BIN`, else the cache location of deploy/local).
-pub fn tansu_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("TANSU_BIN") {
-        return p.into();
-    }
-    let cache = std::env::var("OUTBOX_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/outbox-relay")
-        });
-    let p = cache.join("tansu-0.6.0/bin/tansu");
-    assert!(
-        p.exists(),
-        "{} is missing: run deploy/local/install-deps.sh or set TANSU_BIN",
-        p.display()
-    );
-    p
+/// `deploy/local/kafka-broker.sh`: the one starter of Apache Kafka the scripts use too.
+pub fn kafka_broker_script() -> PathBuf {
+    crate::workspace_root().join("deploy/local/kafka-broker.sh")
 }
 
-/// A private tansu broker with sqlite storage.
+/// How a private broker listens, besides its PLAINTEXT listener on `127.0.0.1`.
+#[derive(Debug, Clone, Default)]
+pub struct KafkaOptions {
+    /// The PLAINTEXT port (0: a free one).
+    pub port: u16,
+    /// What the PLAINTEXT listener advertises, `host:port` (default: `127.0.0.1:<port>`): a
+    /// proxy's address when clients reach the broker through one.
+    pub advertise: Option<String>,
+    /// Further listeners (`SASL_SSL://localhost:9094`), advertised as given, or as
+    /// `NAME://HOST:PORT=AHOST:APORT` listening on one address and advertising another.
+    pub listeners: Vec<String>,
+    /// Properties appended to the broker's configuration (security settings, limits).
+    pub config: String,
+    /// Extra arguments of the storage format on the first start, e.g. `--add-scram` and
+    /// `SCRAM-SHA-512=[name=u,password=p]` (written to a file, never a command line).
+    pub format_args: Vec<String>,
+}
+
+/// A private Apache Kafka broker (single-node KRaft, `deploy/local/kafka-broker.sh`) whose
+/// storage survives [`Kafka::stop`] and [`Kafka::start_again`]: for tests that kill, stall or
+/// restart the broker, or need listeners or limits of their own.
 #[derive(Debug)]
-pub struct Tansu {
+pub struct Kafka {
     dir: PathBuf,
     child: Option<Child>,
-    extra: Vec<String>,
-    /// Its port.
+    options: KafkaOptions,
+    /// Its PLAINTEXT port.
     pub port: u16,
-    /// The port it advertises in metadata (its own, or a proxy's in front of it).
-    advertised_port: u16,
-    /// The host it advertises (`127.0.0.1`, or the name in a TLS terminator's certificate).
-    advertised_host: String,
 }
 
-impl Tansu {
+impl Kafka {
+    /// Starts a broker on a free port; returns once it answers a metadata request.
+    pub fn start() -> Self {
+        Self::start_with(KafkaOptions::default())
+    }
+
     /// A broker behind a proxy listening on `advertised_port`: clients connect to the address
     /// metadata gives them, so the broker must advertise the proxy's.
     pub fn start_behind(advertised_port: u16) -> Self {
         Self::start_on_behind(crate::free_port(), advertised_port, "127.0.0.1")
     }
 
-    /// [`Tansu::start_behind`] listening on `port` (a proxy started first forwards there) and
-    /// advertising `host` (the name in a TLS terminator's certificate, or `127.0.0.1`).
+    /// [`Kafka::start_behind`] listening on `port` (a proxy started first forwards there) and
+    /// advertising `host:advertised_port`.
     pub fn start_on_behind(port: u16, advertised_port: u16, host: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut me = Self {
-            dir,
-            child: None,
-            extra: Vec::new(),
+        Self::start_with(KafkaOptions {
             port,
-            advertised_port,
-            advertised_host: host.to_owned(),
-        };
-        me.start_again();
-        me
+            advertise: Some(format!("{host}:{advertised_port}")),
+            ..KafkaOptions::default()
+        })
     }
 
-    /// Starts a broker on a free port and waits until it accepts connections.
-    pub fn start() -> Self {
-        Self::start_with(&[])
-    }
-
-    /// A broker with a JSON-schema registry: `schemas` are `(topic, schema)` pairs; the broker
-    /// refuses (INVALID_RECORD, for the whole record batch) records of such a topic that do
-    /// not match — a real asynchronous, broker-side refusal.
-    pub fn start_with_schemas(schemas: &[(String, serde_json::Value)]) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("outbox-schemas-{:08x}", rand::random::<u32>()));
+    /// Starts a broker with `options`.
+    pub fn start_with(mut options: KafkaOptions) -> Self {
+        let dir = std::env::temp_dir().join(format!("outbox-kafka-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
-        for (topic, schema) in schemas {
-            std::fs::write(dir.join(format!("{topic}.json")), schema.to_string()).unwrap();
+        if options.port == 0 {
+            options.port = crate::free_port();
         }
-        // tansu resolves the registry URL against its working directory (a sibling of `dir`).
-        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
-        Self::start_with(&["--schema-registry".to_owned(), format!("file://../{name}/")])
-    }
-
-    /// Starts a broker with extra command-line arguments.
-    pub fn start_with(extra: &[String]) -> Self {
-        let dir = std::env::temp_dir().join(format!("outbox-tansu-{:08x}", rand::random::<u32>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let port = crate::free_port();
+        if !options.format_args.is_empty() {
+            std::fs::write(
+                dir.join("format.args"),
+                options.format_args.join("\n") + "\n",
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.join("extra.properties"), &options.config).unwrap();
         let mut me = Self {
             dir,
             child: None,
-            extra: extra.to_vec(),
-            port,
-            advertised_port: port,
-            advertised_host: "127.0.0.1".to_owned(),
+            port: options.port,
+            options,
         };
         me.start_again();
         me
     }
 
-    /// The broker process id (for SIGSTOP / SIGCONT).
+    /// The broker process id (the JVM's: for SIGKILL, SIGSTOP / SIGCONT).
     pub fn pid(&self) -> i32 {
-        self.child.as_ref().expect("tansu is running").id() as i32
+        self.child.as_ref().expect("kafka is running").id() as i32
     }
 
-    /// Bootstrap address.
+    /// Bootstrap address of the PLAINTEXT listener.
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// (Re)starts the process on the same port and storage.
+    /// The broker's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("kafka.log")
+    }
+
+    /// (Re)starts the process on the same ports and storage; returns once it answers a
+    /// metadata request on its PLAINTEXT listener.
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "already running");
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        let advertised = format!("tcp://{}:{}", self.advertised_host, self.advertised_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join("tansu.log"))
+            .open(self.log_path())
             .unwrap();
-        let child = Command::new(tansu_binary())
-            .current_dir(&self.dir)
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &advertised,
-            ])
-            .args([
-                "--storage-engine",
-                "sqlite://tansu.db",
-                "--cluster-id",
-                "outbox-e2e",
-            ])
-            .args(&self.extra)
+        let mut c = Command::new("bash");
+        c.arg(kafka_broker_script())
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--port", &self.port.to_string()])
+            .arg("--config-file")
+            .arg(self.dir.join("extra.properties"));
+        if let Some(a) = &self.options.advertise {
+            c.args(["--advertise", a]);
+        }
+        for l in &self.options.listeners {
+            c.args(["--listener", l]);
+        }
+        let child = c
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .expect("start tansu");
+            .expect("start deploy/local/kafka-broker.sh");
         self.child = Some(child);
-        // Generous: three sessions compiling on two cores make a start take many seconds.
-        let deadline = std::time::Instant::now() + Duration::from_secs(90);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "tansu did not start; see {}",
-                self.dir.join("tansu.log").display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        add_missing_index(&self.dir.join("tansu.db"));
+        self.wait_ready();
     }
 
-    /// From the next [`Tansu::start_again`] on: also `args` (e.g. `--authentication`), and
-    /// `host` as the advertised host (the name a TLS terminator's certificate holds).
-    pub fn restart_with(&mut self, args: &[&str], host: &str) {
+    /// Waits until a metadata request on the PLAINTEXT listener answers. Generous: three
+    /// tests starting JVMs at once on two cores make a start take many seconds.
+    fn wait_ready(&mut self) {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .set("log_level", "0")
+            .create()
+            .expect("a metadata client");
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "kafka exited ({status}) before it served metadata; see {}",
+                    self.log_path().display()
+                );
+            }
+            if consumer
+                .fetch_metadata(None, Duration::from_secs(2))
+                .is_ok_and(|m| !m.brokers().is_empty())
+            {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kafka did not serve metadata within 120 s; see {}",
+                self.log_path().display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// From the next start on, `config` replaces the appended properties (e.g. another
+    /// certificate); the broker is restarted now.
+    pub fn restart_with_config(&mut self, config: &str) {
         self.stop();
-        self.extra.extend(args.iter().map(|a| (*a).to_owned()));
-        host.clone_into(&mut self.advertised_host);
+        config.clone_into(&mut self.options.config);
+        std::fs::write(self.dir.join("extra.properties"), config).unwrap();
         self.start_again();
     }
 
-    /// Runs tansu's own command line against this broker (`tansu <args> --broker tcp://..`),
-    /// e.g. `user create NAME PASSWORD` or `topic create NAME`; it cannot authenticate, so only
-    /// while the broker runs without `--authentication`.
-    ///
-    /// # Panics
-    /// When the command fails.
-    pub fn cli(&self, args: &[&str]) {
-        let mut c = Command::new(tansu_binary());
-        c.current_dir(&self.dir)
-            .args(args)
-            .args(["--broker", &format!("tcp://127.0.0.1:{}", self.port)]);
-        run_ok(c, &format!("tansu {}", args.join(" ")));
-    }
-
-    /// Kills the broker process.
+    /// Kills the broker process (SIGKILL: a crash; the log is recovered on the next start).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -341,19 +340,11 @@ impl Tansu {
     }
 }
 
-/// Adds the index tansu 0.6.0's sqlite storage lacks (`deploy/local/tansu-sqlite-index.py`):
-/// without it every record served scans the whole header table, and a long run's topics can no
-/// longer be read back from the beginning within librdkafka's request timeout.
-fn add_missing_index(db: &std::path::Path) {
-    let script = crate::workspace_root().join("deploy/local/tansu-sqlite-index.py");
-    crate::verify::run_python(&script, [db]);
-}
-
-impl Drop for Tansu {
+impl Drop for Kafka {
     fn drop(&mut self) {
         self.stop();
-        if std::env::var_os("KEEP_TANSU_DIR").is_some() {
-            eprintln!("tansu's storage and log kept in {}", self.dir.display());
+        if std::env::var_os("KEEP_KAFKA_DIR").is_some() {
+            eprintln!("kafka's storage and log kept in {}", self.dir.display());
             return;
         }
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -7,8 +7,14 @@ deploy/local/install-deps.sh sets up ($PYTHON in target/local-env/env.sh).
 
 Subcommands:
 
-  create-topics --brokers B --partitions N [--replication-factor R] TOPIC...
-      Creates the topics; a topic that already exists is not an error. Waits
+  ready --brokers B [--timeout S] [--pid PID]
+      Waits until the broker answers a metadata request (a started JVM accepts
+      connections before it serves them): exit 0 and {"brokers": [...]} once it
+      does, 1 at the timeout (default 60 s) or as soon as process PID is gone.
+
+  create-topics --brokers B --partitions N [--replication-factor R] [--config K=V ...] TOPIC...
+      Creates the topics, with topic-level configs (e.g. max.message.bytes=2048,
+      min.insync.replicas=2); a topic that already exists is not an error. Waits
       until the broker's metadata shows each topic, and prints one JSON line per
       topic: {"topic", "partitions", "created"}.
 
@@ -64,11 +70,9 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 # some settings (e.g. bootstrap_timeout_ms) and reworked the admin client.
 #
 # Broker versions: kafka-python sends ApiVersions at connect time and derives a
-# "broker version" from the answer. tansu 0.6.0 answers it properly (kafka-python
-# 3.0.12 infers 3.9, 2.3.0 infers 2.5) and serves the request versions the
-# client then picks (CreateTopics, Metadata, Produce with headers, ListOffsets,
-# Fetch), so no api_version pin is needed. KAFKA_TOOL_API_VERSION=2.5.0 (say)
-# pins it anyway, as an escape hatch for other brokers.
+# "broker version" from the answer, then picks the request versions it serves
+# (Apache Kafka 4.x: kafka-python 3.0.12 speaks to it without a pin).
+# KAFKA_TOOL_API_VERSION=3.9.0 (say) pins it anyway, as an escape hatch for other brokers.
 
 
 def compat_settings(timeout):
@@ -167,6 +171,7 @@ def cmd_create_topics(args):
                             name=topic,
                             num_partitions=args.partitions,
                             replication_factor=args.replication_factor,
+                            topic_configs=dict(args.config),
                         )
                     ],
                     timeout_ms=int(args.timeout * 1000),
@@ -190,6 +195,44 @@ def cmd_create_topics(args):
     finally:
         consumer.close()
     return 0
+
+
+# --- ready -------------------------------------------------------------------
+
+
+def cmd_ready(args):
+    deadline = time.monotonic() + args.timeout
+    last = None
+    while True:
+        if args.pid is not None and not pid_alive(args.pid):
+            raise KafkaError(f"the broker process {args.pid} exited before it served metadata ({last})")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise KafkaError(f"no metadata answer from {','.join(args.brokers)} within {args.timeout}s ({last})")
+        try:
+            settings = compat_settings(min(left, 5.0))
+            consumer = KafkaConsumer(bootstrap_servers=args.brokers, group_id=None, **settings)
+            try:
+                consumer.topics()  # a metadata request, answered
+                brokers = sorted(f"{b.host}:{b.port}" for b in consumer._client.cluster.brokers())
+            finally:
+                consumer.close()
+            if brokers:
+                emit({"brokers": brokers})
+                return 0
+            last = "metadata listed no broker"
+        except (KafkaError, OSError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        time.sleep(0.2)
+
+
+def pid_alive(pid):
+    """True while process pid runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 # --- dump --------------------------------------------------------------------
@@ -350,7 +393,7 @@ def cmd_produce(args):
         acks="all",
         retries=5,
         # send() blocks for metadata up to max_block_ms (default 60 s), e.g.
-        # for a topic that does not exist (tansu never auto-creates topics).
+        # for a topic that does not exist (our brokers never auto-create topics).
         max_block_ms=max(1000, int(args.timeout * 1000)),
         **compat_settings(args.timeout),
     )
@@ -397,8 +440,18 @@ def build_parser():
     c.add_argument("--partitions", type=int, required=True)
     c.add_argument("--replication-factor", type=int, default=1)
     c.add_argument("--timeout", type=float, default=30.0, help="seconds (default 30)")
+    c.add_argument(
+        "--config", type=parse_header, action="append", default=[], metavar="NAME=VALUE",
+        help="a topic-level config (repeatable)",
+    )
     c.add_argument("topics", nargs="+", metavar="TOPIC")
     c.set_defaults(func=cmd_create_topics)
+
+    r = sub.add_parser("ready", help="wait until the broker answers a metadata request")
+    brokers_arg(r)
+    r.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    r.add_argument("--pid", type=int, help="fail at once when this process is gone")
+    r.set_defaults(func=cmd_ready)
 
     d = sub.add_parser("dump", help="print all messages of topics as JSON lines")
     brokers_arg(d)

@@ -29,7 +29,7 @@ pub struct Args {
     #[command(flatten)]
     pub kafka_security: outbox_kit::kafka::KafkaSecurityArgs,
 
-    /// What the broker stores messages in, reported with the figures (e.g. `memory://tansu/`).
+    /// What the broker stores messages in, reported with the figures (e.g. `Apache Kafka 4.1.1, KRaft, one node`).
     #[arg(long, env = "BENCH_BROKER_STORAGE", default_value = "unknown")]
     pub broker_storage: String,
 
@@ -179,8 +179,7 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub topic_counts: Vec<u64>,
 
-    /// Events of each run of the `topics` phase [default: 50 000; --quick: 10 000] (on tansu,
-    /// 1 000 topics of 6 partitions drain at a few hundred events/s).
+    /// Events of each run of the `topics` phase [default: 50 000; --quick: 10 000].
     #[arg(long)]
     pub topic_events: Option<u64>,
 
@@ -229,7 +228,7 @@ pub enum Phase {
 impl Phase {
     /// True for the phases a run without `--phases` includes: those of about a minute or less
     /// at default sizes (`sizes`: 40 s at load average 9). `backlog` (many minutes, gigabytes
-    /// of disk) and `topics` (minutes: 1 000 topics are slow on tansu) are opt-in.
+    /// of disk) and `topics` (minutes: 1 000 topics of 6 partitions each) are opt-in.
     pub fn in_default_run(self) -> bool {
         !matches!(self, Self::Backlog | Self::Topics)
     }

@@ -59,12 +59,6 @@ fn describe(open: &[OpenPartition]) -> String {
         .join(", ")
 }
 
-/// How long the partitions must stay quiet after the end offsets were reached.
-const TAIL_IDLE: Duration = Duration::from_secs(2);
-
-/// The longest read past the end offsets (on a live system the partitions never go quiet).
-const TAIL_MAX: Duration = Duration::from_secs(10);
-
 /// Upper bound of one fetch answer (librdkafka's `fetch.max.bytes`; at least its
 /// `message.max.bytes`, 1 000 000). A broker still answers with at least one whole batch when
 /// that is larger (Kafka's rule since KIP-74), so this bounds the answers' size, not what can be
@@ -141,8 +135,8 @@ impl Broker {
             .set("enable.metrics.push", "false")
             // Bounded fetches: one answer must arrive within librdkafka's request timeout
             // (`socket.timeout.ms`, 60 s), or librdkafka drops it and asks for the same offsets
-            // again, forever. With the default (50 MB, capped at 5 MB by tansu) a slow broker
-            // or link never answered in time and the read never moved (README, Chaos).
+            // again, forever. With the default (50 MB) a slow broker or link never answered in
+            // time and the read never moved (README, Chaos).
             .set("fetch.max.bytes", FETCH_MAX_BYTES.to_string())
             .set("client.id", "outbox-audit");
         for (k, v) in outbox_kit::consumer::config::connection_settings(&self.extra) {
@@ -198,8 +192,8 @@ impl Broker {
             .collect())
     }
 
-    /// Every message of `partitions` from the beginning to the end offsets of this moment, and
-    /// what follows until they stay quiet for a moment (see `TAIL_IDLE`).
+    /// Every message of `partitions` from the beginning to the end offsets (high watermarks) of
+    /// this moment.
     ///
     /// # Errors
     /// When the broker cannot be reached, or a partition is not read to its end in time.
@@ -226,19 +220,8 @@ impl Broker {
         let mut next: HashMap<(String, i32), i64> =
             ends.iter().map(|(k, (low, _))| (k.clone(), *low)).collect();
         let mut open = ends.len();
-        let mut last_message = Instant::now();
-        // The end offsets are a lower bound, not the end: tansu 0.6.0 answers ListOffsets
-        // (latest) with the last record batch's base offset + 1, so a batch of several records
-        // looks like one. Read past them until the partitions stay quiet for `TAIL_IDLE`.
-        let mut reached: Option<Instant> = None;
-        while open > 0
-            || (last_message.elapsed() < TAIL_IDLE
-                && reached.is_none_or(|t| t.elapsed() < TAIL_MAX))
-        {
-            if open == 0 && reached.is_none() {
-                reached = Some(Instant::now());
-            }
-            if open > 0 && started.elapsed() > self.timeout {
+        while open > 0 {
+            if started.elapsed() > self.timeout {
                 let mut open: Vec<OpenPartition> = next
                     .iter()
                     .filter(|(k, at)| **at < ends[*k].1)
@@ -257,6 +240,19 @@ impl Broker {
                 });
             }
             let Some(m) = c.poll(Duration::from_millis(500)) else {
+                // No message: a partition whose last offsets hold no record for us (a
+                // transaction marker, a compacted-away record) is done once the consumer's
+                // position passed its end.
+                for e in c.position()?.elements() {
+                    let key = (e.topic().to_owned(), e.partition());
+                    if let (Offset::Offset(pos), Some(&(_, end))) = (e.offset(), ends.get(&key)) {
+                        let at = next.get_mut(&key).unwrap();
+                        if *at < end && pos >= end {
+                            *at = pos;
+                            open -= 1;
+                        }
+                    }
+                }
                 continue;
             };
             let m = m?;
@@ -268,7 +264,6 @@ impl Broker {
             if m.offset() < *at {
                 continue;
             }
-            last_message = Instant::now();
             let was_open = *at < end;
             *at = m.offset() + 1;
             if was_open && *at >= end {

@@ -1,6 +1,6 @@
 //! `chaos` (`make chaos`): the whole system under load through a fault schedule, then the
 //! audit. Prints the fault timeline and the verdict; exits 0 only when the audit is clean and
-//! every fault recovered. Needs PostgreSQL's binaries and tansu (`make deps`) and a debug
+//! every fault recovered. Needs PostgreSQL's binaries and Apache Kafka's jars (`make deps`) and a debug
 //! build of the workspace's binaries (`cargo build --workspace --bins`).
 
 use std::process::ExitCode;
@@ -14,8 +14,8 @@ use e2e::chaos::FaultKind;
 #[derive(Debug, Parser)]
 #[command(name = "chaos", about)]
 struct Args {
-    /// Orders per second (what tansu's sqlite engine keeps up with on 2 cores through the
-    /// faults; 10 was too much for a 15-minute run, see the README).
+    /// Orders per second (the whole system and its faults share the machine: 8 keeps a
+    /// 2-core machine's CI run within its recovery deadlines).
     #[arg(long, default_value_t = 8.0)]
     rate: f64,
     /// How long the load runs, in seconds (the faults fall in its first 75 %).

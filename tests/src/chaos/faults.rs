@@ -54,9 +54,9 @@ pub async fn apply(world: &World, fault: &Planned, t0: Instant) -> Applied {
         }
         FaultKind::PauseLeader => pause_leader(world, fault).await,
         FaultKind::RestartBroker => {
-            blocking(|| world.tansu.lock().unwrap().stop());
+            blocking(|| world.kafka.lock().unwrap().stop());
             sleep(fault.hold).await;
-            blocking(|| world.tansu.lock().unwrap().start_again());
+            blocking(|| world.kafka.lock().unwrap().start_again());
             ("broker".to_owned(), String::new())
         }
         FaultKind::RestartPostgres => {
@@ -96,11 +96,11 @@ pub async fn apply(world: &World, fault: &Planned, t0: Instant) -> Applied {
     }
 }
 
-/// Starts a killed service again until it has partitions (at most three starts); the note
-/// says how many it took, `unhealed` why it never got any.
+/// Starts a killed service again and waits until it has partitions; the note says how long
+/// it took, `unhealed` why it never got any.
 async fn restart(s: &crate::fulfilment::Service, unhealed: &mut Option<String>) -> String {
-    match s.try_start_again_until_assigned(3).await {
-        Ok(starts) => format!("{starts} start(s) until assigned"),
+    match s.try_start_again_until_assigned().await {
+        Ok(took) => format!("assigned {:.1} s after its start", took.as_secs_f64()),
         Err(e) => {
             eprintln!("chaos:   {e}");
             *unhealed = Some(e);

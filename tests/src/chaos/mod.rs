@@ -1,6 +1,6 @@
 //! The chaos run: the whole system (order service, WMS and stock consumers, a relay per
 //! database plus a standby for the orders database, the marketplace channel) on a private
-//! PostgreSQL and a private tansu broker (sqlite storage), each behind a [`crate::proxy`],
+//! PostgreSQL and a private Apache Kafka broker, each behind a [`crate::proxy`],
 //! under steady load ([`load`]) while a fault schedule ([`schedule`]) kills, pauses, restarts
 //! and partitions its parts ([`faults`]); at the end, once everything drained, `outbox-audit`
 //! gives the verdict ([`run`]).

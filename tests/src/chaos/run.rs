@@ -258,16 +258,7 @@ pub async fn run(spec: &Spec) -> Summary {
     let end_duplicates = world.inbox_duplicates().await;
     let sys = world.sys.clone();
     let brokers = world.brokers();
-    // tansu's sqlite engine reads back a few hundred messages a second: a long run's topics
-    // take minutes to read, past the audit's default 120 s.
-    let extra = [
-        "--settle-s",
-        "0",
-        "--max-unpublished-age-s",
-        "600",
-        "--broker-timeout-s",
-        "900",
-    ];
+    let extra = ["--settle-s", "0", "--max-unpublished-age-s", "600"];
     // The first run to find the consumers caught up read the business tables before it knew
     // they were (`crate::audit::at_rest`).
     let caught_up =
@@ -325,7 +316,7 @@ pub async fn run(spec: &Spec) -> Summary {
     if failed {
         // Keep the broker's storage and log for a look (its Drop reads this), and say where the
         // processes' logs are.
-        std::env::set_var("KEEP_TANSU_DIR", "1");
+        std::env::set_var("KEEP_KAFKA_DIR", "1");
         eprintln!(
             "chaos: failed; process logs in {} (order-service {}, wms {}, stock {})",
             crate::proc::log_dir().display(),

@@ -1,4 +1,4 @@
-//! Everything the chaos run starts: a private PostgreSQL and a private tansu (sqlite storage),
+//! Everything the chaos run starts: a private PostgreSQL and a private Apache Kafka broker,
 //! a proxy in front of each (the broker advertises its proxy's address), the marketplace
 //! simulator, the three services with the producer-side ledgers installed, and four relays
 //! (one per database, plus a standby for the orders database) that faults kill and restart.
@@ -12,7 +12,7 @@ use sqlx::PgPool;
 use crate::fulfilment::{Service, System};
 use crate::proc::{RelayArgs, RelayProcess};
 use crate::proxy::Proxy;
-use crate::servers::{PgCluster, Tansu};
+use crate::servers::{Kafka, PgCluster};
 
 /// The marketplace simulator's shared secret.
 pub const MARKETPLACE_SECRET: &str = "chaos-marketplace-secret";
@@ -28,9 +28,6 @@ pub struct RelaySlot {
     pub process: Option<RelayProcess>,
 }
 
-/// The consumers' `session.timeout.ms` in a chaos run (the runtime's default).
-pub const CHAOS_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// The running world.
 #[derive(Debug)]
 pub struct World {
@@ -39,7 +36,7 @@ pub struct World {
     /// The proxy every client of PostgreSQL goes through.
     pub pg_proxy: Proxy,
     /// The broker (restarted by faults).
-    pub tansu: Mutex<Tansu>,
+    pub kafka: Mutex<Kafka>,
     /// The proxy every Kafka client goes through (the broker advertises it).
     pub kafka_proxy: Proxy,
     /// The services, their databases and HTTP clients (its `relays` are in [`World::relays`]).
@@ -70,10 +67,10 @@ impl World {
         let pg = PgCluster::start();
         let pg_proxy = Proxy::start(0, pg.port).await;
         let kafka_port = crate::free_port();
-        let tansu = tokio::task::spawn_blocking(move || Tansu::start_behind(kafka_port))
+        let kafka = tokio::task::spawn_blocking(move || Kafka::start_behind(kafka_port))
             .await
             .unwrap();
-        let kafka_proxy = Proxy::start(kafka_port, tansu.port).await;
+        let kafka_proxy = Proxy::start(kafka_port, kafka.port).await;
         let brokers = format!("127.0.0.1:{}", kafka_proxy.port);
         let admin = format!("postgres://postgres@127.0.0.1:{}/postgres", pg_proxy.port);
 
@@ -86,13 +83,7 @@ impl World {
                 ("MARKETPLACE_URL".into(), sim.url("")),
                 ("MARKETPLACE_COMPENSATION_INTERVAL_MS".into(), "5000".into()),
             ],
-            // The consumers' own default session timeout, longer than the longest broker fault
-            // (6 s): a session that runs out during a broker fault can wedge the group on tansu
-            // 0.6.0, which keeps a departed member as the forming group's leader (README, Chaos).
-            vec![(
-                "KAFKA_CONSUMER_CONFIG".into(),
-                format!("session.timeout.ms={}", CHAOS_SESSION_TIMEOUT.as_millis()),
-            )],
+            vec![],
         )
         .await;
         crate::audit::install_ledgers(&sys).await;
@@ -136,7 +127,7 @@ impl World {
         let me = Self {
             pg,
             pg_proxy,
-            tansu: Mutex::new(tansu),
+            kafka: Mutex::new(kafka),
             kafka_proxy,
             sys: Arc::new(sys),
             sim,

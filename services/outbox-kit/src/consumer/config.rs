@@ -254,8 +254,8 @@ pub fn check_overrides(extra: &[(String, String)]) -> Result<(), String> {
 ///
 /// It is also the rebalance timeout this member announces and, plus 3 s, how long librdkafka
 /// waits for a JoinGroup answer before it drops the connection and joins again: with
-/// librdkafka's 300 s default, a coordinator that never answers one JoinGroup (seen on tansu
-/// after a broker stall, in a chaos run) left a consumer without partitions for five minutes.
+/// librdkafka's 300 s default, a JoinGroup lost on a connection that stays up (seen in a chaos
+/// run after a broker stall) left a consumer without partitions for five minutes.
 /// The runtime polls all the time (a busy partition is paused, never the poll loop), so 30 s
 /// between polls is never reached in normal operation.
 pub const DEFAULT_MAX_POLL_INTERVAL_MS: u64 = 30_000;

@@ -28,11 +28,18 @@ pub fn needed_topics(topics: &[String], consumer_name: &str) -> Vec<String> {
 ///
 /// The broker's metadata is read first and only topics it does not list are asked for, so a
 /// restart sends no CreateTopics at all: it needs no create permission once the topics exist,
-/// and costs a loaded broker one metadata answer (a chaos run on tansu saw CreateTopics of
-/// existing topics time out for minutes while metadata was answered).
+/// and costs a loaded broker one metadata answer (a chaos run on an earlier test broker saw
+/// CreateTopics of existing topics time out for minutes while metadata was answered).
+///
+/// It returns once the broker's metadata lists every topic it asked for: a KRaft broker answers
+/// CreateTopics before its metadata shows the new topics, and a consumer that subscribed in
+/// that moment was told "unknown topic" and looked again only at its next metadata refresh
+/// (`topic.metadata.refresh.interval.ms`, 5 minutes), consuming nothing of those topics until
+/// then (seen on Apache Kafka 4.1 with three tests starting consumers at once).
 ///
 /// # Errors
-/// When the broker refuses to create a topic (other than "already exists") or is unreachable.
+/// When the broker refuses to create a topic (other than "already exists"), is unreachable, or
+/// does not list the topics within [`VISIBLE_WITHIN`].
 pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(), KafkaError> {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", &config.brokers);
@@ -86,7 +93,48 @@ pub async fn create_missing(config: &RuntimeConfig, spec: TopicSpec) -> Result<(
             }
         }
     }
-    Ok(())
+    wait_visible(admin, names).await
+}
+
+/// How long [`create_missing`] waits for the broker's metadata to list the topics it created.
+pub const VISIBLE_WITHIN: Duration = Duration::from_secs(30);
+
+/// Asks for metadata every 100 ms until every one of `names` is listed with its partitions.
+async fn wait_visible(
+    admin: AdminClient<DefaultClientContext>,
+    names: Vec<String>,
+) -> Result<(), KafkaError> {
+    tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + VISIBLE_WITHIN;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let listed: Vec<String> = admin
+                .inner()
+                .fetch_metadata(None, left.max(Duration::from_secs(1)))?
+                .topics()
+                .iter()
+                .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+                .map(|t| t.name().to_owned())
+                .collect();
+            let absent = missing(&names, &listed);
+            if absent.is_empty() {
+                return Ok(());
+            }
+            if left.is_zero() {
+                tracing::warn!(
+                    topics = ?absent,
+                    "Created topics are not in the broker's metadata after {} s",
+                    VISIBLE_WITHIN.as_secs()
+                );
+                return Err(KafkaError::MetadataFetch(
+                    RDKafkaErrorCode::UnknownTopicOrPartition,
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
 }
 
 /// The topics of `needed` that are not in `existing`, in `needed`'s order.
