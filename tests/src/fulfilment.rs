@@ -287,8 +287,18 @@ pub fn consumer_env(
     prefix: &str,
     group: &str,
 ) -> Vec<(String, String)> {
+    consumer_env_at(&db.url, brokers, prefix, group)
+}
+
+/// [`consumer_env`] with `database_url` as its `DATABASE_URL`.
+fn consumer_env_at(
+    database_url: &str,
+    brokers: &str,
+    prefix: &str,
+    group: &str,
+) -> Vec<(String, String)> {
     [
-        ("DATABASE_URL", db.url.as_str()),
+        ("DATABASE_URL", database_url),
         ("KAFKA_BROKERS", brokers),
         ("OUTBOX_TOPIC_PREFIX", prefix),
         ("KAFKA_GROUP_ID", &format!("{prefix}{group}")),
@@ -307,6 +317,63 @@ pub fn consumer_env(
     .chain(crate::auth::ENV.iter())
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect()
+}
+
+/// How a process of a [`System`] logs in to its database when not with the database's own
+/// URL: as a least-privilege role over TLS, say.
+#[derive(Debug, Clone)]
+pub struct DbLogin {
+    /// Its `DATABASE_URL` (no password in it: that comes with `env`, if any).
+    pub url: String,
+    /// Environment that goes with it (`DATABASE_PASSWORD_FILE`, `DATABASE_MIGRATIONS=skip`).
+    pub env: Vec<(String, String)>,
+}
+
+impl DbLogin {
+    /// With `db`'s own URL and nothing else, as [`System::start_on_servers`] starts them.
+    pub fn of(db: &TestDb) -> Self {
+        Self {
+            url: db.url.clone(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// One database of a [`System`], made and migrated beforehand, with how its service and its
+/// relay log in to it ([`System::start_on_databases`]).
+#[derive(Debug, Clone)]
+pub struct SystemDb {
+    /// The database: its URL is what `outbox-audit` reads it with ([`crate::audit`]), its pool
+    /// is the harness's.
+    pub db: TestDb,
+    /// How the service logs in.
+    pub service: DbLogin,
+    /// How the relay logs in.
+    pub relay: DbLogin,
+}
+
+/// How a [`System`] starts its relay `name` on `login`, topics under `prefix`: the services'
+/// Kafka security settings and OpenTelemetry export (of `services_env`) reach the relays too,
+/// then the login's environment.
+pub fn relay_args(
+    login: &DbLogin,
+    brokers: &str,
+    prefix: &str,
+    name: &str,
+    services_env: &[(String, String)],
+) -> RelayArgs {
+    let mut args = RelayArgs::new(&login.url, brokers, prefix, name);
+    args.env = services_env
+        .iter()
+        .filter(|(k, _)| {
+            ["KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_", "OTEL_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
+        .chain(&login.env)
+        .cloned()
+        .collect();
+    args
 }
 
 impl System {
@@ -348,17 +415,37 @@ impl System {
         order_extra_env: Vec<(String, String)>,
         services_env: Vec<(String, String)>,
     ) -> Self {
-        let prefix = crate::unique_topic_prefix();
         let (order_db, wms_db, stock_db) = tokio::join!(
             crate::db::fresh_database_on(admin_url),
             crate::db::fresh_database_on(admin_url),
             crate::db::fresh_database_on(admin_url)
         );
-        let env = |db: &TestDb, group: &str| {
-            let mut env = consumer_env(db, brokers, &prefix, group);
+        let dbs = [order_db, wms_db, stock_db].map(|db| SystemDb {
+            service: DbLogin::of(&db),
+            relay: DbLogin::of(&db),
+            db,
+        });
+        Self::start_on_databases(dbs, brokers, order_extra_env, services_env).await
+    }
+
+    /// Starts everything on `dbs` (order, wms, stock: made and migrated beforehand, each
+    /// process logging in as its [`SystemDb`] says) and on `brokers`, with extra environment
+    /// for the order service and for all three services (and, for their Kafka security
+    /// settings, the relays: [`relay_args`]).
+    pub async fn start_on_databases(
+        dbs: [SystemDb; 3],
+        brokers: &str,
+        order_extra_env: Vec<(String, String)>,
+        services_env: Vec<(String, String)>,
+    ) -> Self {
+        let prefix = crate::unique_topic_prefix();
+        let env = |db: &SystemDb, group: &str| {
+            let mut env = consumer_env_at(&db.service.url, brokers, &prefix, group);
             env.extend(services_env.iter().cloned());
+            env.extend(db.service.env.iter().cloned());
             env
         };
+        let [order_db, wms_db, stock_db] = dbs;
         let mut order_env = env(&order_db, "order");
         order_env.push(("PAYMENT_CALLBACK_SECRET".to_owned(), SECRET.to_owned()));
         order_env.extend(order_extra_env);
@@ -372,21 +459,16 @@ impl System {
         ]
         .into_iter()
         .map(|(db, name)| {
-            let mut args = RelayArgs::new(&db.url, brokers, &prefix, name);
-            // The services' Kafka security settings and OpenTelemetry export reach the
-            // relays too.
-            args.env = services_env
-                .iter()
-                .filter(|(k, _)| {
-                    ["KAFKA_SECURITY_", "KAFKA_SASL_", "KAFKA_SSL_", "OTEL_"]
-                        .iter()
-                        .any(|p| k.starts_with(p))
-                })
-                .cloned()
-                .collect();
-            RelayProcess::start(&args)
+            RelayProcess::start(&relay_args(
+                &db.relay,
+                brokers,
+                &prefix,
+                name,
+                &services_env,
+            ))
         })
         .collect();
+        let (order_db, wms_db, stock_db) = (order_db.db, wms_db.db, stock_db.db);
         let me = Self {
             brokers: brokers.to_owned(),
             prefix,

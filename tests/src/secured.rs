@@ -1,4 +1,5 @@
-//! Secured servers for the connectivity tests (tests/it/secured.rs):
+//! Secured servers for the connectivity tests (tests/it/secured.rs) and the chaos run
+//! ([`crate::chaos::world`]):
 //!
 //! - [`Pki`]: a test CA, a server certificate for `localhost` (and only that name, so a client
 //!   that connects to `127.0.0.1` sees a wrong host name), a client certificate, and a second CA
@@ -360,6 +361,54 @@ impl SecuredKafka {
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
     }
+
+    /// [`SecuredKafka::client_env`] with the password read from `password_file` instead
+    /// (`KAFKA_SASL_PASSWORD_FILE`): nothing secret in the environment.
+    pub fn client_env_with_password_file(password_file: &str, ca: &str) -> Vec<(String, String)> {
+        let mut env = Self::client_env("", ca);
+        env.retain(|(k, _)| k != "KAFKA_SASL_PASSWORD");
+        env.push((
+            "KAFKA_SASL_PASSWORD_FILE".to_owned(),
+            password_file.to_owned(),
+        ));
+        env
+    }
+
+    /// The same login as command-line flags (`outbox-relay`, `outbox-audit`): SASL_SSL +
+    /// SCRAM-SHA-512 as [`KAFKA_USER`] with the password in `password_file`, trusting `ca`.
+    pub fn client_flags(password_file: &str, ca: &str) -> Vec<String> {
+        [
+            "--kafka-security-protocol",
+            "SASL_SSL",
+            "--kafka-sasl-mechanism",
+            "SCRAM-SHA-512",
+            "--kafka-sasl-username",
+            KAFKA_USER,
+            "--kafka-sasl-password-file",
+            password_file,
+            "--kafka-ssl-ca-location",
+            ca,
+        ]
+        .map(str::to_owned)
+        .into()
+    }
+}
+
+/// Writes `secret` (and a newline, which the binaries drop) to file `name` in `dir`, readable
+/// by its owner only (`0600`: what `PGPASSFILE` needs, and what a secret deserves); its path.
+pub fn write_secret_file(dir: &Path, name: &str, secret: &str) -> String {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join(name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    writeln!(f, "{secret}").unwrap();
+    path.display().to_string()
 }
 
 /// The broker's security settings with certificate `cert` of `pki` (PEM stores: the key and

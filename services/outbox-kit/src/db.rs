@@ -16,6 +16,10 @@ pub fn is_retryable(error: &sqlx::Error) -> bool {
         sqlx::Error::Database(e) => e
             .code()
             .is_some_and(|c| RETRYABLE_SQLSTATES.contains(&c.as_ref())),
+        // A TLS connection whose server (or the proxy in front of it) went away while it asked
+        // for TLS: sqlx reads the closed socket as a protocol error, not an I/O one (seen while
+        // PostgreSQL restarted behind a proxy, every request answered 500 instead of 503).
+        sqlx::Error::Protocol(m) => m.starts_with("unexpected response from SSLRequest"),
         _ => false,
     }
 }
@@ -29,5 +33,13 @@ mod tests {
         assert!(is_retryable(&sqlx::Error::PoolTimedOut));
         assert!(is_retryable(&sqlx::Error::PoolClosed));
         assert!(!is_retryable(&sqlx::Error::RowNotFound));
+    }
+
+    #[test]
+    fn a_tls_handshake_cut_by_an_outage_is_retryable_other_protocol_errors_not() {
+        let cut = sqlx::Error::Protocol("unexpected response from SSLRequest: 0x00".into());
+        assert!(is_retryable(&cut));
+        let other = sqlx::Error::Protocol("unknown message type: 'x'".into());
+        assert!(!is_retryable(&other));
     }
 }

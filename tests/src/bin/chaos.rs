@@ -1,7 +1,9 @@
 //! `chaos` (`make chaos`): the whole system under load through a fault schedule, then the
-//! audit. Prints the fault timeline and the verdict; exits 0 only when the audit is clean and
-//! every fault recovered. Needs PostgreSQL's binaries and Apache Kafka's jars (`make deps`) and a debug
-//! build of the workspace's binaries (`cargo build --workspace --bins`).
+//! audit, all on the secured stack (SASL_SSL with SCRAM-SHA-512, PostgreSQL `verify-full`,
+//! least-privilege roles, passwords from files: `e2e::chaos::world`). Prints how it was
+//! secured, the fault timeline and the verdict; exits 0 only when the audit is clean and every
+//! fault recovered. Needs PostgreSQL's binaries, Apache Kafka's jars and openssl (`make deps`)
+//! and a debug build of the workspace's binaries (`cargo build --workspace --bins`).
 
 use std::process::ExitCode;
 use std::time::Duration;

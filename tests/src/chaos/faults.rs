@@ -1,5 +1,8 @@
 //! Applying one planned fault to the world, for real (signals, a server stopped, a proxy
-//! stalled or cut), and healing it after its hold.
+//! stalled or cut), and healing it after its hold. The broker's faults hit Apache Kafka itself:
+//! its JVM SIGKILLed and started again on its storage, or the proxy in front of its SASL_SSL
+//! listener stalled or cut (every client's TLS session with it); PostgreSQL's hit the secured
+//! cluster the same way, every client's TLS session going through its proxy.
 
 use std::time::Duration;
 
@@ -54,15 +57,15 @@ pub async fn apply(world: &World, fault: &Planned, t0: Instant) -> Applied {
         }
         FaultKind::PauseLeader => pause_leader(world, fault).await,
         FaultKind::RestartBroker => {
-            blocking(|| world.kafka.lock().unwrap().stop());
+            blocking(|| world.kafka.lock().unwrap().broker.stop());
             sleep(fault.hold).await;
-            blocking(|| world.kafka.lock().unwrap().start_again());
+            blocking(|| world.kafka.lock().unwrap().broker.start_again());
             ("broker".to_owned(), String::new())
         }
         FaultKind::RestartPostgres => {
-            blocking(|| world.pg.stop_immediate());
+            blocking(|| world.pg.cluster.stop_immediate());
             sleep(fault.hold).await;
-            blocking(|| world.pg.start_again());
+            blocking(|| world.pg.cluster.start_again());
             ("postgres".to_owned(), String::new())
         }
         FaultKind::StallBroker => {

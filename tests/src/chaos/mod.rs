@@ -1,8 +1,10 @@
 //! The chaos run: the whole system (order service, WMS and stock consumers, a relay per
 //! database plus a standby for the orders database, the marketplace channel) on a private
-//! PostgreSQL and a private Apache Kafka broker, each behind a [`crate::proxy`],
-//! under steady load ([`load`]) while a fault schedule ([`schedule`]) kills, pauses, restarts
-//! and partitions its parts ([`faults`]); at the end, once everything drained, `outbox-audit`
+//! PostgreSQL and a private Apache Kafka broker, each behind a [`crate::proxy`], over the
+//! secured stack ([`world`]: SASL_SSL with SCRAM-SHA-512, PostgreSQL `verify-full`, each
+//! process as its least-privilege role, passwords from files), under steady load ([`load`])
+//! while a fault schedule ([`schedule`]) kills, pauses, restarts and partitions its parts
+//! ([`faults`]); at the end, once everything drained, `outbox-audit`, logged in the same way,
 //! gives the verdict ([`run`]).
 //!
 //! The schedule is a pure function of the seed, the duration, the fault count and the mix, so
@@ -33,11 +35,11 @@ pub enum FaultKind {
     /// SIGSTOP of the orders database's leading relay until the standby took the lease, then
     /// SIGCONT: a zombie leader waking up.
     PauseLeader,
-    /// The broker killed and started again on its sqlite storage.
+    /// The broker's JVM SIGKILLed and started again on its storage.
     RestartBroker,
     /// PostgreSQL stopped with `-m immediate` (a crash) and started again.
     RestartPostgres,
-    /// The broker's proxy stops moving bytes for a while.
+    /// The broker's proxy (in front of its SASL_SSL listener) stops moving bytes for a while.
     StallBroker,
     /// The broker's proxy closes every connection.
     CutBroker,

@@ -1,7 +1,10 @@
 //! One chaos run from start to verdict: the world, a lag sampler, the load and the fault
-//! schedule together; then the load stops, everything drains, and `outbox-audit` reconciles.
-//! The summary has the fault timeline and, per fault, the time to recover (lag back under the
-//! threshold after it was healed), the peak lag and the duplicates the inboxes absorbed.
+//! schedule together; then the load stops, everything drains, and `outbox-audit` reconciles,
+//! over the same secured stack as every process ([`super::world`]: SASL_SSL, the migrator's
+//! `verify-full` URLs). The summary says how the run was secured (and which roles held the
+//! databases' sessions at the end of the load), then the fault timeline with, per fault, the
+//! time to recover (lag back under the threshold after it was healed), the peak lag and the
+//! duplicates the inboxes absorbed.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -50,9 +53,25 @@ pub struct FaultOutcome {
     pub duplicates_absorbed: i64,
 }
 
+/// The database sessions of one role.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sessions {
+    /// The role.
+    pub role: String,
+    /// Its client sessions on the three databases.
+    pub sessions: i64,
+    /// Of them over TLS.
+    pub tls: i64,
+}
+
 /// The whole run.
 #[derive(Debug, Serialize)]
 pub struct Summary {
+    /// How every process logged in ([`super::world::SECURITY`]).
+    pub security: String,
+    /// The client sessions on the three databases at the end of the load, by role (the
+    /// harness's own as `postgres`); empty when PostgreSQL did not answer.
+    pub db_sessions: Vec<Sessions>,
     /// Seed.
     pub seed: u64,
     /// Orders per second.
@@ -89,6 +108,17 @@ impl Summary {
     /// The summary as text (suitable for the README).
     pub fn to_text(&self) -> String {
         let mut o = String::new();
+        let sessions: Vec<String> = self
+            .db_sessions
+            .iter()
+            .map(|s| format!("{} {} ({} TLS)", s.role, s.sessions, s.tls))
+            .collect();
+        let _ = writeln!(
+            o,
+            "security: {}; database sessions at the end of the load: {}",
+            self.security,
+            sessions.join(", ")
+        );
         let _ = writeln!(
             o,
             "chaos run: seed {}, {} orders/s for {} s: {} orders ({}), {} marketplace trades \
@@ -238,6 +268,17 @@ pub async fn run(spec: &Spec) -> Summary {
     }
     let stats = load.await.expect("the load task");
     let load_end = t0.elapsed().as_millis() as u64;
+    let db_sessions = world
+        .sessions()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(role, sessions, tls)| Sessions {
+            role,
+            sessions,
+            tls,
+        })
+        .collect();
     eprintln!(
         "chaos: load done at {:.1}s: {stats:?}",
         load_end as f64 / 1e3
@@ -258,7 +299,12 @@ pub async fn run(spec: &Spec) -> Summary {
     let end_duplicates = world.inbox_duplicates().await;
     let sys = world.sys.clone();
     let brokers = world.brokers();
-    let extra = ["--settle-s", "0", "--max-unpublished-age-s", "600"];
+    // The audit logs in as every process does: SASL_SSL with the password file; the databases
+    // as the migrator, `verify-full`, its password from the PGPASSFILE the world set.
+    let flags: Vec<&str> = ["--settle-s", "0", "--max-unpublished-age-s", "600"]
+        .into_iter()
+        .chain(world.audit_flags.iter().map(String::as_str))
+        .collect();
     // The first run to find the consumers caught up read the business tables before it knew
     // they were (`crate::audit::at_rest`).
     let caught_up =
@@ -266,7 +312,7 @@ pub async fn run(spec: &Spec) -> Summary {
     let audit = crate::audit::run_until_at_rest(
         &sys,
         &brokers,
-        &extra,
+        &flags,
         Duration::from_secs(300),
         caught_up,
     )
@@ -330,6 +376,8 @@ pub async fn run(spec: &Spec) -> Summary {
         *by_kind.entry(a.kind.name().to_owned()).or_default() += 1;
     }
     Summary {
+        security: super::world::SECURITY.to_owned(),
+        db_sessions,
         seed: spec.seed,
         rate: spec.rate,
         duration_s: spec.duration.as_secs(),

@@ -1,21 +1,44 @@
-//! Everything the chaos run starts: a private PostgreSQL and a private Apache Kafka broker,
-//! a proxy in front of each (the broker advertises its proxy's address), the marketplace
-//! simulator, the three services with the producer-side ledgers installed, and four relays
-//! (one per database, plus a standby for the orders database) that faults kill and restart.
+//! Everything the chaos run starts, on the secured stack a deployment runs on: a private
+//! PostgreSQL ([`SecuredPg`]: TLS and SCRAM passwords only) and a private Apache Kafka broker
+//! ([`SecuredKafka`]: a SASL_SSL listener with SCRAM-SHA-512), a proxy in front of each (the
+//! broker's SASL_SSL listener advertises its proxy's address, so every Kafka connection goes
+//! through it), the marketplace simulator, the three services with the producer-side ledgers
+//! installed, and four relays (one per database, plus a standby for the orders database) that
+//! faults kill and restart.
+//!
+//! Every process logs in as a deployment does. PostgreSQL: `sslmode=verify-full` against the
+//! test CA, host `localhost` and the proxy's port, each process as its least-privilege role of
+//! `deploy/postgres/roles.sql` with its password from `DATABASE_PASSWORD_FILE`; the migrations
+//! ran before as the migrator (`outbox-relay migrate`, then each service with
+//! `DATABASE_MIGRATIONS=only`), the services serve with `DATABASE_MIGRATIONS=skip`. Kafka:
+//! SASL_SSL + SCRAM-SHA-512 with the password from `KAFKA_SASL_PASSWORD_FILE`, trusting the
+//! test CA. The audit reads the databases as the migrator (it owns every table; the audit's
+//! sessions are read-only), its password from `PGPASSFILE`. No password is in a process's
+//! URL or command line; the harness's own connections (making the databases, the ledgers, the
+//! lag samples) log in as the admin.
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use crate::fulfilment::{Service, System};
+use crate::db::TestDb;
+use crate::fulfilment::{relay_args, DbLogin, Service, System, SystemDb};
 use crate::proc::{RelayArgs, RelayProcess};
 use crate::proxy::Proxy;
-use crate::servers::{Kafka, PgCluster};
+use crate::roles::{MIGRATOR, RELAY};
+use crate::secured::{
+    write_secret_file, Advertised, Pki, SecuredKafka, SecuredPg, KAFKA_PASSWORD, PG_ADMIN_PASSWORD,
+};
 
 /// The marketplace simulator's shared secret.
 pub const MARKETPLACE_SECRET: &str = "chaos-marketplace-secret";
+
+/// How every process of the run logs in (the summary says it).
+pub const SECURITY: &str = "SASL_SSL SCRAM-SHA-512, PostgreSQL verify-full, least-privilege roles";
 
 /// A relay the faults may kill and restart.
 #[derive(Debug)]
@@ -32,24 +55,30 @@ pub struct RelaySlot {
 #[derive(Debug)]
 pub struct World {
     /// PostgreSQL (restarted by faults).
-    pub pg: PgCluster,
+    pub pg: SecuredPg,
     /// The proxy every client of PostgreSQL goes through.
     pub pg_proxy: Proxy,
-    /// The broker (restarted by faults).
-    pub kafka: Mutex<Kafka>,
-    /// The proxy every Kafka client goes through (the broker advertises it).
+    /// The broker (its JVM killed and started again by faults: [`SecuredKafka::broker`]).
+    pub kafka: Mutex<SecuredKafka>,
+    /// The proxy every Kafka client goes through (the SASL_SSL listener advertises it).
     pub kafka_proxy: Proxy,
     /// The services, their databases and HTTP clients (its `relays` are in [`World::relays`]).
+    /// The databases' URLs are the migrator's, what the audit reads them with; their pools
+    /// the admin's, straight to PostgreSQL.
     pub sys: Arc<System>,
     /// The marketplace simulator.
     pub sim: Service,
     /// The relays: `relay-order`, `relay-order-standby`, `relay-wms`, `relay-stock`.
     pub relays: Mutex<Vec<RelaySlot>>,
-    /// Pools on the three databases straight to PostgreSQL (not through the proxy), for
-    /// sampling the lag while the proxy is faulty: order, wms, stock.
+    /// Pools on the three databases straight to PostgreSQL (not through the proxy), as the
+    /// admin, for sampling the lag while the proxy is faulty: order, wms, stock.
     pub direct: [PgPool; 3],
+    /// The audit's Kafka login flags (SASL_SSL, SCRAM-SHA-512, the password file, the CA).
+    pub audit_flags: Vec<String>,
     /// HTTP client for the simulator.
     pub http: reqwest::Client,
+    /// The test CA, the certificates and the password files (removed when dropped, last).
+    pub pki: Pki,
 }
 
 /// SKUs of the load: `(sku, price_cents, stock)`. `rare` runs out, so some paid orders are
@@ -61,45 +90,83 @@ pub const SKUS: [(&str, i64, i64); 4] = [
     ("MK", 1_000, 1_000_000),
 ];
 
+/// The services: binary, database role (`-v service_role=` of `roles.sql`).
+const SERVICES: [(&str, &str); 3] = [
+    ("order-service", "order_service"),
+    ("wms-consumer", "wms_service"),
+    ("stock-consumer", "stock_service"),
+];
+
+/// A `verify-full` URL of database `db` as `user` at `localhost:port`, trusting `ca`, with
+/// `password` in it only for the harness's admin connections.
+fn pg_url(user: &str, password: Option<&str>, port: u16, db: &str, ca: &str) -> String {
+    let password = password.map(|p| format!(":{p}")).unwrap_or_default();
+    format!(
+        "postgres://{user}{password}@localhost:{port}/{db}?sslmode=verify-full&sslrootcert={ca}"
+    )
+}
+
+/// A password for `role`, new each run.
+fn new_password(role: &str) -> String {
+    format!("chaos-{role}-{:016x}", rand::random::<u64>())
+}
+
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
 impl World {
     /// Starts everything and waits until it serves.
     pub async fn start() -> Self {
-        let pg = PgCluster::start();
-        let pg_proxy = Proxy::start(0, pg.port).await;
-        let kafka_port = crate::free_port();
-        let kafka = tokio::task::spawn_blocking(move || Kafka::start_behind(kafka_port))
-            .await
-            .unwrap();
-        let kafka_proxy = Proxy::start(kafka_port, kafka.port).await;
-        let brokers = format!("127.0.0.1:{}", kafka_proxy.port);
-        let admin = format!("postgres://postgres@127.0.0.1:{}/postgres", pg_proxy.port);
+        let pki = Pki::new();
+        let ca = pki.path("ca.pem");
+        let secrets = pki.dir.join("secrets");
+        std::fs::create_dir_all(&secrets).unwrap();
+        let pg = blocking(|| SecuredPg::start(&pki));
+        let pg_proxy = Proxy::start(0, pg.cluster.port).await;
+        let kafka_proxy_port = crate::free_port();
+        let kafka = blocking(|| {
+            SecuredKafka::start_with(
+                &pki,
+                &[],
+                &Advertised {
+                    sasl_ssl_port: Some(kafka_proxy_port),
+                    ..Advertised::default()
+                },
+            )
+        });
+        let kafka_proxy = Proxy::start(kafka_proxy_port, kafka.port).await;
+        let brokers = format!("localhost:{}", kafka_proxy.port);
+        let kafka_password = write_secret_file(&secrets, "kafka", KAFKA_PASSWORD);
+        let services_env = SecuredKafka::client_env_with_password_file(&kafka_password, &ca);
 
+        let dbs = Self::databases(&pg, &pg_proxy, &ca, &secrets).await;
+        let direct = [0, 1, 2].map(|i| dbs[i].db.pool.clone());
         let sim = Service::start_marketplace_simulator(MARKETPLACE_SECRET).await;
-        let mut sys = System::start_on_servers(
-            &admin,
+        let mut sys = System::start_on_databases(
+            dbs.clone(),
             &brokers,
             vec![
                 ("MARKETPLACE_SECRET".into(), MARKETPLACE_SECRET.into()),
                 ("MARKETPLACE_URL".into(), sim.url("")),
                 ("MARKETPLACE_COMPENSATION_INTERVAL_MS".into(), "5000".into()),
             ],
-            vec![],
+            services_env.clone(),
         )
         .await;
-        crate::audit::install_ledgers(&sys).await;
         let mut started = std::mem::take(&mut sys.relays).into_iter();
-        let dbs = [&sys.order_db, &sys.order_db, &sys.wms_db, &sys.stock_db];
+        let logins = [&dbs[0].relay, &dbs[0].relay, &dbs[1].relay, &dbs[2].relay];
         let names = [
             "relay-order",
             "relay-order-standby",
             "relay-wms",
             "relay-stock",
         ];
-        let relays = dbs
+        let relays = logins
             .iter()
             .zip(names)
-            .map(|(db, name)| {
-                let args = RelayArgs::new(&db.url, &brokers, &sys.prefix, name);
+            .map(|(login, name)| {
+                let args = relay_args(login, &brokers, &sys.prefix, name, &services_env);
                 // The three the system started keep running; the standby starts here.
                 let process = if name == "relay-order-standby" {
                     RelayProcess::start(&args)
@@ -113,17 +180,6 @@ impl World {
                 }
             })
             .collect();
-        let direct_url = |db: &crate::db::TestDb| {
-            db.url.replace(
-                &format!("127.0.0.1:{}/", pg_proxy.port),
-                &format!("127.0.0.1:{}/", pg.port),
-            )
-        };
-        let direct = [
-            PgPool::connect_lazy(&direct_url(&sys.order_db)).unwrap(),
-            PgPool::connect_lazy(&direct_url(&sys.wms_db)).unwrap(),
-            PgPool::connect_lazy(&direct_url(&sys.stock_db)).unwrap(),
-        ];
         let me = Self {
             pg,
             pg_proxy,
@@ -133,10 +189,12 @@ impl World {
             sim,
             relays: Mutex::new(relays),
             direct,
+            audit_flags: SecuredKafka::client_flags(&kafka_password, &ca),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .build()
                 .unwrap(),
+            pki,
         };
         for (sku, price, stock) in SKUS {
             me.sys.sku(sku, price).await;
@@ -144,6 +202,81 @@ impl World {
         }
         me.point_pushes().await;
         me
+    }
+
+    /// The three databases (order, wms, stock), set up as a deployment's: made by the admin,
+    /// `roles.sql` applied and the roles given passwords (SCRAM, each in a file of
+    /// `secrets`), the migrations applied as the migrator, the ledger installed by the admin
+    /// before any event, `roles.sql` again (the ledger is the migrator's, the service may write
+    /// it from the outbox trigger). The audit's password goes to a `PGPASSFILE`, set for this
+    /// process so that `outbox-audit` inherits it.
+    async fn databases(pg: &SecuredPg, proxy: &Proxy, ca: &str, secrets: &Path) -> [SystemDb; 3] {
+        let admin = |port: u16, db: &str| pg_url("postgres", Some(PG_ADMIN_PASSWORD), port, db, ca);
+        let mut passwords: BTreeMap<&str, String> = BTreeMap::new();
+        let mut dbs = Vec::new();
+        for (bin, service_role) in SERVICES {
+            // Straight to PostgreSQL: the harness's pool (the ledger, the lag samples).
+            let made = crate::db::empty_database_on(&admin(pg.cluster.port, "postgres")).await;
+            let name = url::Url::parse(&made.url).unwrap().path()[1..].to_owned();
+            // Through the proxy, so the roles' URLs are the ones the processes use.
+            let admin_url = admin(proxy.port, &name);
+            let (urls, files) = blocking(|| {
+                crate::roles::apply(&admin_url, service_role);
+                let mut files = BTreeMap::new();
+                for role in [MIGRATOR, RELAY, service_role] {
+                    let password = passwords
+                        .entry(role)
+                        .or_insert_with(|| new_password(role))
+                        .clone();
+                    crate::roles::set_password(&admin_url, role, &password);
+                    files.insert(role, write_secret_file(secrets, role, &password));
+                }
+                let urls = crate::roles::migrate_as_migrator_with(
+                    bin,
+                    &admin_url,
+                    service_role,
+                    &[("DATABASE_PASSWORD_FILE", &files[MIGRATOR])],
+                );
+                (urls, files)
+            });
+            outbox_kit::schema::migrate_ledger(&made.pool)
+                .await
+                .expect("install the outbox ledger");
+            blocking(|| crate::roles::apply(&admin_url, service_role));
+            let login = |url: &str, role: &str, extra: &[(&str, &str)]| DbLogin {
+                url: url.to_owned(),
+                env: [("DATABASE_PASSWORD_FILE", files[role].as_str())]
+                    .iter()
+                    .chain(extra)
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            };
+            dbs.push(SystemDb {
+                db: TestDb {
+                    url: urls.migrator.clone(),
+                    pool: made.pool,
+                },
+                service: login(
+                    &urls.service,
+                    service_role,
+                    &[("DATABASE_MIGRATIONS", "skip")],
+                ),
+                relay: login(&urls.relay, RELAY, &[]),
+            });
+        }
+        let pgpass = write_secret_file(
+            secrets,
+            "pgpass",
+            &format!(
+                "localhost:{}:*:{MIGRATOR}:{}",
+                proxy.port, passwords[MIGRATOR]
+            ),
+        );
+        // For `outbox-audit`, which takes its passwords from its URLs or from here (it has three
+        // databases, so no one `DATABASE_PASSWORD_FILE`). Set before any audit runs; the one
+        // line matches only the migrator at the proxy.
+        std::env::set_var("PGPASSFILE", pgpass);
+        dbs.try_into().expect("three databases")
     }
 
     /// Points the simulator's pushes at the order service's current address (it changes when
@@ -199,6 +332,32 @@ impl World {
     /// The Kafka bootstrap address (the proxy).
     pub fn brokers(&self) -> String {
         self.sys.brokers.clone()
+    }
+
+    /// The client sessions on the three databases now, by role: `(role, sessions, of them
+    /// over TLS)`; `None` when PostgreSQL does not answer.
+    pub async fn sessions(&self) -> Option<Vec<(String, i64, i64)>> {
+        sqlx::query_as(
+            "SELECT a.usename::text, count(*), count(*) FILTER (WHERE s.ssl) \
+             FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.backend_type = 'client backend' \
+               AND a.datname IN (SELECT current_database() UNION ALL SELECT unnest($1::text[])) \
+             GROUP BY 1 ORDER BY 1",
+        )
+        .bind(
+            self.direct[1..]
+                .iter()
+                .map(|p| {
+                    p.connect_options()
+                        .get_database()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&self.direct[0])
+        .await
+        .ok()
     }
 
     /// The current holder of the orders database's lease.
