@@ -4,6 +4,7 @@
 #   make env-up     deps + start PostgreSQL and Apache Kafka locally (deploy/local/up.sh)
 #   make env-down   stop them and remove the state directory (deploy/local/down.sh)
 #   make bench      relay benchmark (deploy/local/bench.sh); flags: make bench BENCH_ARGS=--quick
+#   make book       the book (docs/) into target/book, links checked (deploy/local/book.sh)
 #   make chaos      the whole system under load through faults, then the audit
 #                   (deploy/local/chaos.sh); flags: make chaos ARGS="--duration-s 900 --seed 7"
 #
@@ -22,6 +23,11 @@ env-up: deps
 
 env-down:
 	bash deploy/local/down.sh "$(STATE_DIR)"
+
+# The book (docs/, mdBook) into target/book, links checked (deploy/local/book.sh).
+.PHONY: book
+book: deps
+	bash deploy/local/book.sh
 
 # The README's two commands.
 .PHONY: demo test

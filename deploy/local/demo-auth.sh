@@ -11,7 +11,7 @@
 #   callback <base> <path> <body>     # POST a payment/refund callback, timestamped and signed
 
 # The demo's secrets are published in these scripts; the services refuse such secrets without
-# this development flag (README: "Secrets"). Never set it in a deployment.
+# this development flag (docs/src/security.md: "Secrets"). Never set it in a deployment.
 export ALLOW_WEAK_SECRETS=true
 export JWT_HS256_SECRET="${JWT_HS256_SECRET:-demo-jwt-$(openssl rand -hex 16)}"
 export JWT_ISSUER="${JWT_ISSUER:-outbox-demo}" JWT_AUDIENCE="${JWT_AUDIENCE:-outbox-shop}"

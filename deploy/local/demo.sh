@@ -26,7 +26,7 @@ STATE_DIR="${STATE_DIR:-target/demo-env}"
 DURATION="${DEMO_SECONDS:-10}"
 
 # The demo's callback and marketplace secrets are published in these scripts: the services
-# refuse such secrets unless this development flag is set (README: "Secrets").
+# refuse such secrets unless this development flag is set (docs/src/security.md: "Secrets").
 export ALLOW_WEAK_SECRETS=true
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

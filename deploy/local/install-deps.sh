@@ -13,6 +13,8 @@
 #     dependency plugin's copy-dependencies) into $CACHE/kafka-<version>/libs, only when the
 #     broker's jar is missing there; Java 17 and Maven are installed (Debian openjdk-17-jre-headless,
 #     maven) only when missing;
+#   - mdBook (crates.io, `cargo install --locked`) into $CACHE/mdbook-<version>, for the book
+#     (deploy/local/book.sh), only when missing (about 4 minutes the first time on 2 cores);
 #   - a Python venv at $CACHE/venv with a pinned kafka-python, for
 #     tests/tools/kafka_tool.py, only when missing or at another version;
 #   - in the same venv, pinned check-jsonschema and kubernetes-validate (validation of
@@ -129,6 +131,21 @@ else
     rm -rf "$KAFKA_LIBS"
     mv "$tmp" "$KAFKA_LIBS"
     did+=("fetched Apache Kafka $KAFKA_VERSION ($(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1)) into $KAFKA_LIBS")
+fi
+
+# --- mdBook ----------------------------------------------------------------------
+if [[ -x "$MDBOOK" ]]; then
+    log "mdbook: present ($MDBOOK)"
+else
+    command -v cargo >/dev/null || die "cargo not found: needed to build mdbook"
+    log "mdbook: building mdbook $MDBOOK_VERSION with cargo (a few minutes the first time)"
+    mkdir -p "$CACHE"
+    if ! cargo install mdbook --version "$MDBOOK_VERSION" --locked \
+        --root "$CACHE/mdbook-$MDBOOK_VERSION" >"$CACHE/mdbook-build.log" 2>&1; then
+        log_tail "$CACHE/mdbook-build.log" 40
+        die "building mdbook failed"
+    fi
+    did+=("built mdbook $MDBOOK_VERSION ($MDBOOK)")
 fi
 
 # --- Python venv with kafka-python -------------------------------------------

@@ -22,6 +22,10 @@ KAFKA_LOG4J="$REPO_ROOT/deploy/local/kafka/log4j2.yaml"
 KAFKA_LIBS="${KAFKA_LIBS:-$CACHE/kafka-$KAFKA_VERSION/libs}"
 KAFKA_BROKER_SH="$REPO_ROOT/deploy/local/kafka-broker.sh"
 
+# mdBook builds the book in docs/ (deploy/local/book.sh), from crates.io into the cache.
+MDBOOK_VERSION=0.5.4
+MDBOOK="${MDBOOK:-$CACHE/mdbook-$MDBOOK_VERSION/bin/mdbook}"
+
 # kafka-python is pure Python (no librdkafka), so tests/tools/kafka_tool.py is an
 # independent check of what the Rust relay (rdkafka) put on the broker.
 KAFKA_PYTHON_VERSION=3.0.12

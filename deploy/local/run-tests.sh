@@ -23,6 +23,8 @@ bash deploy/local/install-deps.sh --build-only
 cargo clippy --workspace --all-targets -- -D warnings
 
 bash deploy/local/install-deps.sh
+# The book builds and no link is dead (cheap; before the servers and the long suite).
+bash deploy/local/book.sh
 trap 'bash deploy/local/down.sh "$STATE_DIR" >/dev/null 2>&1 || true' EXIT
 TOPICS="" bash deploy/local/up.sh "$STATE_DIR"
 # shellcheck disable=SC1091

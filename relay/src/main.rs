@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 /// jemalloc for the whole process: with `unprefixed_malloc_on_supported_platforms` it also
 /// serves librdkafka's `malloc`/`free`, which allocates and frees per message. glibc's malloc
 /// spent about a fifth of the relay's CPU in `malloc_consolidate`, `_int_free` and friends while
-/// draining (perf, `relay-bench --phases drain`); the README's benchmark section has the figures.
+/// draining (perf, `relay-bench --phases drain`); docs/src/benchmarks.md has the figures.
 #[cfg(all(target_os = "linux", not(target_env = "msvc")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

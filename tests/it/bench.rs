@@ -1,5 +1,5 @@
 //! `relay-bench` against the suite's PostgreSQL and broker: every phase at smoke sizes, so the
-//! benchmark the README's figures come from keeps running. No figure is asserted against a
+//! benchmark the book's figures (docs/src/benchmarks.md) come from keeps running. No figure is asserted against a
 //! threshold (a busy machine must not fail this test): only that each phase ran, counted every
 //! event it wrote as published, and reported what it measured, and that the events of the two
 //! drains are on the broker, each once, and the isolation runs' healthy events, none of a

@@ -215,7 +215,7 @@ async fn the_development_switch_starts_with_a_warning_and_strong_secrets_start_w
 }
 
 /// Secret-like values written in the files a user reads and copies: deploy files, READMEs,
-/// scripts. `NAME: value`, `NAME=value`, `"value"` after a secret's key.
+/// the book's pages, scripts. `NAME: value`, `NAME=value`, `"value"` after a secret's key.
 fn written_secrets() -> Vec<(String, String)> {
     let root = e2e::workspace_root();
     let mut files = vec![root.join("README.md"), root.join("Dockerfile")];
@@ -228,6 +228,7 @@ fn written_secrets() -> Vec<(String, String)> {
         "services/stock-consumer",
         "services/outbox-kit",
         "services/marketplace-sim",
+        "docs/src",
     ] {
         for e in std::fs::read_dir(root.join(dir)).unwrap() {
             let p = e.unwrap().path();

@@ -1,4 +1,4 @@
-//! What goes on the wire besides JSON (README, "Payloads, tombstones and keys"; "CloudEvents"):
+//! What goes on the wire besides JSON (docs/src/publishing.md, "Payloads, tombstones and keys"; "CloudEvents"):
 //! binary payloads byte for byte, tombstones, per-event keys, CloudEvents in binary mode, and an
 //! outbox with rows in it migrating to all that. Real PostgreSQL, the shared broker, the relay as
 //! a process; what landed is read back with kafka-python (and the cloudevents SDK).

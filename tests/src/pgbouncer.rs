@@ -45,7 +45,7 @@ impl PgBouncer {
         std::fs::create_dir_all(&dir).unwrap();
         let log = dir.join("pgbouncer.log");
         std::fs::write(dir.join("userlist.txt"), format!("\"{user}\" \"\"\n")).unwrap();
-        // What the README asks for (Running in production, PgBouncer), with trust auth.
+        // What the runbook asks for (docs/src/runbook.md, PgBouncer), with trust auth.
         let ini = format!(
             "[databases]\n\
              * = host={host} port={pg_port}\n\

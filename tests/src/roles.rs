@@ -1,5 +1,5 @@
 //! Least-privilege roles on a test database: `deploy/postgres/roles.sql` run by `psql` exactly
-//! as the README says, and the URLs of the migrator, relay and service roles on it. On the
+//! as the book's Security page says, and the URLs of the migrator, relay and service roles on it. On the
 //! shared server `trust` authentication lets each role log in without a password; what a role
 //! may do is the grants, which is what the tests exercise. On a server that wants passwords
 //! (the chaos run's [`crate::secured::SecuredPg`]) the admin URL carries TLS settings and the
@@ -124,7 +124,7 @@ fn service_migrations(bin: &str, migrator_url: &str, env: &[(&str, &str)]) {
     );
 }
 
-/// Gives `role` (made by [`apply`]) the password `password`, as the README's `\password` step
+/// Gives `role` (made by [`apply`]) the password `password`, as the Security page's `\password` step
 /// does; the server stores it as its `password_encryption` says (SCRAM on
 /// [`crate::secured::SecuredPg`]). The statement goes to psql's standard input, so the
 /// password is on no command line.

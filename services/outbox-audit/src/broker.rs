@@ -136,7 +136,7 @@ impl Broker {
             // Bounded fetches: one answer must arrive within librdkafka's request timeout
             // (`socket.timeout.ms`, 60 s), or librdkafka drops it and asks for the same offsets
             // again, forever. With the default (50 MB) a slow broker or link never answered in
-            // time and the read never moved (README, Chaos).
+            // time and the read never moved (docs/src/testing.md, "Chaos").
             .set("fetch.max.bytes", FETCH_MAX_BYTES.to_string())
             .set("client.id", "outbox-audit");
         for (k, v) in outbox_kit::consumer::config::connection_settings(&self.extra) {

@@ -2,7 +2,7 @@
 //!
 //! The whole point of the pattern: the event row commits or rolls back together with the
 //! business rows, so pass the same transaction (`&mut *tx`) you write your business rows with.
-//! Services in other languages do the same with one plain `INSERT INTO outbox ...` (README).
+//! Services in other languages do the same with one plain `INSERT INTO outbox ...` (docs/src/publishing.md).
 
 use serde_json::Value;
 use sqlx::PgExecutor;

@@ -105,7 +105,7 @@ impl Summary {
                 .all(|f| f.recovered_after_ms.is_some() && f.applied.unhealed.is_none())
     }
 
-    /// The summary as text (suitable for the README).
+    /// The summary as text (suitable for a dated report).
     pub fn to_text(&self) -> String {
         let mut o = String::new();
         let sessions: Vec<String> = self

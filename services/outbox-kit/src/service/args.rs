@@ -40,7 +40,7 @@ pub struct ServiceArgs {
 
     /// When the service applies its migrations (the outbox's, the inbox's and its own):
     /// `apply` at start-up, then serve (the database role must own the schema); `skip`: serve
-    /// without touching the schema (a least-privilege role, README "Least-privilege database
+    /// without touching the schema (a least-privilege role, docs/src/security.md, "Least-privilege database
     /// roles"); `only`: apply them and exit (run as the migrator role, e.g. an init container).
     #[arg(long, env = "DATABASE_MIGRATIONS", value_enum, default_value_t = Migrations::Apply)]
     pub migrations: Migrations,
