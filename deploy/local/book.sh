@@ -15,5 +15,5 @@ cd "$REPO_ROOT"
 "$MDBOOK" build docs >/dev/null 2>target/book-build.log \
     || { cat target/book-build.log >&2; die "mdbook build docs failed"; }
 python3 docs/check-links.py target/book --runbooks deploy/prometheus/alerts.yaml \
-    README.md CHANGELOG.md services/*/README.md relay/bench/reports/*.md tests/chaos-reports/*.md
+    README.md CHANGELOG.md relay/README.md services/*/README.md relay/bench/reports/*.md tests/chaos-reports/*.md
 log "book: target/book/index.html, no dead link"

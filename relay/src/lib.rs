@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
 //! The outbox relay: moves committed outbox rows from PostgreSQL to Kafka, at least once, in
 //! order per aggregate, surviving crashes and outages of either side.
 //!

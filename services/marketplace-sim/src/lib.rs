@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
 //! A second-hand marketplace, simulated: it behaves like the platform the order service's
 //! marketplace channel talks to, with the platform's faults on demand.
 //!

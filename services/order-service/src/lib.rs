@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
 //! The order service: orders, payments and refunds, each state change committed together with
 //! its event in the transactional outbox (`outbox-kit`).
 //!

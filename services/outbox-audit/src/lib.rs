@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
 //! `outbox-audit`: reconciles a deployment of the order service, the WMS and stock consumers
 //! and their relays — the business tables, the outboxes and ledgers, the broker's topics, every
 //! consumer's inbox and committed offsets — and reports what must never happen: a paid order

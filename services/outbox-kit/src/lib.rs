@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
 //! Shared library for services that publish and consume domain events through the
 //! transactional outbox.
 //!

@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
 //! The stock consumer: reserves stock for paid orders (all lines or nothing, publishing the
 //! decision), and releases, deducts or restocks it by line as the warehouse takes refunded
 //! lines out of an outbound, cancels, ships or receives returns (whole or partial). Warehouse

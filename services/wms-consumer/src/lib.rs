@@ -1,3 +1,7 @@
+#![doc = include_str!("../README.md")]
+//!
+//! # Modules
+//!
 //! The WMS outbound consumer: turns reserved orders into outbound orders, stops or recalls them
 //! when orders are refunded or cancelled, and takes the warehouse's actions over HTTP. Every
 //! change commits together with its inbox row (for consumed events) and its own events in the
