@@ -56,34 +56,38 @@ async fn kafka_tool_run(args: &[&str], envs: &[(String, String)]) -> (bool, Stri
 /// A file holding `secret` (and a newline, as `echo` writes it) in `pki`'s directory, which
 /// goes with it.
 fn secret_file(pki: &Pki, secret: &str) -> std::path::PathBuf {
-    let path = pki
-        .dir
-        .join(format!("secret-{:08x}", rand::random::<u32>()));
-    std::fs::write(&path, format!("{secret}\n")).unwrap();
-    path
+    let name = format!("secret-{:08x}", rand::random::<u32>());
+    e2e::secured::write_secret_file(&pki.dir, &name, secret).into()
 }
 
 /// The relay's security flags for SASL_SSL + SCRAM-SHA-512 with the password in `file`.
 fn relay_security_flags(password_file: &str, ca: &str) -> Vec<String> {
-    relay_login_flags("SCRAM-SHA-512", password_file, ca)
+    SecuredKafka::client_flags(password_file, ca)
 }
 
 /// The relay's security flags for SASL_SSL + `mechanism` with the password in `file`.
 fn relay_login_flags(mechanism: &str, password_file: &str, ca: &str) -> Vec<String> {
-    [
-        "--kafka-security-protocol",
-        "SASL_SSL",
-        "--kafka-sasl-mechanism",
-        mechanism,
-        "--kafka-sasl-username",
-        e2e::secured::KAFKA_USER,
-        "--kafka-sasl-password-file",
-        password_file,
-        "--kafka-ssl-ca-location",
-        ca,
-    ]
-    .map(str::to_owned)
-    .into()
+    SecuredKafka::login_flags(mechanism, password_file, ca)
+}
+
+/// Five events `{"n": i}` of type `event_type` for aggregates `aggregate(i)`, in one
+/// transaction on `db`.
+async fn write_five_events(
+    db: &e2e::db::TestDb,
+    aggregate: impl Fn(usize) -> String,
+    event_type: &str,
+) {
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..5 {
+        let payload = json!({"n": i});
+        outbox_kit::enqueue(
+            &mut *tx,
+            &outbox_kit::NewEvent::new("order", &aggregate(i), event_type, &payload),
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
 }
 
 /// The stock consumer logging in over SASL_SSL with the password in `password_file`, trusting
@@ -258,17 +262,7 @@ async fn relay_publishes_with_sasl_plain_over_tls_and_a_wrong_plain_password_is_
     let brokers = kafka.brokers();
     let ca = pki.path("ca.pem");
     let db = e2e::db::fresh_database().await;
-    let mut tx = db.pool.begin().await.unwrap();
-    for i in 0..5 {
-        let payload = json!({"n": i});
-        outbox_kit::enqueue(
-            &mut *tx,
-            &outbox_kit::NewEvent::new("order", "a1", "Numbered", &payload),
-        )
-        .await
-        .unwrap();
-    }
-    tx.commit().await.unwrap();
+    write_five_events(&db, |_| "a1".to_owned(), "Numbered").await;
 
     // A wrong PLAIN password: the broker checks it and refuses the login; the relay stops at
     // start-up naming the cause, with nothing published and nothing marked.
@@ -511,17 +505,7 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
     let brokers = kafka.brokers();
     let ca = pki.path("ca.pem");
     let db = e2e::db::fresh_database().await;
-    let mut tx = db.pool.begin().await.unwrap();
-    for i in 0..5 {
-        let payload = json!({"n": i});
-        outbox_kit::enqueue(
-            &mut *tx,
-            &outbox_kit::NewEvent::new("order", &format!("a{i}"), "Tested", &payload),
-        )
-        .await
-        .unwrap();
-    }
-    tx.commit().await.unwrap();
+    write_five_events(&db, |i| format!("a{i}"), "Tested").await;
 
     let wrong_password = "wrong-Password-123";
     let wrong_file = secret_file(&pki, wrong_password);

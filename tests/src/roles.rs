@@ -89,38 +89,27 @@ pub fn migrate_as_migrator_with(
     env: &[(&str, &str)],
 ) -> RoleUrls {
     let urls = apply(admin_url, service_role);
-    let out = Command::new(crate::proc::relay_binary())
+    let mut migrate = Command::new(crate::proc::relay_binary());
+    migrate
         .args(["migrate", "--database-url", &urls.migrator])
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run outbox-relay migrate");
-    assert!(
-        out.status.success(),
-        "outbox-relay migrate as {MIGRATOR} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .envs(env.iter().copied());
+    crate::servers::run_ok(migrate, &format!("outbox-relay migrate as {MIGRATOR}"));
     service_migrations(bin, &urls.migrator, env);
     apply(admin_url, service_role)
 }
 
 /// `bin` with `DATABASE_MIGRATIONS=only` on `migrator_url`, with `env`.
 fn service_migrations(bin: &str, migrator_url: &str, env: &[(&str, &str)]) {
-    let out = Command::new(crate::proc::workspace_binary(bin))
+    let mut migrations = Command::new(crate::proc::workspace_binary(bin));
+    migrations
         .env("DATABASE_URL", migrator_url)
         .env("DATABASE_MIGRATIONS", "only")
         .env("KAFKA_BROKERS", "127.0.0.1:1")
         .env("ALLOW_WEAK_SECRETS", "true")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run the migrations");
-    assert!(
-        out.status.success(),
-        "{bin} DATABASE_MIGRATIONS=only as {MIGRATOR} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        .envs(env.iter().copied());
+    crate::servers::run_ok(
+        migrations,
+        &format!("{bin} DATABASE_MIGRATIONS=only as {MIGRATOR}"),
     );
 }
 

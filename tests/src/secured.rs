@@ -21,19 +21,11 @@ use std::process::{Child, Command, Stdio};
 
 use crate::servers::{Kafka, KafkaOptions, PgCluster};
 
+/// The openssl command line (deploy/local/install-deps.sh installs it) in `dir`.
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("openssl: install it (deploy/local/install-deps.sh)");
-    assert!(
-        out.status.success(),
-        "openssl {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut c = Command::new("openssl");
+    c.current_dir(dir).args(args);
+    crate::servers::run_ok(c, &format!("openssl {}", args.join(" ")));
 }
 
 /// Test certificates in a temporary directory (removed when dropped).
@@ -377,11 +369,17 @@ impl SecuredKafka {
     /// The same login as command-line flags (`outbox-relay`, `outbox-audit`): SASL_SSL +
     /// SCRAM-SHA-512 as [`KAFKA_USER`] with the password in `password_file`, trusting `ca`.
     pub fn client_flags(password_file: &str, ca: &str) -> Vec<String> {
+        Self::login_flags("SCRAM-SHA-512", password_file, ca)
+    }
+
+    /// [`SecuredKafka::client_flags`] with SASL mechanism `mechanism` (`PLAIN`,
+    /// `SCRAM-SHA-256`, `SCRAM-SHA-512`).
+    pub fn login_flags(mechanism: &str, password_file: &str, ca: &str) -> Vec<String> {
         [
             "--kafka-security-protocol",
             "SASL_SSL",
             "--kafka-sasl-mechanism",
-            "SCRAM-SHA-512",
+            mechanism,
             "--kafka-sasl-username",
             KAFKA_USER,
             "--kafka-sasl-password-file",

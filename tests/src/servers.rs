@@ -44,7 +44,9 @@ fn as_pg_user(program: &Path) -> Command {
     }
 }
 
-fn run_ok(mut c: Command, what: &str) {
+/// Runs `c` to the end with no input; panics naming `what`, with its output, unless it
+/// succeeded.
+pub fn run_ok(mut c: Command, what: &str) {
     let out = c
         .stdin(Stdio::null())
         .output()
