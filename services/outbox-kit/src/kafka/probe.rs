@@ -57,11 +57,13 @@ impl ProbeError {
     }
 }
 
-/// Records the first refusal librdkafka reports, and whether every broker is down.
+/// Records the first refusal librdkafka reports, whether every broker is down, and the first
+/// broker of the cluster's metadata (not a bootstrap address) that failed.
 #[derive(Default)]
 struct ProbeContext {
     refused: Mutex<Option<(&'static str, String)>>,
     all_down: AtomicBool,
+    learned_down: Mutex<Option<(i32, String)>>,
 }
 
 impl ClientContext for ProbeContext {
@@ -77,6 +79,9 @@ impl ClientContext for ProbeContext {
             refused.get_or_insert((kind, reason.to_owned()));
         } else if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
             self.all_down.store(true, Ordering::Relaxed);
+        } else if let Some(learned) = learned_broker(reason) {
+            let mut down = self.learned_down.lock().unwrap_or_else(|p| p.into_inner());
+            down.get_or_insert(learned);
         }
     }
 }
@@ -182,7 +187,7 @@ fn check_until(
                     ),
                 })
             }
-            Err(ProbeError::Unreachable(_)) => {
+            Err(ProbeError::Unreachable(_) | ProbeError::AdvertisedUnreachable { .. }) => {
                 unreachable.get_or_insert(ProbeError::AdvertisedUnreachable { broker, address });
             }
             Err(e) => return Err(e),
@@ -204,6 +209,18 @@ fn bootstrap_names(brokers: &str, address: &str) -> bool {
     })
 }
 
+/// The broker an error of librdkafka's is about, when it is one the client learned from the
+/// cluster's metadata: its id and advertised `host:port`. librdkafka names a broker
+/// `[protocol://]host:port/<id>` once metadata named it, `.../bootstrap` before, and starts
+/// its errors with that name.
+fn learned_broker(reason: &str) -> Option<(i32, String)> {
+    let (name, _) = reason.split_once(": ")?;
+    let (address, id) = name.rsplit_once('/')?;
+    let id = id.parse().ok()?;
+    let address = address.split_once("://").map_or(address, |(_, rest)| rest);
+    Some((id, address.to_owned()))
+}
+
 /// `host:port` as a bootstrap server (an IPv6 host in brackets).
 fn broker_address(host: &str, port: i32) -> String {
     if host.contains(':') {
@@ -215,6 +232,14 @@ fn broker_address(host: &str, port: i32) -> String {
 
 /// Asks `brokers` for the cluster's metadata with a client of its own; on an answer, each
 /// broker's id and advertised address.
+///
+/// It asks in steps of half a second (a refusal is reported between two requests, and `stop`
+/// is looked at), so an answer can come after its request timed out: librdkafka takes it all
+/// the same (its own metadata request on connecting), learns the advertised addresses and
+/// sends the next request there, no longer to the bootstrap address. When nothing answered
+/// but such a learned broker failed, the bootstrap answered and that broker did not:
+/// [`ProbeError::AdvertisedUnreachable`], not [`ProbeError::Unreachable`] (before, a
+/// handshake slower than a step made an out-of-reach advertised address look like no broker).
 fn ask_metadata(
     brokers: &str,
     settings: &KafkaSettings,
@@ -262,7 +287,16 @@ fn ask_metadata(
         // reported first): down, not refusing.
         let all_down = producer.context().all_down.load(Ordering::Relaxed);
         if all_down || Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
-            return Err(ProbeError::Unreachable(timeout));
+            let learned = producer
+                .context()
+                .learned_down
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            return Err(match learned {
+                Some((broker, address)) => ProbeError::AdvertisedUnreachable { broker, address },
+                None => ProbeError::Unreachable(timeout),
+            });
         }
     }
 }
@@ -447,6 +481,29 @@ mod tests {
         assert!(!bootstrap_names(list, "kafka-1.example:9092"));
         assert!(!bootstrap_names(list, "10.0.0.7:9093"));
         assert_eq!(broker_address("10.0.0.7", 9093), "10.0.0.7:9093");
+    }
+
+    #[test]
+    fn errors_of_brokers_learned_from_metadata_name_the_broker() {
+        assert_eq!(
+            learned_broker(
+                "sasl_ssl://localhost:41234/1: Connect to ipv4#127.0.0.1:41234 failed: \
+                 Connection refused (after 0ms in state CONNECT)"
+            ),
+            Some((1, "localhost:41234".to_owned()))
+        );
+        assert_eq!(
+            learned_broker("kafka-2.example:9092/1002: Disconnected"),
+            Some((1002, "kafka-2.example:9092".to_owned()))
+        );
+        assert_eq!(
+            learned_broker(
+                "ssl://localhost:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused"
+            ),
+            None,
+            "a bootstrap address is not a learned broker"
+        );
+        assert_eq!(learned_broker("1/1 brokers are down"), None);
     }
 
     #[test]
