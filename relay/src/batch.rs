@@ -483,7 +483,7 @@ impl Batcher<'_> {
         if plan.mark.is_empty() {
             return Ok(());
         }
-        let mut backoff = crate::relay::new_backoff();
+        let mut backoff = crate::retry::new_backoff();
         loop {
             match self
                 .store
@@ -505,7 +505,7 @@ impl Batcher<'_> {
                     self.db.failed(&e);
                     let wait = backoff::backoff::Backoff::next_backoff(&mut backoff)
                         .unwrap_or(Duration::from_secs(1));
-                    if !crate::relay::sleep_unless(wait, shutdown).await {
+                    if !crate::retry::sleep_unless(wait, shutdown).await {
                         tracing::warn!(events = plan.mark.len(), "Shutdown while the database is down; acknowledged events stay unmarked and will be sent again");
                         return Err(BatchEnd::Shutdown);
                     }
