@@ -6,8 +6,8 @@
 //! order per aggregate, surviving crashes and outages of either side.
 //!
 //! - [`config`]: flags and environment of the binary.
-//! - [`store`]: the SQL (claim, fenced mark, lease, backlog); [`session`] runs it safely
-//!   behind PgBouncer's transaction pooling.
+//! - [`store`]: the SQL (claim, fenced mark, lease, failure filter, backlog), a file each;
+//!   [`session`] runs it safely behind PgBouncer's transaction pooling.
 //! - [`publisher`]: the idempotent Kafka producer and a batch's delivery outcomes.
 //! - [`relay`]: the loop that drives both; [`batch`] is one batch as its steps, [`decide`] the
 //!   per-row decision; [`lease`] keeps the leader lease; [`retry`] the waits between attempts.
