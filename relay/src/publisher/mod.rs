@@ -4,6 +4,9 @@
 //! by the row's `message_key` or else its aggregate id; the idempotent producer keeps their
 //! order per partition. Each row's outcome comes from its own delivery report: only a report
 //! that says "persisted" counts.
+//!
+//! The producer's configuration, and which of its settings a user may not change, live in
+//! `settings`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -12,7 +15,6 @@ use std::time::Duration;
 use outbox_kit::kafka::PolledProducer;
 use outbox_kit::trace::{Attribute, ProducerSpan, TraceContext};
 use outbox_kit::{EventEnvelope, HeaderOptions};
-use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
@@ -22,63 +24,11 @@ use crate::decide::Outcome;
 use crate::failure::{classify_delivery, classify_refusal, Scope};
 use crate::kafka_context::{BatchReports, BrokerGauge, RelayContext, Report};
 
-/// Settings the relay always uses; `enable.idempotence` and `acks` cannot be overridden.
-///
-/// `message.timeout.ms=0` (no local timeout) keeps per-partition order through broker
-/// outages: a message that times out while queued leaves a gap that later messages of the
-/// same key would jump over. librdkafka retries until the broker is back; the relay reports
-/// the outage and SIGTERM abandons what is in flight (it is sent again after restart).
-/// `partitioner=murmur2_random` places keys like the Java client (and Debezium, Kafka
-/// Connect, kafka-python) do, so a key lands on the same partition whoever produced it.
-pub const PRODUCER_DEFAULTS: [(&str, &str); 10] = [
-    ("partitioner", "murmur2_random"),
-    // The relay hands over whole batches at once; lingering only idles at a batch's end.
-    ("linger.ms", "1"),
-    ("batch.num.messages", "10000"),
-    ("batch.size", "1000000"),
-    ("compression.type", "lz4"),
-    ("message.timeout.ms", "0"),
-    ("queue.buffering.max.messages", "500000"),
-    ("queue.buffering.max.kbytes", "1048576"),
-    ("enable.metrics.push", "false"),
-    ("client.id", "outbox-relay"),
-];
+mod settings;
 
-/// Settings the relay's guarantees depend on (shared DESIGN.md, guarantee 6), with the reason
-/// an override is refused at start-up.
-pub const PROTECTED_SETTINGS: [(&str, &str); 15] = [
-    ("enable.idempotence", "the idempotent producer keeps each partition in order across retries and writes no duplicates of its own"),
-    ("acks", "an event counts as published only once every in-sync replica has it (acks=all)"),
-    ("request.required.acks", "an event counts as published only once every in-sync replica has it (acks=all)"),
-    ("message.timeout.ms", "a finite delivery timeout lets a later event of a key overtake an earlier one that timed out while queued"),
-    ("delivery.timeout.ms", "a finite delivery timeout lets a later event of a key overtake an earlier one that timed out while queued"),
-    ("partitioner", "events of one aggregate must land on one partition, placed like the Java client does (murmur2_random)"),
-    ("max.in.flight.requests.per.connection", "the idempotent producer keeps order only with at most 5 requests in flight; librdkafka sets it"),
-    ("max.in.flight", "the idempotent producer keeps order only with at most 5 requests in flight; librdkafka sets it"),
-    ("enable.gapless.guarantee", "a batch the broker refuses must stop the producer instead of letting later events of its partition through"),
-    ("retries", "librdkafka must retry until the broker takes the event"),
-    ("message.send.max.retries", "librdkafka must retry until the broker takes the event"),
-    ("transactional.id", "the relay does not use Kafka transactions; consumers dedupe on event_id"),
-    ("bootstrap.servers", "set the brokers with --kafka-brokers / KAFKA_BROKERS"),
-    ("metadata.broker.list", "set the brokers with --kafka-brokers / KAFKA_BROKERS"),
-    ("queue.buffering.backpressure.threshold", "the relay bounds what is in flight by its batch size"),
-];
-
-/// Refuses `--kafka-config` settings the relay's guarantees depend on.
-///
-/// # Errors
-/// A message naming the first refused setting and why it cannot be changed.
-pub fn check_overrides(extra: &[(String, String)]) -> Result<(), String> {
-    for (k, v) in extra {
-        let key = k.trim();
-        if let Some((_, why)) = PROTECTED_SETTINGS.iter().find(|(p, _)| *p == key) {
-            return Err(format!(
-                "--kafka-config {key}={v} is refused: {why}. The relay sets `{key}` itself."
-            ));
-        }
-    }
-    Ok(())
-}
+pub use settings::{
+    check_overrides, producer_config, FORCED_SETTINGS, PRODUCER_DEFAULTS, PROTECTED_SETTINGS,
+};
 
 /// One row of a batch as handed to [`Publisher::publish`].
 #[derive(Debug, Clone, Copy)]
@@ -119,37 +69,6 @@ impl std::fmt::Debug for Publisher {
             .finish()
     }
 }
-
-/// Builds the producer configuration: defaults, then the user's settings, then the settings
-/// the relay's guarantees depend on.
-pub fn producer_config(brokers: &str, extra: &[(String, String)]) -> ClientConfig {
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", brokers);
-    for (k, v) in PRODUCER_DEFAULTS {
-        cfg.set(k, v);
-    }
-    for (k, v) in extra {
-        cfg.set(k, v);
-    }
-    for (k, v) in FORCED_SETTINGS {
-        cfg.set(k, v);
-    }
-    cfg
-}
-
-/// Set after the user's settings, whatever they say ([`check_overrides`] refuses them first).
-/// `enable.gapless.guarantee`: when the broker refuses a record batch, librdkafka would
-/// otherwise bump the idempotent epoch and resend the partition's later batches, so a later
-/// event of an aggregate would land before the refused one is sent again. With it the
-/// producer stops instead (a fatal error; the broker's sequence check refuses the later
-/// batches already in flight), and the relay replaces the producer and resends from the table.
-pub const FORCED_SETTINGS: [(&str, &str); 5] = [
-    ("enable.idempotence", "true"),
-    ("acks", "all"),
-    ("enable.gapless.guarantee", "true"),
-    ("message.timeout.ms", "0"),
-    ("partitioner", "murmur2_random"),
-];
 
 /// A producer of [`producer_config`] whose delivery reports go to `context`.
 fn new_producer(
@@ -449,58 +368,4 @@ fn producer_span(row: &EventEnvelope, topic: &str) -> Option<ProducerSpan> {
 
 fn error_code(e: &KafkaError) -> RDKafkaErrorCode {
     e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn guarantees_cannot_be_configured_away() {
-        let cfg = producer_config(
-            "b:9092",
-            &[
-                ("enable.idempotence".into(), "false".into()),
-                ("acks".into(), "1".into()),
-                ("linger.ms".into(), "20".into()),
-            ],
-        );
-        assert_eq!(cfg.get("enable.idempotence"), Some("true"));
-        assert_eq!(cfg.get("acks"), Some("all"));
-        assert_eq!(cfg.get("enable.gapless.guarantee"), Some("true"));
-        assert_eq!(
-            cfg.get("linger.ms"),
-            Some("20"),
-            "user settings override defaults"
-        );
-        assert_eq!(cfg.get("bootstrap.servers"), Some("b:9092"));
-        assert_eq!(cfg.get("message.timeout.ms"), Some("0"));
-    }
-
-    #[test]
-    fn overrides_of_guarantees_are_refused_by_name() {
-        let kv = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
-        for (k, v) in [
-            ("message.timeout.ms", "30000"),
-            ("delivery.timeout.ms", "30000"),
-            ("partitioner", "random"),
-            ("enable.idempotence", "false"),
-            ("max.in.flight.requests.per.connection", "20"),
-            ("max.in.flight", "20"),
-            ("acks", "1"),
-            ("enable.gapless.guarantee", "false"),
-        ] {
-            let err = check_overrides(&kv(k, v)).unwrap_err();
-            assert!(err.contains(k), "{err}");
-        }
-        for (k, v) in [
-            ("compression.type", "zstd"),
-            ("linger.ms", "5"),
-            ("security.protocol", "SASL_SSL"),
-            ("sasl.mechanisms", "PLAIN"),
-            ("client.id", "x"),
-        ] {
-            assert!(check_overrides(&kv(k, v)).is_ok(), "{k} refused");
-        }
-    }
 }
