@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::orders::advance;
 use crate::payments::FlagReason;
 use crate::store::{orders, payments};
-use crate::views::PaymentView;
+use crate::views::{OrderView, PaymentView};
 
 /// The inbox's consumer name.
 pub const CONSUMER_NAME: &str = "order";
@@ -323,9 +323,7 @@ pub async fn receive_return(
             .ok_or(HandlerError::Unapplicable(format!(
                 "order {order_id} vanished"
             )))?;
-        let view = crate::orders::view_of(conn, order)
-            .await
-            .map_err(order_error)?;
+        let view = OrderView::load(conn, order).await.map_err(order_error)?;
         crate::events::append(conn, EventType::OrderPartlyReturned, &view, Cause::None)
             .await
             .map_err(order_error)?;

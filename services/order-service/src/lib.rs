@@ -5,9 +5,12 @@
 //! The order service: orders, payments and refunds, each state change committed together with
 //! its event in the transactional outbox (`outbox-kit`).
 //!
-//! - [`domain`]: validated newtypes and the state machines.
+//! - [`domain`]: validated newtypes, the state machines and the kinds of events.
+//! - [`lines`]: order lines as received and validated (orders, refunds and marketplace trades
+//!   share them).
 //! - [`orders`], [`payments`], [`refunds`], [`catalog`]: the rules, each owning its
-//!   transactions; [`store`] holds their SQL and [`events`] the outbox payloads.
+//!   transactions; [`store`] holds their SQL, [`views`] the snapshots built from its rows and
+//!   [`events`] the outbox payloads.
 //! - [`http`]: the API (parsing at the edge, errors as JSON); [`signature`] checks callbacks.
 //! - [`channel`]: the marketplace channel (signed pushes, layered dedupe).
 //! - [`fulfilment`]: consumed events that move orders (shipped, stock rejected).
@@ -21,6 +24,7 @@ pub mod error;
 pub mod events;
 pub mod fulfilment;
 pub mod http;
+pub mod lines;
 pub mod metrics;
 pub mod orders;
 pub mod payment_timeout;

@@ -29,9 +29,10 @@ use crate::domain::{
 };
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
-use crate::orders::{advance, view_of, CreateOrderItemBody, OrderLine};
+use crate::lines::{CreateOrderItemBody, OrderLine};
+use crate::orders::advance;
 use crate::store::{orders, payments, refunds};
-use crate::views::RefundView;
+use crate::views::{OrderView, RefundView};
 
 /// `POST /orders/{id}/refunds` body as received.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -95,7 +96,7 @@ impl TryFrom<RefundBody> for RefundRequest {
 }
 
 /// Validates a refund's lines: only a `RETURN_AND_REFUND` names goods (a refund-only moves
-/// no goods), at most [`crate::orders::MAX_ITEMS`] lines, each SKU once, quantities in range.
+/// no goods), at most [`crate::lines::MAX_ITEMS`] lines, each SKU once, quantities in range.
 ///
 /// # Errors
 /// [`ValidationError`] naming the first bad field (`lines[1].quantity`).
@@ -192,11 +193,11 @@ pub async fn request_in(
         return replay(conn, existing, order_id, req).await;
     };
     refunds::set_lines(conn, &req.refund_no, order_id, &req.lines).await?;
-    let refund = view(conn, row).await?;
+    let refund = RefundView::load(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
-    let view = view_of(conn, order).await?;
+    let view = OrderView::load(conn, order).await?;
     events::append(
         conn,
         EventType::RefundRequested,
@@ -215,15 +216,6 @@ pub async fn request_in(
         refund,
         replayed: false,
     })
-}
-
-/// A refund with its lines.
-///
-/// # Errors
-/// Database errors.
-pub async fn view(conn: &mut PgConnection, row: refunds::RefundRow) -> Result<RefundView, Error> {
-    let lines = refunds::lines(conn, &row.refund_no).await?;
-    Ok(RefundView::new(row, lines))
 }
 
 /// Checks that `lines` fit what the order has left to take back: each SKU a line of the
@@ -364,11 +356,11 @@ pub async fn amend_in(
         .await?
         .ok_or(Error::Invariant("locked refund left REQUESTED"))?;
     refunds::set_lines(conn, refund_no, order_id, lines).await?;
-    let view = view(conn, row).await?;
+    let view = RefundView::load(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
-    let order_view = view_of(conn, order).await?;
+    let order_view = OrderView::load(conn, order).await?;
     events::append(
         conn,
         EventType::RefundRequested,
@@ -572,7 +564,7 @@ pub async fn apply_notice_in(
         // On an order cancelled after payment the amount is owed to the buyer again.
         reserve(conn, &locked, -row.amount_cents).await?;
     }
-    let refund = view(conn, row).await?;
+    let refund = RefundView::load(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
@@ -581,7 +573,7 @@ pub async fn apply_notice_in(
         && orders::refunded_cents(conn, order_id).await? >= order.paid_cents;
     // The order does not move here even when refunded in full: the warehouse decides whether
     // the goods left (crate::fulfilment::outbound_cancelled moves it to REFUNDED).
-    let view = view_of(conn, order).await?;
+    let view = OrderView::load(conn, order).await?;
     let (event, cause) = match target {
         RefundStatus::Succeeded if refunded_in_full => {
             (EventType::RefundSucceeded, Cause::RefundInFull(&refund))
