@@ -13,7 +13,8 @@
 //!   [`events`] the outbox payloads.
 //! - [`http`]: the API (parsing at the edge, errors as JSON); [`signature`] checks callbacks.
 //! - [`channel`]: the marketplace channel (signed pushes, layered dedupe).
-//! - [`fulfilment`]: consumed events that move orders (shipped, stock rejected).
+//! - [`fulfilment`]: consumed events that move orders (shipped, stock rejected);
+//!   [`subscription`]: what that consumer reads (its name, topics, event versions).
 //! - [`config`], [`server`], [`metrics`]: what the binary needs to run.
 
 pub mod catalog;
@@ -33,6 +34,7 @@ pub mod refunds;
 pub mod server;
 pub mod signature;
 pub mod store;
+pub mod subscription;
 pub mod views;
 
 pub use error::Error;
