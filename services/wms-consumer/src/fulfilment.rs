@@ -11,30 +11,10 @@ use outbox_kit::consumer::Effect;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::domain::{Holds, OutboundStatus, Shipment};
+use crate::domain::{HoldChange, Holds, OutboundStatus, Shipment};
 use crate::error::Error;
 use crate::events::{self, EventType, OutboundView};
 use crate::store::{self, LineRow, Units};
-
-/// How an event changes a hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HoldChange {
-    /// A refund was requested.
-    Open,
-    /// A refund was closed without paying out.
-    Release,
-    /// A refund of everything paid succeeded before shipping, or the order was cancelled: it
-    /// will never ship.
-    MakePermanent,
-    /// A return-and-refund succeeded without refunding the whole order: if the parcel left, it
-    /// must come back (permanent, the outbound stays recalled); if not, nothing comes back and
-    /// the rest of the order ships (released).
-    PermanentIfShipped,
-    /// A return-and-refund by line succeeded without refunding the whole order: if the parcel
-    /// left, its units must come back (permanent, recalled); if not, its units are taken out of
-    /// the outbound (now, or when the outbound is created) and the rest ships (released).
-    CutIfUnshipped,
-}
 
 /// Creates the order's outbound (once: `order_id` is unique) with `lines`, emits
 /// `OutboundCreated`, and settles it against holds that arrived first.
