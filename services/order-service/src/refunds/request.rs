@@ -1,37 +1,19 @@
-//! Refunds: requests against paid orders (`POST /orders/{id}/refunds`) and the provider's
-//! outcome notifications (`POST /refunds/callback`).
-//!
-//! A refund number is the refund's identity: repeating it returns the same refund. The amount
-//! is reserved on the order row under a conditional update (`refund_reserved_cents + amount <=
-//! paid_cents`, also a CHECK), and released when the provider closes the refund.
-//!
-//! An order cancelled after payment (for lack of stock, or a marketplace trade first seen
-//! closed) has everything reserved, and its flagged payment owes the rest to the buyer
-//! (`refund_due_cents`). It still takes refunds (the platform refunds such trades itself): a
-//! refund draws its amount from that flag, and gives it back to the flag if it closes without
-//! paying out, so money owed is owed to exactly one place ([`reserve`]).
-//!
-//! A requested refund's amount and kind follow the platform's newest snapshot ([`amend_in`]):
-//! the reservation moves by the difference and `RefundRequested` is emitted again with the new
-//! terms.
-//!
-//! Provider notifications are snapshots stamped with `modified` (epoch ms): a snapshot only
-//! applies if it is newer than the one applied before, and a refund reaches `SUCCEEDED` or
-//! `CLOSED` once. Money that went back cannot come back, so a final state is never left: a
-//! newer snapshot that contradicts it is logged and counted for operators, not applied.
+//! Refund requests: `POST /orders/{id}/refunds` as received and validated, the request itself
+//! (a refund number is the refund's identity, so repeating it returns the same refund), and a
+//! requested refund brought to the platform's newest terms ([`amend_in`]).
 
 use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
 
+use super::reserve::reserve;
 use crate::domain::{
-    Cents, LifecycleEvent, OrderId, OrderStatus, RefundKind, RefundNo, RefundOutcome, RefundReason,
-    RefundStatus, ValidationError,
+    Cents, OrderId, OrderStatus, RefundKind, RefundNo, RefundReason, ValidationError,
 };
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
-use crate::orders::{advance, view_of, CreateOrderItemBody, OrderLine};
-use crate::store::{orders, payments, refunds};
-use crate::views::RefundView;
+use crate::lines::{CreateOrderItemBody, OrderLine};
+use crate::store::{orders, refunds};
+use crate::views::{OrderView, RefundView};
 
 /// `POST /orders/{id}/refunds` body as received.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -95,7 +77,7 @@ impl TryFrom<RefundBody> for RefundRequest {
 }
 
 /// Validates a refund's lines: only a `RETURN_AND_REFUND` names goods (a refund-only moves
-/// no goods), at most [`crate::orders::MAX_ITEMS`] lines, each SKU once, quantities in range.
+/// no goods), at most [`crate::lines::MAX_ITEMS`] lines, each SKU once, quantities in range.
 ///
 /// # Errors
 /// [`ValidationError`] naming the first bad field (`lines[1].quantity`).
@@ -192,11 +174,11 @@ pub async fn request_in(
         return replay(conn, existing, order_id, req).await;
     };
     refunds::set_lines(conn, &req.refund_no, order_id, &req.lines).await?;
-    let refund = view(conn, row).await?;
+    let refund = RefundView::load(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
-    let view = view_of(conn, order).await?;
+    let view = OrderView::load(conn, order).await?;
     events::append(
         conn,
         EventType::RefundRequested,
@@ -215,15 +197,6 @@ pub async fn request_in(
         refund,
         replayed: false,
     })
-}
-
-/// A refund with its lines.
-///
-/// # Errors
-/// Database errors.
-pub async fn view(conn: &mut PgConnection, row: refunds::RefundRow) -> Result<RefundView, Error> {
-    let lines = refunds::lines(conn, &row.refund_no).await?;
-    Ok(RefundView::new(row, lines))
 }
 
 /// Checks that `lines` fit what the order has left to take back: each SKU a line of the
@@ -279,40 +252,6 @@ fn takes_refunds(order: &orders::OrderRow) -> bool {
     order.status.is_paid() || (order.status == OrderStatus::Cancelled && order.paid_cents > 0)
 }
 
-/// Reserves `cents` more for the order's refunds (a negative `cents` gives them back). A live
-/// order reserves on `refund_reserved_cents`, under the CHECK `orders_refunds_within_paid`. An
-/// order cancelled after payment had everything reserved when it was cancelled, the rest owed
-/// through its flagged payment: its refunds draw on that flag, and give back to it.
-///
-/// # Errors
-/// [`Error::RefundExceedsPaid`] when not enough is left, database errors.
-async fn reserve(
-    conn: &mut PgConnection,
-    order: &orders::OrderRow,
-    cents: i64,
-) -> Result<(), Error> {
-    let order_id = OrderId::from(order.order_id);
-    let done = if order.status == OrderStatus::Cancelled {
-        payments::move_due(conn, order_id, -cents).await?
-    } else if cents >= 0 {
-        orders::reserve_refund(conn, order_id, cents).await?
-    } else {
-        orders::release_refund(conn, order_id, -cents).await?
-    };
-    if done {
-        return Ok(());
-    }
-    if cents < 0 {
-        return Err(Error::Invariant("a refund gave back more than it reserved"));
-    }
-    let refundable_cents = if order.status == OrderStatus::Cancelled {
-        payments::order_debt(conn, order_id).await?.unwrap_or(0)
-    } else {
-        order.paid_cents - order.refund_reserved_cents
-    };
-    Err(Error::RefundExceedsPaid { refundable_cents })
-}
-
 /// Brings a requested refund to the platform's newest terms: a snapshot newer than the one
 /// applied carries the refund's amount and kind (seed 000: the newest snapshot overwrites
 /// status, amount and reason), so a buyer who lowers or raises the amount before it is paid
@@ -364,11 +303,11 @@ pub async fn amend_in(
         .await?
         .ok_or(Error::Invariant("locked refund left REQUESTED"))?;
     refunds::set_lines(conn, refund_no, order_id, lines).await?;
-    let view = view(conn, row).await?;
+    let view = RefundView::load(conn, row).await?;
     let order = orders::find(conn, order_id)
         .await?
         .ok_or(Error::Invariant("locked order vanished"))?;
-    let order_view = view_of(conn, order).await?;
+    let order_view = OrderView::load(conn, order).await?;
     events::append(
         conn,
         EventType::RefundRequested,
@@ -407,215 +346,4 @@ async fn replay(
         refund: RefundView::new(existing, lines),
         replayed: true,
     })
-}
-
-/// `POST /refunds/callback` body as received (after its signature was checked).
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct RefundCallbackBody {
-    /// The merchant's refund number.
-    #[schema(schema_with = RefundNo::schema_object)]
-    pub refund_no: String,
-    /// `SUCCESS` or `CLOSED`.
-    #[schema(pattern = "^(SUCCESS|CLOSED)$")]
-    pub status: String,
-    /// When the provider last changed the refund (epoch milliseconds).
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
-    #[schema(schema_with = epoch_ms_schema)]
-    pub modified: i64,
-}
-
-/// Epoch milliseconds: 0 to 2^53 (the check and the schema).
-pub const EPOCH_MS: outbox_kit::validate::IntRange =
-    outbox_kit::validate::IntRange::new(0, outbox_kit::validate::MAX_EXACT_INTEGER);
-
-/// [`EPOCH_MS`] as an inline JSON Schema.
-pub fn epoch_ms_schema() -> utoipa::openapi::schema::Object {
-    EPOCH_MS.schema()
-}
-
-/// A validated refund notification.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefundNotice {
-    /// The merchant's refund number.
-    pub refund_no: RefundNo,
-    /// What the provider reports.
-    pub outcome: RefundOutcome,
-    /// Snapshot time (epoch milliseconds); larger wins.
-    pub modified_ms: i64,
-}
-
-impl TryFrom<RefundCallbackBody> for RefundNotice {
-    type Error = ValidationError;
-
-    fn try_from(body: RefundCallbackBody) -> Result<Self, Self::Error> {
-        let outcome = match body.status.as_str() {
-            "SUCCESS" => RefundOutcome::Success,
-            "CLOSED" => RefundOutcome::Closed,
-            _ => return Err(ValidationError::new("status", "must be SUCCESS or CLOSED")),
-        };
-        EPOCH_MS.check("modified", body.modified)?;
-        Ok(Self {
-            refund_no: RefundNo::parse("refund_no", body.refund_no)?,
-            outcome,
-            modified_ms: body.modified,
-        })
-    }
-}
-
-/// What a refund notification did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefundNoticeOutcome {
-    /// The refund reached this final state; its event was emitted.
-    Applied(RefundStatus),
-    /// The refund is already in the reported state.
-    Duplicate,
-    /// The snapshot is older than (or as old as) the one applied: nothing changed.
-    Stale,
-    /// A newer snapshot contradicts the final state reached: nothing changed, operators look.
-    Conflicting,
-}
-
-impl RefundNoticeOutcome {
-    /// Metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Applied(_) => "applied",
-            Self::Duplicate => "duplicate",
-            Self::Stale => "stale",
-            Self::Conflicting => "conflicting",
-        }
-    }
-}
-
-/// Applies a refund notification.
-///
-/// # Errors
-/// [`Error::RefundNotFound`], database errors.
-pub async fn apply_notice(
-    pool: &PgPool,
-    notice: &RefundNotice,
-) -> Result<RefundNoticeOutcome, Error> {
-    let mut tx = pool.begin().await?;
-    let outcome = apply_notice_in(&mut tx, notice).await?;
-    if matches!(outcome, RefundNoticeOutcome::Applied(_)) {
-        tx.commit().await?;
-    } else {
-        tx.rollback().await?;
-    }
-    Ok(outcome)
-}
-
-/// [`apply_notice`] in the caller's transaction. Only [`RefundNoticeOutcome::Applied`] changed
-/// something.
-///
-/// A refund that succeeds never moves the order by itself. When it completes a full refund of
-/// a paid, unshipped order, its `RefundSucceeded` says `refunded_in_full` and the warehouse
-/// decides: the outbound cancelled moves the order to `REFUNDED`, a parcel that had left ships
-/// it ([`crate::fulfilment`]). Otherwise the order stays where it is: a partial refund does not stop fulfilment, a refund after shipping waits
-/// for the return (if any), and a cancelled order stays cancelled (its stock-rejection flag
-/// covers only what no refund had reserved, so this money goes back once; a refund closed on
-/// it gives its amount back to that flag, so it is still owed to the buyer).
-///
-/// # Errors
-/// As [`apply_notice`]; on an error the caller must roll back.
-pub async fn apply_notice_in(
-    conn: &mut PgConnection,
-    notice: &RefundNotice,
-) -> Result<RefundNoticeOutcome, Error> {
-    let order_id = refunds::find(conn, &notice.refund_no)
-        .await?
-        .map(|r| OrderId::from(r.order_id))
-        .ok_or(Error::RefundNotFound)?;
-    let locked = orders::lock(conn, order_id)
-        .await?
-        .ok_or(Error::Invariant("refund without order"))?;
-    // Read again under the order lock: another notification may have applied meanwhile.
-    let refund = refunds::find(conn, &notice.refund_no)
-        .await?
-        .ok_or(Error::Invariant("refund vanished"))?;
-    let target = notice.outcome.status();
-    if refund.status.is_terminal() {
-        let applied_ms = refund.provider_modified_ms.unwrap_or(i64::MIN);
-        let outcome = if refund.status == target {
-            RefundNoticeOutcome::Duplicate
-        } else if notice.modified_ms <= applied_ms {
-            RefundNoticeOutcome::Stale
-        } else {
-            RefundNoticeOutcome::Conflicting
-        };
-        if outcome == RefundNoticeOutcome::Conflicting {
-            tracing::warn!(
-                order.id = %order_id,
-                refund.no = %notice.refund_no,
-                refund.status = %refund.status,
-                reported = target.as_str(),
-                modified_ms = notice.modified_ms,
-                applied_modified_ms = applied_ms,
-                "Newer refund notification contradicts the final state; not applied, needs a look"
-            );
-        } else {
-            tracing::info!(
-                order.id = %order_id,
-                refund.no = %notice.refund_no,
-                outcome = outcome.as_str(),
-                "Ignored refund notification"
-            );
-        }
-        return Ok(outcome);
-    }
-    let Some(row) =
-        refunds::apply_snapshot(conn, &notice.refund_no, target, notice.modified_ms).await?
-    else {
-        return Ok(RefundNoticeOutcome::Stale);
-    };
-    if target == RefundStatus::Closed {
-        // On an order cancelled after payment the amount is owed to the buyer again.
-        reserve(conn, &locked, -row.amount_cents).await?;
-    }
-    let refund = view(conn, row).await?;
-    let order = orders::find(conn, order_id)
-        .await?
-        .ok_or(Error::Invariant("locked order vanished"))?;
-    let refunded_in_full = target == RefundStatus::Succeeded
-        && order.status == OrderStatus::Paid
-        && orders::refunded_cents(conn, order_id).await? >= order.paid_cents;
-    // The order does not move here even when refunded in full: the warehouse decides whether
-    // the goods left (crate::fulfilment::outbound_cancelled moves it to REFUNDED).
-    let view = view_of(conn, order).await?;
-    let (event, cause) = match target {
-        RefundStatus::Succeeded if refunded_in_full => {
-            (EventType::RefundSucceeded, Cause::RefundInFull(&refund))
-        }
-        RefundStatus::Succeeded => (EventType::RefundSucceeded, Cause::Refund(&refund)),
-        _ => (EventType::RefundClosed, Cause::Refund(&refund)),
-    };
-    events::append(conn, event, &view, cause).await?;
-    let returned = target == RefundStatus::Succeeded
-        && refund.kind == RefundKind::ReturnAndRefund
-        && locked.return_received_at.is_some()
-        && locked.status.is_shipped()
-        && locked.status != OrderStatus::Returned
-        && !orders::has_open_return(conn, order_id).await?;
-    if returned {
-        // The goods came back before this refund was decided: now the order is returned.
-        let order = orders::find(conn, order_id)
-            .await?
-            .ok_or(Error::Invariant("locked order vanished"))?;
-        advance(
-            conn,
-            &order,
-            LifecycleEvent::ReturnReceived,
-            Cause::Refund(&refund),
-        )
-        .await?;
-    }
-    tracing::info!(
-        order.id = %order_id,
-        refund.no = %notice.refund_no,
-        refund.status = %target,
-        refunded_in_full,
-        returned,
-        "Refund finished"
-    );
-    Ok(RefundNoticeOutcome::Applied(target))
 }
