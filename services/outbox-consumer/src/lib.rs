@@ -35,11 +35,12 @@
 //!
 //! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
 //! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
-//! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `registry` (the
+//! partition's loop), `runtime` (the fetch loop, shutdown), `context` (the consumer's client context: librdkafka callbacks, rebalances), `registry` (the
 //! workers of a runtime), `supervisor` (starting workers, restarting dead ones), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
 
 pub mod apply;
 pub mod config;
+mod context;
 pub mod dlq;
 pub mod dlq_cli;
 pub mod event;
