@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::envelope::{Envelope, RawMessage};
 use super::rejection::Rejection;
+use crate::handler_error::HandlerError;
 
 /// What a message's value is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,18 +57,16 @@ impl Event {
     /// The payload as `T`.
     ///
     /// # Errors
-    /// [`crate::HandlerError::Payload`] when it does not have that shape: the event
+    /// [`HandlerError::Payload`] when it does not have that shape: the event
     /// goes to the dead-letter topic.
-    pub fn payload_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::HandlerError> {
+    pub fn payload_as<T: serde::de::DeserializeOwned>(&self) -> Result<T, HandlerError> {
         use serde::de::Error as _;
         match &self.value {
-            MessageValue::Json => {
-                T::deserialize(&self.payload).map_err(crate::HandlerError::Payload)
-            }
-            MessageValue::Tombstone => Err(crate::HandlerError::Payload(
-                serde_json::Error::custom("the event is a tombstone: it has no value"),
-            )),
-            MessageValue::Binary { content_type, .. } => Err(crate::HandlerError::Payload(
+            MessageValue::Json => T::deserialize(&self.payload).map_err(HandlerError::Payload),
+            MessageValue::Tombstone => Err(HandlerError::Payload(serde_json::Error::custom(
+                "the event is a tombstone: it has no value",
+            ))),
+            MessageValue::Binary { content_type, .. } => Err(HandlerError::Payload(
                 serde_json::Error::custom(format!("the value is {content_type}, not JSON")),
             )),
         }
