@@ -18,7 +18,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rdkafka::consumer::Consumer;
+use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::TopicPartitionList;
 use tokio::sync::mpsc::error::TrySendError;
@@ -26,7 +26,6 @@ use tokio::sync::mpsc::error::TrySendError;
 use super::event::RawMessage;
 use super::metrics::ConsumerMetrics;
 use super::registry::{WorkerHandle, WorkerRegistry};
-use super::runtime::RuntimeContext;
 
 /// How often the fetch loop refills queues from overflow buffers and pauses or resumes
 /// partitions.
@@ -92,7 +91,7 @@ fn should_pause(w: &WorkerHandle) -> bool {
 ///
 /// # Errors
 /// When librdkafka refuses (the partition is not assigned any more).
-pub(crate) fn set_paused<C: Consumer<RuntimeContext>>(
+pub(crate) fn set_paused<X: ConsumerContext, C: Consumer<X>>(
     consumer: &C,
     topic: &str,
     partition: i32,
@@ -109,7 +108,7 @@ pub(crate) fn set_paused<C: Consumer<RuntimeContext>>(
 
 /// Refills the queue of `w` (partition `topic`/`partition`) from its buffer and pauses or
 /// resumes the partition as needed. Returns whether its paused state changed.
-pub(crate) fn regulate<C: Consumer<RuntimeContext>>(
+pub(crate) fn regulate<X: ConsumerContext, C: Consumer<X>>(
     w: &mut WorkerHandle,
     consumer: &C,
     topic: &str,
@@ -146,7 +145,7 @@ pub(crate) fn regulate<C: Consumer<RuntimeContext>>(
 
 /// [`regulate`] for every partition; updates `consumer_paused_partitions`. Returns whether
 /// any partition still needs regulating: messages buffered, paused, or its worker retrying.
-pub(crate) fn regulate_all<C: Consumer<RuntimeContext>>(
+pub(crate) fn regulate_all<X: ConsumerContext, C: Consumer<X>>(
     registry: &Mutex<WorkerRegistry>,
     consumer: &C,
     metrics: &ConsumerMetrics,

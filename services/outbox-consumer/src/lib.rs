@@ -33,18 +33,22 @@
 //!   (`<topic>.<consumer>.redrive`, which it subscribes to besides `<topic>`); the inbox makes
 //!   a redrive of an event that was applied meanwhile a duplicate.
 //!
-//! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the
-//! service's part, error dispositions), [`apply`] (one attempt, backoff), `worker` (a
-//! partition's loop), `runtime` (the fetch loop, rebalances, shutdown), `registry` (the
-//! workers of a runtime), `supervisor` (starting workers, restarting dead ones), `flow` (hand-off, pause and resume), [`dlq`], [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
+//! Files: [`config`] (flags, librdkafka settings), [`event`] (decoding), [`handler`] (the service's
+//! part, error dispositions: `handler_error`), [`apply`] (one attempt, backoff), `worker` (a
+//! partition's loop), `runtime` (the fetch loop, shutdown), `context` (the consumer's client
+//! context: librdkafka callbacks, rebalances), `registry` (the workers of a runtime), `supervisor`
+//! (starting workers, restarting dead ones), `flow` (hand-off, pause and resume), [`dlq`],
+//! [`dlq_cli`], [`redrive`], [`topics`], [`metrics`], [`lag`] (lag per partition).
 
 pub mod apply;
 pub mod config;
+mod context;
 pub mod dlq;
 pub mod dlq_cli;
 pub mod event;
 mod flow;
 pub mod handler;
+mod handler_error;
 pub mod inbox;
 pub mod lag;
 pub mod metrics;

@@ -5,12 +5,13 @@
 //! stored, and a worker stores an offset only after the message is finished and its database
 //! transaction committed. So no commit ever passes an unapplied message, whatever happens.
 //!
-//! Rebalances: when partitions are revoked, their workers are told to stop after the event in
-//! hand and their queued messages are dropped; an offset finished after the revoke is not
-//! stored. The new owner starts from the committed offset, and the inbox skips what was applied
-//! but not committed. Shutdown tells every worker to stop after the event in hand, waits for
-//! them up to a deadline, and still stores the offsets they finished meanwhile (the partitions
-//! are ours until the consumer closes), then commits the stored offsets and leaves the group.
+//! Rebalances ([`super::context`]): when partitions are revoked, their workers are told to stop
+//! after the event in hand and their queued messages are dropped; an offset finished after the
+//! revoke is not stored. The new owner starts from the committed offset, and the inbox skips what
+//! was applied but not committed. Shutdown tells every worker to stop after the event in hand,
+//! waits for them up to a deadline, and still stores the offsets they finished meanwhile (the
+//! partitions are ours until the consumer closes), then commits the stored offsets and leaves the
+//! group.
 //!
 //! Back-pressure ([`super::flow`]): the loop never waits for a worker. Each partition has a
 //! bounded queue; a partition whose queue is full, or whose worker is retrying a message, is
@@ -20,23 +21,18 @@
 //! retry nor buffer. So a partition stuck on retries holds back only itself, and no message is
 //! skipped, reordered or fetched twice by this process.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
-use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
-};
-use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::TopicPartitionList;
 use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{consumer_client_config, RuntimeConfig};
+use super::context::{RuntimeConsumer, RuntimeContext};
 use super::dlq::DeadLetters;
 use super::event::RawMessage;
 use super::flow;
@@ -60,104 +56,6 @@ pub enum ConsumerError {
     /// A setting the runtime's guarantees depend on was set to something else.
     #[error("{0}")]
     Setting(String),
-}
-
-/// librdkafka callbacks of the runtime's consumer.
-pub(crate) struct RuntimeContext {
-    registry: Arc<Mutex<WorkerRegistry>>,
-    metrics: ConsumerMetrics,
-    broker_down: AtomicBool,
-}
-
-impl ClientContext for RuntimeContext {
-    /// librdkafka logs every reconnect attempt; those go to debug level. Outages are reported
-    /// once through [`ClientContext::error`].
-    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
-                tracing::error!(librdkafka.facility = fac, "{log_message}")
-            }
-            _ => tracing::debug!(librdkafka.facility = fac, "{log_message}"),
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        match error.rdkafka_error_code() {
-            Some(
-                RDKafkaErrorCode::AllBrokersDown
-                | RDKafkaErrorCode::BrokerTransportFailure
-                | RDKafkaErrorCode::Resolve,
-            ) => {
-                if !self.broker_down.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying");
-                }
-            }
-            Some(RDKafkaErrorCode::UnknownTopicOrPartition) => tracing::warn!(
-                reason,
-                "A subscribed topic does not exist (yet); create it, or start with --create-missing-topics"
-            ),
-            _ => tracing::error!(error = %error, reason, "Kafka client error"),
-        }
-    }
-}
-
-fn partitions_of(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
-    tpl.elements()
-        .iter()
-        .map(|e| (e.topic().to_owned(), e.partition()))
-        .collect()
-}
-
-impl ConsumerContext for RuntimeContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Revoke(tpl) => {
-                let partitions = partitions_of(tpl);
-                self.metrics.rebalances.with_label_values(&["revoke"]).inc();
-                if let Ok(mut r) = self.registry.lock() {
-                    // A partition we paused must not stay paused if it comes back to us.
-                    for (topic, partition) in r.retire(&partitions) {
-                        let _ = flow::set_paused(consumer, &topic, partition, false);
-                    }
-                    self.metrics
-                        .paused_partitions
-                        .set(i64::try_from(r.paused_count()).unwrap_or(i64::MAX));
-                }
-                tracing::info!(
-                    partitions = ?partitions,
-                    "Partitions revoked; their workers stop after the event in hand"
-                );
-            }
-            Rebalance::Assign(_) => {}
-            Rebalance::Error(e) => {
-                self.metrics.rebalances.with_label_values(&["error"]).inc();
-                tracing::warn!(error = %e, "Rebalance failed");
-            }
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(tpl) = rebalance {
-            self.metrics.rebalances.with_label_values(&["assign"]).inc();
-            tracing::info!(partitions = ?partitions_of(tpl), "Partitions assigned");
-        }
-        let assigned = consumer.assignment().map(|a| a.count()).unwrap_or(0);
-        self.metrics
-            .assigned_partitions
-            .set(i64::try_from(assigned).unwrap_or(i64::MAX));
-    }
-
-    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        match result {
-            Ok(()) => tracing::trace!(partitions = offsets.count(), "Committed offsets"),
-            // Nothing was stored since the last commit.
-            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Err(e) => {
-                self.metrics.commit_failures.inc();
-                tracing::warn!(error = %e, "Offset commit failed; the next commit carries the same offsets");
-            }
-        }
-    }
 }
 
 /// Copies a message out of librdkafka's buffer.
@@ -235,12 +133,8 @@ pub async fn run<H: Handler>(
         ))
     });
     let registry = Arc::new(Mutex::new(WorkerRegistry::default()));
-    let context = RuntimeContext {
-        registry: registry.clone(),
-        metrics: metrics.clone(),
-        broker_down: AtomicBool::new(false),
-    };
-    let consumer: Arc<StreamConsumer<RuntimeContext>> =
+    let context = RuntimeContext::new(registry.clone(), metrics.clone());
+    let consumer: Arc<RuntimeConsumer> =
         Arc::new(consumer_client_config(&config).create_with_context(context)?);
     let subscribed = config.subscribed_topics();
     let topic_names: Vec<&str> = subscribed.iter().map(String::as_str).collect();
@@ -317,11 +211,7 @@ pub async fn run<H: Handler>(
                 continue;
             }
         };
-        if consumer
-            .context()
-            .broker_down
-            .swap(false, Ordering::Relaxed)
-        {
+        if consumer.context().take_broker_down() {
             tracing::info!("Kafka broker reachable again");
         }
         dispatch(msg, &spawner);
@@ -383,7 +273,7 @@ fn dispatch<H: Handler>(msg: RawMessage, spawner: &Spawner<'_, H>) {
 /// offsets are committed synchronously.
 async fn drain(
     config: &RuntimeConfig,
-    consumer: &Arc<StreamConsumer<RuntimeContext>>,
+    consumer: &Arc<RuntimeConsumer>,
     registry: &Arc<Mutex<WorkerRegistry>>,
 ) {
     let handles = registry

@@ -30,15 +30,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::Offset;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::context::RuntimeConsumer;
 use super::handler::Handler;
 use super::metrics::ConsumerMetrics;
 use super::registry::{WorkerHandle, WorkerRegistry};
-use super::runtime::RuntimeContext;
 use super::worker::{panic_message, Deps, Worker};
 
 /// How long a restart's seek may wait for the fetcher to take the new position.
@@ -49,7 +49,7 @@ pub(crate) struct Spawner<'a, H> {
     /// Messages queued per partition.
     pub queue_capacity: usize,
     pub deps: &'a Arc<Deps<H>>,
-    pub consumer: &'a Arc<StreamConsumer<RuntimeContext>>,
+    pub consumer: &'a Arc<RuntimeConsumer>,
     pub registry: &'a Arc<Mutex<WorkerRegistry>>,
     pub shutdown: &'a CancellationToken,
     pub metrics: &'a ConsumerMetrics,

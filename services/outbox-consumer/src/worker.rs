@@ -28,19 +28,19 @@ use std::time::Instant;
 
 use futures::FutureExt;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::apply::{apply, Applied, RetryPolicy};
+use super::context::RuntimeConsumer;
 use super::dlq::DeadLetters;
 use super::event::{Event, RawMessage, Rejection};
 use super::handler::{Disposition, Handler, HandlerError};
 use super::metrics::ConsumerMetrics;
 use super::registry::WorkerRegistry;
-use super::runtime::RuntimeContext;
 
 /// What all workers of a runtime share.
 pub(crate) struct Deps<H> {
@@ -56,7 +56,7 @@ pub(crate) struct Deps<H> {
 /// One partition's worker.
 pub(crate) struct Worker<H> {
     pub deps: Arc<Deps<H>>,
-    pub consumer: Arc<StreamConsumer<RuntimeContext>>,
+    pub consumer: Arc<RuntimeConsumer>,
     pub registry: Arc<std::sync::Mutex<WorkerRegistry>>,
     pub topic: String,
     pub partition: i32,

@@ -1,0 +1,167 @@
+//! Dead letters sent again: [`select`] picks the newest letter per event, [`redrive`] produces
+//! each, as the original message, to the redrive topic of the consumer that dead-lettered it.
+
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+use uuid::Uuid;
+
+use super::error::DlqError;
+use super::read::{DeadLetter, REQUEST_TIMEOUT};
+use crate::config::{dead_letter_producer_config, RuntimeConfig};
+
+/// How long a redriven message may wait for the broker's acknowledgement.
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which dead letters `redrive` sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    /// The newest letter of one event.
+    EventId(Uuid),
+    /// The newest letter of every event; letters without an event id are skipped (no consumer
+    /// can apply them).
+    All,
+}
+
+/// The letters to redrive out of `letters` (in reading order): the newest one per event id.
+///
+/// # Errors
+/// [`DlqError::UnknownEventId`] when an event id is asked for that no letter has.
+pub fn select(
+    letters: Vec<DeadLetter>,
+    selection: Selection,
+    consumer: &str,
+) -> Result<Vec<DeadLetter>, DlqError> {
+    let mut newest: Vec<DeadLetter> = vec![];
+    for letter in letters.into_iter().filter(|l| l.event_id.is_some()) {
+        match newest.iter_mut().find(|l| l.event_id == letter.event_id) {
+            Some(older) => *older = letter,
+            None => newest.push(letter),
+        }
+    }
+    match selection {
+        Selection::All => Ok(newest),
+        Selection::EventId(id) => {
+            newest.retain(|l| l.event_id == Some(id));
+            if newest.is_empty() {
+                Err(DlqError::UnknownEventId {
+                    consumer: consumer.to_owned(),
+                    event_id: id,
+                })
+            } else {
+                Ok(newest)
+            }
+        }
+    }
+}
+
+/// Where a redriven message landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redriven {
+    /// The event.
+    pub event_id: Option<Uuid>,
+    /// The consumer's redrive topic it was sent to.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+}
+
+/// Sends each of `letters` to `config`'s consumer's redrive topic of the topic it was consumed
+/// from ([`DeadLetter::redrive_topic`]), with its original key, value and headers, partitioned
+/// by key, through an idempotent producer, waiting for each acknowledgement in turn. Checks
+/// first that every redrive topic needed exists.
+///
+/// # Errors
+/// [`DlqError::NoSourceTopic`] for a letter that does not say where it came from and
+/// [`DlqError::NoRedriveTopic`] for a redrive topic the broker does not have (nothing is sent
+/// then), [`DlqError::Kafka`] when the broker did not acknowledge a message.
+pub async fn redrive(
+    config: &RuntimeConfig,
+    letters: &[DeadLetter],
+) -> Result<Vec<Redriven>, DlqError> {
+    let mut targets = Vec::with_capacity(letters.len());
+    for letter in letters {
+        let Some(topic) = letter.redrive_topic(config) else {
+            return Err(DlqError::NoSourceTopic {
+                topic: letter.topic.clone(),
+                partition: letter.partition,
+                offset: letter.offset,
+            });
+        };
+        targets.push(topic);
+    }
+    let mut cfg = dead_letter_producer_config(config);
+    cfg.set("client.id", format!("{}-redrive", config.consumer_name));
+    let producer: FutureProducer = cfg.create()?;
+    let mut distinct = targets.clone();
+    distinct.sort();
+    distinct.dedup();
+    let checker = producer.clone();
+    match tokio::task::spawn_blocking(move || missing_topic(&checker, &distinct)).await {
+        Ok(Ok(None)) => {}
+        Ok(Ok(Some(topic))) => return Err(DlqError::NoRedriveTopic { topic }),
+        Ok(Err(e)) => return Err(e.into()),
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+    let mut sent = vec![];
+    for (letter, topic) in letters.iter().zip(&targets) {
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in letter.original_headers() {
+            headers = headers.insert(Header {
+                key: k,
+                value: v.as_deref(),
+            });
+        }
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+        if let Some(k) = letter.key.as_deref() {
+            record = record.key(k);
+        }
+        if let Some(v) = letter.payload.as_deref() {
+            record = record.payload(v);
+        }
+        let delivery = producer
+            .send(record, Timeout::After(SEND_TIMEOUT))
+            .await
+            .map_err(|(e, _)| e)?;
+        let (partition, offset) = (delivery.partition, delivery.offset);
+        tracing::info!(
+            event.id = ?letter.event_id,
+            kafka.topic = %topic,
+            kafka.partition = partition,
+            kafka.offset = offset,
+            "Redrove a dead letter to its consumer's redrive topic"
+        );
+        sent.push(Redriven {
+            event_id: letter.event_id,
+            topic: topic.clone(),
+            partition,
+            offset,
+        });
+    }
+    Ok(sent)
+}
+
+/// The first of `topics` the broker does not list (with partitions), if any. Blocking.
+fn missing_topic(
+    producer: &FutureProducer,
+    topics: &[String],
+) -> Result<Option<String>, KafkaError> {
+    for topic in topics {
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(topic), REQUEST_TIMEOUT)?;
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        if !exists {
+            return Ok(Some(topic.clone()));
+        }
+    }
+    Ok(None)
+}
