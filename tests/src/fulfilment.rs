@@ -842,6 +842,15 @@ fn with_traceparent(
     }
 }
 
+/// Every message on the topics of `aggregate_types` of the system, read with kafka-python.
+pub async fn dump_topics(sys: &System, aggregate_types: &[&str]) -> Vec<crate::verify::Record> {
+    let brokers = sys.brokers.clone();
+    let topics: Vec<String> = aggregate_types.iter().map(|a| sys.topic(a)).collect();
+    tokio::task::spawn_blocking(move || crate::verify::dump(&brokers, &topics))
+        .await
+        .unwrap()
+}
+
 /// `SELECT count(*) ...` as i64.
 pub async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql)

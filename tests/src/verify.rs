@@ -36,6 +36,11 @@ pub struct Record {
     pub cloudevent: Option<serde_json::Value>,
 }
 
+/// The `event_type` header of `r` (empty when it has none).
+pub fn event_type(r: &Record) -> &str {
+    r.headers.get("event_type").map_or("", String::as_str)
+}
+
 /// The kafka-python venv's interpreter: `PYTHON`, else deploy/local's cache.
 pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("PYTHON") {
