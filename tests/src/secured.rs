@@ -26,7 +26,7 @@ use crate::servers::{Kafka, KafkaOptions, PgCluster};
 fn openssl(dir: &Path, args: &[&str]) {
     let mut c = Command::new("openssl");
     c.current_dir(dir).args(args);
-    crate::servers::run_ok(c, &format!("openssl {}", args.join(" ")));
+    crate::proc::run_ok(&format!("openssl {}", args.join(" ")), &mut c);
 }
 
 /// Test certificates in a temporary directory (removed when dropped).

@@ -13,7 +13,7 @@ use std::time::Duration;
 use e2e::proc::{workspace_binary, RelayArgs, RelayProcess, ServiceProcess};
 use e2e::secured::{env_refs, secret_file, settings, Pki, SecuredKafka, KAFKA_PASSWORD};
 use e2e::stream::{write_stream, StreamSpec};
-use e2e::verify::{check, dump_secured, kafka_tool, python};
+use e2e::verify::{check, dump_secured, kafka_tool, try_python_with_env};
 use outbox_kit::kafka::{
     check_connection, KafkaSecurityArgs, ProbeError, SaslMechanism, SecurityProtocol,
 };
@@ -27,13 +27,7 @@ async fn kafka_tool_run(args: &[&str], envs: &[(String, String)]) -> (bool, Stri
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let envs = envs.to_vec();
     tokio::task::spawn_blocking(move || {
-        let out = Command::new(python())
-            .arg(kafka_tool())
-            .args(&args)
-            .envs(env_refs(&envs))
-            .stdin(Stdio::null())
-            .output()
-            .expect("run kafka_tool.py");
+        let out = try_python_with_env(&kafka_tool(), &args, &env_refs(&envs));
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -4,7 +4,6 @@
 //! the server wants one; a wrong CA, a wrong host name and no TLS are refused with an error that
 //! says so.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use e2e::proc::ServiceProcess;
@@ -50,12 +49,8 @@ async fn relay_cli_with_env(args: &[&str], envs: &[(&str, &str)]) -> (bool, Stri
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     tokio::task::spawn_blocking(move || {
-        let out = Command::new(e2e::proc::relay_binary())
-            .args(&args)
-            .envs(env_refs(&envs))
-            .stdin(Stdio::null())
-            .output()
-            .expect("run outbox-relay");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = e2e::proc::relay_cli_with_env(&args, &env_refs(&envs));
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
