@@ -57,6 +57,7 @@ mod services {
     mod marketplace_refunds;
     mod order_events;
     mod payment_timeout;
+    mod ship_backs;
 }
 
 /// Secured connections, access control, least-privilege roles, secrets, hostile input.
