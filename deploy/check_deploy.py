@@ -48,8 +48,8 @@ RELAY = "outbox-relay"
 
 # Variables read by every binary outside clap, with the source file that reads them (checked).
 PROCESS_ENV = {
-    "RUST_LOG": ["services/outbox-kit/src/service.rs", "relay/src/main.rs"],
-    "LOG_FORMAT": ["services/outbox-kit/src/service.rs", "relay/src/main.rs"],
+    "RUST_LOG": ["services/outbox-process/src/lib.rs"],
+    "LOG_FORMAT": ["services/outbox-process/src/lib.rs"],
 }
 
 problems = []

@@ -6,11 +6,11 @@
 //! order per aggregate, surviving crashes and outages of either side.
 //!
 //! - [`config`]: flags and environment of the binary.
-//! - [`store`]: the SQL (claim, fenced mark, lease, backlog); [`session`] runs it safely
-//!   behind PgBouncer's transaction pooling.
+//! - [`store`]: the SQL (claim, fenced mark, lease, failure filter, backlog), a file each;
+//!   [`session`] runs it safely behind PgBouncer's transaction pooling.
 //! - [`publisher`]: the idempotent Kafka producer and a batch's delivery outcomes.
 //! - [`relay`]: the loop that drives both; [`batch`] is one batch as its steps, [`decide`] the
-//!   per-row decision; [`lease`] keeps the leader lease.
+//!   per-row decision; [`lease`] keeps the leader lease; [`retry`] the waits between attempts.
 //! - [`failure`], [`parking`], [`topics`]: failure isolation — what a failure holds back, the
 //!   durable retry/park records and the operator's commands, topic checks.
 //! - [`metrics`], [`backlog`], [`status`], [`ops`]: what operators see and do.
@@ -28,6 +28,7 @@ pub mod outage;
 pub mod parking;
 pub mod publisher;
 pub mod relay;
+pub mod retry;
 pub mod session;
 pub mod status;
 pub mod store;

@@ -8,7 +8,6 @@ use outbox_relay::ops;
 use outbox_relay::parking::{ParkPolicy, RedriveTarget};
 use outbox_relay::status::Status;
 use outbox_relay::{Relay, RelaySettings, Store};
-use tokio_util::sync::CancellationToken;
 
 /// jemalloc for the whole process: with `unprefixed_malloc_on_supported_platforms` it also
 /// serves librdkafka's `malloc`/`free`, which allocates and frees per message. glibc's malloc
@@ -18,27 +17,13 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn,rdkafka=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    if std::env::var("LOG_FORMAT").as_deref() == Ok("json") {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
 /// One thread for the relay's own work: a batch is claimed, published and marked in sequence,
 /// and librdkafka has its threads. Against the multi-threaded runtime it saved 0.15-0.5 µs of
 /// relay CPU per drained event (three interleaved pairs of `relay-bench --phases produce,drain`),
 /// fewer wake-ups across threads.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
+    outbox_kit::process::init_logging();
     match Cli::parse().command {
         Command::Migrate(db) => {
             let store = Store::connect_lazy_with(&db.database_url, db.pgbouncer)
@@ -159,13 +144,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         purge: args.purge.settings(),
     };
     let metrics = Metrics::new();
-    let shutdown = CancellationToken::new();
+    let shutdown = outbox_kit::process::shutdown_on_signal();
     let server = tokio::spawn(outbox_relay::metrics::serve(
         args.metrics_addr,
         metrics.clone(),
         shutdown.clone(),
     ));
-    tokio::spawn(wait_for_signal(shutdown.clone()));
     // A refused login or certificate is retried by librdkafka forever, like an outage: stop
     // here instead, naming the cause, before anything is claimed or published; and, when no
     // broker answered yet, the first time one does.
@@ -194,14 +178,4 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     refusal.check().context("connecting to Kafka")?;
     result
-}
-
-async fn wait_for_signal(shutdown: CancellationToken) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received; stopping"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received; stopping"),
-    }
-    shutdown.cancel();
 }

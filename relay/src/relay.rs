@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backoff::backoff::Backoff;
-use backoff::ExponentialBackoff;
 use outbox_kit::outbox::NOTIFY_CHANNEL;
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
@@ -21,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::outage::Outage;
 use crate::parking::ParkPolicy;
 use crate::publisher::Publisher;
+use crate::retry::{new_backoff, sleep_unless};
 use crate::store::{ClaimLimits, LeaseToken, Store};
 use crate::topics::{TopicCatalog, TopicSpec};
 
@@ -77,18 +77,6 @@ pub struct Relay {
 /// How long after the last non-empty batch the relay keeps polling at the shortest interval.
 const HOT_WINDOW: Duration = Duration::from_secs(2);
 
-/// The relay's backoff between attempts when a dependency is down.
-pub(crate) fn new_backoff() -> ExponentialBackoff {
-    ExponentialBackoff {
-        initial_interval: Duration::from_millis(100),
-        max_interval: Duration::from_secs(10),
-        multiplier: 2.0,
-        randomization_factor: 0.2,
-        max_elapsed_time: None,
-        ..ExponentialBackoff::default()
-    }
-}
-
 /// The lone producer's settings: the user's, with its own `client.id` (`<client.id>-lone`), so
 /// broker logs and quotas tell the two producers apart.
 fn lone_config(extra: &[(String, String)]) -> Vec<(String, String)> {
@@ -100,14 +88,6 @@ fn lone_config(extra: &[(String, String)]) -> Vec<(String, String)> {
     let mut config = extra.to_vec();
     config.push(("client.id".into(), format!("{client_id}-lone")));
     config
-}
-
-/// Sleeps unless `token` fires first; false when it fired.
-pub(crate) async fn sleep_unless(d: Duration, token: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = tokio::time::sleep(d) => true,
-        _ = token.cancelled() => false,
-    }
 }
 
 impl Relay {

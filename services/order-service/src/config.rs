@@ -139,10 +139,10 @@ impl Config {
         };
         self.consumer
             .runtime_config(
-                crate::fulfilment::CONSUMER_NAME,
+                crate::subscription::CONSUMER_NAME,
                 brokers,
                 "order-service",
-                &crate::fulfilment::CONSUMED_AGGREGATES,
+                &crate::subscription::CONSUMED_AGGREGATES,
             )
             .map(Some)
     }

@@ -111,15 +111,6 @@ pub enum Error {
     Serialize(#[source] serde_json::Error),
 }
 
-impl From<crate::channel::message::MessageError> for Error {
-    fn from(e: crate::channel::message::MessageError) -> Self {
-        match e {
-            crate::channel::message::MessageError::UnknownType(t) => Self::UnknownMessageType(t),
-            crate::channel::message::MessageError::Invalid(v) => Self::Validation(v),
-        }
-    }
-}
-
 impl Error {
     /// Whether the client may retry the same request unchanged and expect it to work: the
     /// database was unreachable, busy or chose this transaction as a deadlock victim.

@@ -29,27 +29,10 @@ use crate::metrics::Metrics;
 use crate::orders::advance;
 use crate::payments::FlagReason;
 use crate::store::{orders, payments};
-use crate::views::PaymentView;
 
-/// The inbox's consumer name.
-pub const CONSUMER_NAME: &str = "order";
-
-/// Aggregate types (topics `<prefix><aggregate_type>`) the order service consumes.
-pub const CONSUMED_AGGREGATES: [&str; 3] = ["outbound", "stock", shipback::AGGREGATE_TYPE];
-
-const V1: &[u32] = &[1];
-
-/// The versions of `event_type` the fulfilment consumer applies, `None` for event types it
-/// ignores (they get no inbox row): [`Handler::versions`], also for `outbox-audit`.
-pub fn versions(event_type: &str) -> Option<&'static [u32]> {
-    match event_type {
-        "OutboundShipped" | "OutboundCancelled" | "ReturnReceived" | "StockReservationRejected" => {
-            Some(V1)
-        }
-        shipback::EVENT_TYPE => Some(V1),
-        _ => None,
-    }
-}
+/// The consumer's subscription, also under this module's name (where callers look for it).
+pub use crate::subscription::{versions, CONSUMED_AGGREGATES, CONSUMER_NAME};
+use crate::views::{OrderView, PaymentView};
 
 /// The part of `OutboundShipped` the order service reads.
 #[derive(Debug, Clone, Deserialize)]
@@ -323,9 +306,7 @@ pub async fn receive_return(
             .ok_or(HandlerError::Unapplicable(format!(
                 "order {order_id} vanished"
             )))?;
-        let view = crate::orders::view_of(conn, order)
-            .await
-            .map_err(order_error)?;
+        let view = OrderView::load(conn, order).await.map_err(order_error)?;
         crate::events::append(conn, EventType::OrderPartlyReturned, &view, Cause::None)
             .await
             .map_err(order_error)?;

@@ -160,7 +160,7 @@ impl Metrics {
         }
         let consumer = outbox_kit::consumer::ConsumerMetrics::register(
             &registry,
-            crate::fulfilment::CONSUMER_NAME,
+            crate::subscription::CONSUMER_NAME,
         )
         .unwrap();
         // Show the refund flags at 0 from the start, so alerts can use `increase()`.

@@ -5,23 +5,20 @@
 //! first one on the unique index and then replay its stored response; a request that fails
 //! rolls back its key with everything else, so the key is never poisoned.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{
-    lifecycle, Cents, IdempotencyKey, LifecycleEvent, OrderId, Quantity, SkuId, UserId,
-    ValidationError,
+    lifecycle, Cents, IdempotencyKey, LifecycleEvent, OrderId, UserId, ValidationError,
 };
 use crate::error::Error;
 use crate::events::{self, Cause, EventType};
+use crate::lines::{CreateOrderItemBody, OrderLine, MAX_ITEMS};
 use crate::store::{idempotency, orders, payments, refunds, skus};
-use crate::views::{OrderDetail, OrderView, PaymentView};
-
-/// Most lines in one order.
-pub const MAX_ITEMS: usize = 100;
+use crate::views::{OrderDetail, OrderView, PaymentView, RefundView};
 
 /// HTTP status of a created order; stored with the key and replayed.
 const CREATED: u16 = 201;
@@ -47,19 +44,6 @@ fn items_schema() -> utoipa::openapi::schema::Array {
         .build()
 }
 
-/// One line of a [`CreateOrderBody`].
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateOrderItemBody {
-    /// Catalog SKU.
-    #[schema(schema_with = SkuId::schema_object)]
-    pub sku_id: String,
-    /// Units.
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
-    #[schema(schema_with = Quantity::schema_object)]
-    pub quantity: i64,
-}
-
 /// A validated order request. Prices are not part of it: they come from the catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NewOrder {
@@ -67,15 +51,6 @@ pub struct NewOrder {
     pub user_id: UserId,
     /// Lines, each SKU at most once.
     pub items: Vec<OrderLine>,
-}
-
-/// A validated order line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct OrderLine {
-    /// Catalog SKU.
-    pub sku_id: SkuId,
-    /// Units.
-    pub quantity: Quantity,
 }
 
 impl NewOrder {
@@ -89,40 +64,6 @@ impl NewOrder {
         }
         let items = OrderLine::parse_all("items", body.items)?;
         Ok(Self { user_id, items })
-    }
-}
-
-impl OrderLine {
-    /// Validates lines (of an order, or of a refund that takes some back): at most
-    /// [`MAX_ITEMS`], each SKU once, quantities in range; `field` names the list in errors
-    /// (`items[2].quantity`).
-    ///
-    /// # Errors
-    /// [`ValidationError`] naming the first bad line, a SKU listed twice, or too many lines.
-    pub fn parse_all(
-        field: &str,
-        lines: Vec<CreateOrderItemBody>,
-    ) -> Result<Vec<Self>, ValidationError> {
-        if lines.len() > MAX_ITEMS {
-            return Err(ValidationError::new(
-                field,
-                format!("must have at most {MAX_ITEMS} lines"),
-            ));
-        }
-        let mut seen = HashSet::new();
-        let mut parsed = Vec::with_capacity(lines.len());
-        for (i, line) in lines.into_iter().enumerate() {
-            let sku_id = SkuId::parse(&format!("{field}[{i}].sku_id"), line.sku_id)?;
-            let quantity = Quantity::parse(&format!("{field}[{i}].quantity"), line.quantity)?;
-            if !seen.insert(sku_id.clone()) {
-                return Err(ValidationError::new(
-                    format!("{field}[{i}].sku_id"),
-                    "each SKU may appear once; add up the quantities",
-                ));
-            }
-            parsed.push(Self { sku_id, quantity });
-        }
-        Ok(parsed)
     }
 }
 
@@ -273,7 +214,7 @@ pub async fn apply_event(
         .iter()
         .any(|t| t.on == event && t.to == row.status)
     {
-        let order = view_of(&mut tx, row).await?;
+        let order = OrderView::load(&mut tx, row).await?;
         tx.rollback().await?;
         return Ok(Moved {
             order,
@@ -308,7 +249,7 @@ pub(crate) async fn advance(
     let moved = orders::transition(conn, order_id, &t)
         .await?
         .ok_or(Error::Invariant("locked order changed status"))?;
-    let view = view_of(conn, moved).await?;
+    let view = OrderView::load(conn, moved).await?;
     events::append(conn, t.emits, &view, cause).await?;
     tracing::info!(
         order.id = %order_id,
@@ -347,7 +288,7 @@ pub(crate) async fn hold(
     reason: HoldReason,
 ) -> Result<OrderView, Error> {
     let order_id = OrderId::from(row.order_id);
-    let view = view_of(conn, row).await?;
+    let view = OrderView::load(conn, row).await?;
     events::append(
         conn,
         EventType::OrderHeld,
@@ -394,7 +335,7 @@ pub async fn get(pool: &PgPool, order_id: OrderId) -> Result<OrderDetail, Error>
     let payments = payments::for_order(&mut tx, order_id).await?;
     let mut refunds = Vec::new();
     for row in refunds::for_order(&mut tx, order_id).await? {
-        refunds.push(crate::refunds::view(&mut tx, row).await?);
+        refunds.push(RefundView::load(&mut tx, row).await?);
     }
     tx.commit().await?;
     let refunded_cents = refunds
@@ -408,18 +349,6 @@ pub async fn get(pool: &PgPool, order_id: OrderId) -> Result<OrderDetail, Error>
         payments: payments.into_iter().map(PaymentView::from).collect(),
         refunds,
     })
-}
-
-/// Loads the view of an order whose row the caller holds.
-///
-/// # Errors
-/// Database errors.
-pub(crate) async fn view_of(
-    conn: &mut PgConnection,
-    row: orders::OrderRow,
-) -> Result<OrderView, Error> {
-    let items = orders::items(conn, OrderId::from(row.order_id)).await?;
-    Ok(OrderView::new(row, items))
 }
 
 /// An order id from its text form (path or body).

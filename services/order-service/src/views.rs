@@ -1,15 +1,18 @@
 //! What the API answers and what events carry: JSON snapshots of orders, payments and refunds,
-//! built from database rows. A snapshot is complete enough for a consumer (WMS, stock) to act
-//! on it alone.
+//! built from database rows ([`OrderView::load`] and [`RefundView::load`] read the lines that
+//! go with a row). A snapshot is complete enough for a consumer (WMS, stock) to act on it
+//! alone.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::domain::{OrderStatus, RefundKind, RefundStatus};
-use crate::store::orders::{ItemRow, OrderRow};
+use crate::domain::{OrderId, OrderStatus, RefundKind, RefundStatus};
+use crate::error::Error;
+use crate::store::orders::{self, ItemRow, OrderRow};
 use crate::store::payments::PaymentRow;
-use crate::store::refunds::{RefundLineRow, RefundRow};
+use crate::store::refunds::{self, RefundLineRow, RefundRow};
 
 /// One order line.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
@@ -84,6 +87,15 @@ impl OrderView {
             paid_at: order.paid_at,
             cancelled_at: order.cancelled_at,
         }
+    }
+
+    /// Loads the view of an order whose row the caller holds: the row with its lines.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn load(conn: &mut PgConnection, row: OrderRow) -> Result<Self, Error> {
+        let items = orders::items(conn, OrderId::from(row.order_id)).await?;
+        Ok(Self::new(row, items))
     }
 }
 
@@ -175,6 +187,15 @@ impl RefundView {
             created_at: r.created_at,
             updated_at: r.updated_at,
         }
+    }
+
+    /// Loads a refund's view: the row with its lines.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn load(conn: &mut PgConnection, row: RefundRow) -> Result<Self, Error> {
+        let lines = refunds::lines(conn, &row.refund_no).await?;
+        Ok(Self::new(row, lines))
     }
 }
 

@@ -61,11 +61,11 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     let databases = [("order", &order), ("wms", &wms), ("stock", &stock)];
     let consumers = [
         ConsumerSpec {
-            name: order_service::fulfilment::CONSUMER_NAME,
+            name: order_service::subscription::CONSUMER_NAME,
             database: &order,
             group: &config.order_group,
-            aggregates: &order_service::fulfilment::CONSUMED_AGGREGATES,
-            handles: |t| order_service::fulfilment::versions(t).is_some(),
+            aggregates: &order_service::subscription::CONSUMED_AGGREGATES,
+            handles: |t| order_service::subscription::versions(t).is_some(),
         },
         ConsumerSpec {
             name: wms_consumer::handler::CONSUMER_NAME,

@@ -7,8 +7,9 @@
 //!   v  │
 //! INTERCEPTED ──permanent hold──> CANCELLED
 //! ```
-//! A hold is an open refund or a cancellation ([`Holds`]); where the outbound goes when the
-//! holds change is [`OutboundStatus::settle`]. A return may bring some units back (a refund by
+//! A hold is an open refund or a cancellation ([`Holds`]); how an event changes one is a
+//! [`HoldChange`], and where the outbound goes when the holds change is
+//! [`OutboundStatus::settle`]. A return may bring some units back (a refund by
 //! line): the outbound is then `SHIPPED` again with `returned_quantity` on its lines, and
 //! `RETURNED` only once every shipped unit is back. A refund by line that succeeds before
 //! shipping takes its units out of the outbound (`OutboundLinesCancelled`) and the rest ships.
@@ -49,6 +50,26 @@ pub struct Holds {
     pub active: bool,
     /// At least one hold can never be released (a succeeded refund, a cancellation).
     pub permanent: bool,
+}
+
+/// How an event changes a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldChange {
+    /// A refund was requested.
+    Open,
+    /// A refund was closed without paying out.
+    Release,
+    /// A refund of everything paid succeeded before shipping, or the order was cancelled: it
+    /// will never ship.
+    MakePermanent,
+    /// A return-and-refund succeeded without refunding the whole order: if the parcel left, it
+    /// must come back (permanent, the outbound stays recalled); if not, nothing comes back and
+    /// the rest of the order ships (released).
+    PermanentIfShipped,
+    /// A return-and-refund by line succeeded without refunding the whole order: if the parcel
+    /// left, its units must come back (permanent, recalled); if not, its units are taken out of
+    /// the outbound (now, or when the outbound is created) and the rest ships (released).
+    CutIfUnshipped,
 }
 
 impl OutboundStatus {

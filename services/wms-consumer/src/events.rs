@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::domain::OutboundStatus;
+use crate::domain::{HoldChange, OutboundStatus};
 use crate::store::{LineRow, OutboundRow, Units};
 
 /// Aggregate type of the WMS's events: routes to topic `outbox.event.outbound`.
@@ -251,8 +251,7 @@ impl OrderEvent {
     /// holds fulfilment: the goods must not leave, or must come back. A refund-only (a price
     /// adjustment, or goods the buyer keeps) does not, unless it leaves nothing of the order
     /// paid (`refundable_cents` 0): shipping that would send the goods for nothing.
-    pub fn refund_request_hold(&self) -> crate::fulfilment::HoldChange {
-        use crate::fulfilment::HoldChange;
+    pub fn refund_request_hold(&self) -> HoldChange {
         if self.refund_only() && self.refundable_cents.is_some_and(|c| c > 0) {
             HoldChange::Release
         } else {
@@ -279,8 +278,7 @@ impl OrderEvent {
     /// adjustment, or goods the buyer keeps) releases the hold and fulfilment goes on.
     /// `refunded_in_full` says "in full" (the order stays `PAID` until this WMS reports the
     /// outbound cancelled); `REFUNDED` is what older producers sent.
-    pub fn refund_success_hold(&self) -> crate::fulfilment::HoldChange {
-        use crate::fulfilment::HoldChange;
+    pub fn refund_success_hold(&self) -> HoldChange {
         if self.refunded_in_full || self.status.as_deref() == Some("REFUNDED") {
             HoldChange::MakePermanent
         } else if self.refund_only() {
@@ -340,7 +338,6 @@ mod tests {
 
     #[test]
     fn a_refund_only_request_holds_fulfilment_only_when_it_leaves_nothing_paid() {
-        use crate::fulfilment::HoldChange;
         let event = |kind: Option<&str>, refundable: Option<i64>| -> OrderEvent {
             serde_json::from_value(serde_json::json!({
                 "order_id": "7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90",
@@ -368,7 +365,6 @@ mod tests {
 
     #[test]
     fn a_refund_names_units_only_as_a_return_with_lines() {
-        use crate::fulfilment::HoldChange;
         let event = |kind: Option<&str>, lines: serde_json::Value, in_full: bool| -> OrderEvent {
             serde_json::from_value(serde_json::json!({
                 "order_id": "7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90",
@@ -414,7 +410,6 @@ mod tests {
 
     #[test]
     fn only_a_full_refund_or_a_return_holds_fulfilment_for_good() {
-        use crate::fulfilment::HoldChange;
         let event = |status: &str, kind: Option<&str>| -> OrderEvent {
             serde_json::from_value(serde_json::json!({
                 "order_id": "7d1f4b8e-2f0a-4c3e-9b1a-0c7e5d6f8a90",

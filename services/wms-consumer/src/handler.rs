@@ -8,8 +8,9 @@
 use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
 use sqlx::PgConnection;
 
+use crate::domain::HoldChange;
 use crate::events::{order_hold, refund_hold, OrderEvent, StockReserved, CANCELLED_HOLD};
-use crate::fulfilment::{self, HoldChange};
+use crate::fulfilment;
 
 /// The inbox's consumer name.
 pub const CONSUMER_NAME: &str = "wms";

@@ -7,7 +7,7 @@
 //! change commits together with its inbox row (for consumed events) and its own events in the
 //! outbox (`aggregate_type = outbound`), which an `outbox-relay` publishes.
 //!
-//! - [`domain`]: the outbound state machine, validated request texts.
+//! - [`domain`]: the outbound state machine, how events change holds, validated request texts.
 //! - [`fulfilment`]: the rules, on top of [`store`] (SQL) and [`events`] (payloads).
 //! - [`handler`]: the consumer runtime's handler; [`http`]: the API.
 //! - [`config`] and [`service`]: what the binary needs to run, on the shared skeleton

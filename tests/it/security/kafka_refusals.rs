@@ -13,7 +13,7 @@ use e2e::secured::{
 };
 use e2e::verify::dump_secured;
 use outbox_kit::kafka::{
-    check_connection, KafkaSecurityArgs, ProbeError, SaslMechanism, SecurityProtocol,
+    check_connection, KafkaSecurityArgs, KafkaSettings, ProbeError, SaslMechanism, SecurityProtocol,
 };
 use serde_json::json;
 
@@ -277,30 +277,72 @@ async fn a_broker_advertised_under_a_name_its_certificate_lacks_is_refused_at_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_broker_advertised_at_an_address_out_of_reach_is_named_and_not_fatal() {
-    // The SASL_SSL listener listens on one port and advertises another, where nothing listens.
     let pki = Pki::new();
+    let (kafka, closed) = advertising_a_closed_port(&pki);
+    let e = check_connection(
+        &kafka.brokers(),
+        &scram_login(&pki),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_err();
+    assert_names_the_advertised_address(&e, closed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advertised_address_out_of_reach_is_named_when_the_bootstrap_answers_slowly() {
+    // The bootstrap's bytes crawl through a slow link (a loaded TLS terminator, a busy CI
+    // machine), so each of the check's metadata requests times out before its answer comes,
+    // while librdkafka's own request on connecting gets one and sends the next requests to the
+    // advertised address. Once, this read as "no Kafka broker answered".
+    let pki = Pki::new();
+    let (kafka, closed) = advertising_a_closed_port(&pki);
+    let link = e2e::proxy::Proxy::start(0, kafka.port).await;
+    link.limit_rate(SLOW_LINK_BYTES_PER_SECOND);
+    let e = check_connection(
+        &format!("localhost:{}", link.port),
+        &scram_login(&pki),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap_err();
+    assert_names_the_advertised_address(&e, closed);
+}
+
+/// Slow enough that a metadata answer takes longer than one of the check's steps (half a
+/// second), fast enough that the TLS handshake and the SCRAM login end within the check's time.
+const SLOW_LINK_BYTES_PER_SECOND: u64 = 300;
+
+/// A broker whose SASL_SSL listener listens on one port and advertises another, where nothing
+/// listens; and that port.
+fn advertising_a_closed_port(pki: &Pki) -> (SecuredKafka, u16) {
     let closed = e2e::free_port();
     let kafka = SecuredKafka::start_with(
-        &pki,
+        pki,
         &[],
         &Advertised {
             sasl_ssl_port: Some(closed),
             ..Advertised::default()
         },
     );
-    let login = settings(KafkaSecurityArgs {
+    (kafka, closed)
+}
+
+/// The test user's SCRAM-SHA-512 login over TLS.
+fn scram_login(pki: &Pki) -> KafkaSettings {
+    settings(KafkaSecurityArgs {
         kafka_security_protocol: Some(SecurityProtocol::SaslSsl),
         kafka_sasl_mechanism: Some(SaslMechanism::ScramSha512),
         kafka_sasl_username: Some(e2e::secured::KAFKA_USER.to_owned()),
         kafka_sasl_password: Some(KAFKA_PASSWORD.to_owned()),
         kafka_ssl_ca_location: Some(pki.dir.join("ca.pem")),
         ..KafkaSecurityArgs::default()
-    });
-    let e = check_connection(&kafka.brokers(), &login, Duration::from_secs(30))
-        .await
-        .unwrap_err();
+    })
+}
+
+fn assert_names_the_advertised_address(e: &ProbeError, closed: u16) {
     assert!(
-        matches!(&e, ProbeError::AdvertisedUnreachable { address, .. } if *address == format!("localhost:{closed}")),
+        matches!(e, ProbeError::AdvertisedUnreachable { address, .. } if *address == format!("localhost:{closed}")),
         "{e}"
     );
     assert!(!e.is_fatal(), "a broker answered: the process carries on");

@@ -6,7 +6,8 @@ use serde::Deserialize;
 use crate::domain::{Cents, RefundKind, ValidationError};
 use outbox_kit::validate::{Chars, TextRule};
 
-use crate::orders::{CreateOrderItemBody, NewOrder};
+use crate::lines::CreateOrderItemBody;
+use crate::orders::NewOrder;
 use crate::refunds::{epoch_ms_schema, EPOCH_MS};
 
 /// A pushed message as received. The platform may add fields: unknown ones are ignored.
@@ -225,7 +226,7 @@ pub struct RefundChange {
     /// Money only, or money against the goods.
     pub kind: RefundKind,
     /// The lines taken back (empty: the whole trade).
-    pub lines: Vec<crate::orders::OrderLine>,
+    pub lines: Vec<crate::lines::OrderLine>,
 }
 
 /// What a message says changed.
@@ -275,6 +276,16 @@ pub enum MessageError {
     /// A field is missing or invalid.
     #[error(transparent)]
     Invalid(#[from] ValidationError),
+}
+
+/// A refused message answers as the service's own errors do (an unknown type, a bad field).
+impl From<MessageError> for crate::Error {
+    fn from(e: MessageError) -> Self {
+        match e {
+            MessageError::UnknownType(t) => Self::UnknownMessageType(t),
+            MessageError::Invalid(v) => Self::Validation(v),
+        }
+    }
 }
 
 /// A platform id: 1-128 characters, no control characters.

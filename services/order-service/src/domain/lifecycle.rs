@@ -19,8 +19,7 @@
 //! as a return). A partial refund, or any refund after shipping, leaves the order where it is. After shipping, the goods coming back ([`LifecycleEvent::ReturnReceived`],
 //! the WMS received the return) ends the order in `RETURNED`.
 
-use crate::domain::OrderStatus;
-use crate::events::EventType;
+use crate::domain::{EventType, OrderStatus};
 
 /// What can happen to an order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -2,11 +2,13 @@
 //! and refund state machines. Requests are parsed into these types at the edge (`TryFrom` of
 //! the wire bodies); the core never re-checks them.
 
+mod event_type;
 mod ids;
 pub mod lifecycle;
 mod money;
 mod status;
 
+pub use event_type::EventType;
 pub use ids::{
     IdempotencyKey, OrderId, RefundNo, RefundReason, SkuId, SkuName, TransactionId, UserId,
 };

@@ -5,7 +5,7 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::domain::{Cents, OrderId, RefundKind, RefundNo, RefundReason, RefundStatus};
-use crate::orders::OrderLine;
+use crate::lines::OrderLine;
 
 const REFUND_COLUMNS: &str =
     "refund_no, order_id, amount_cents, reason, kind, status, provider_modified_ms, created_at, updated_at";

@@ -1,0 +1,235 @@
+//! The prepare and publish steps: each row's topic (or why it cannot be sent), then the send,
+//! pipelined on the relay's producer, with the events retried after a failure each sent alone
+//! on a second producer beside it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{BatchEnd, Batcher};
+use crate::decide::Outcome;
+use crate::failure::{FailureClass, Scope};
+use crate::publisher::Send;
+use crate::store::ClaimedRow;
+
+/// Most events a batch sends alone (see [`Batcher::publish`]).
+pub const LONE_SENDS_PER_BATCH: usize = 16;
+
+/// A claimed row before publishing.
+pub(super) enum Prepared {
+    /// Goes to this topic.
+    Topic(Arc<str>),
+    /// Not sent.
+    Failed(Outcome),
+}
+
+impl Batcher<'_> {
+    /// Each row's topic, or the outcome of a row that cannot be sent.
+    pub(super) async fn prepare(&mut self, rows: &[ClaimedRow]) -> Result<Vec<Prepared>, BatchEnd> {
+        // Routed topics are the same for every row of an aggregate type: build each once.
+        let mut routed: HashMap<&str, Arc<str>> = HashMap::new();
+        let mut prepared: Vec<Prepared> = rows
+            .iter()
+            .map(|r| match &r.message {
+                Ok(m) if m.topic.as_deref().is_some_and(|t| !t.is_empty()) => {
+                    Prepared::Topic(Arc::from(self.publisher.topic_of(m)))
+                }
+                Ok(m) => Prepared::Topic(
+                    routed
+                        .entry(m.aggregate_type.as_str())
+                        .or_insert_with(|| Arc::from(self.publisher.topic_of(m)))
+                        .clone(),
+                ),
+                Err(u) => Prepared::Failed(Outcome::Failed {
+                    scope: Scope::Event(FailureClass::Undecodable),
+                    detail: u.error.clone(),
+                    alone: false,
+                }),
+            })
+            .collect();
+        let names = prepared.iter().filter_map(|p| match p {
+            Prepared::Topic(t) => Some(&**t),
+            Prepared::Failed(_) => None,
+        });
+        let problems = match self.topics.check(self.publisher.producer(), names).await {
+            Ok(p) => p,
+            Err(e) => {
+                self.metrics.set_healthy(false);
+                self.kafka.failed(&format_args!("checking topics: {e}"));
+                return Err(BatchEnd::Backoff);
+            }
+        };
+        if !problems.is_empty() {
+            for p in &mut prepared {
+                if let Prepared::Topic(t) = p {
+                    if let Some(problem) = problems.get(&**t) {
+                        *p = Prepared::Failed(Outcome::Failed {
+                            scope: Scope::Event(problem.class),
+                            detail: problem.detail.clone(),
+                            alone: false,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(prepared)
+    }
+
+    /// Sends the batch. `None` when shutdown's grace period ran out (nothing is marked; the
+    /// rows are sent again later): the grace period bounds every send of the batch, the
+    /// pipelined ones and the lone ones alike.
+    ///
+    /// Aggregates with a row that failed before (suspects) send only their first claimed row,
+    /// alone: one message at a time on the relay's second producer, so the broker's verdict on
+    /// its record batch is the verdict on this event (a refused record batch reports its
+    /// error on every event in it, and the culprit may be any of them), and a suspect's
+    /// failure never touches the producer of the healthy events. The suspects' later rows wait
+    /// for the next batch (they follow once the first is published). Lone sends run beside the
+    /// pipelined send of everything else, at most [`LONE_SENDS_PER_BATCH`] per batch, and no
+    /// new one starts once the pipelined send is done (when it sent anything): the healthy
+    /// aggregates never wait for them beyond one lone round trip.
+    pub(super) async fn publish(
+        &mut self,
+        rows: &[ClaimedRow],
+        prepared: &[Prepared],
+        retrying: &HashMap<i64, i32>,
+        shutdown: &CancellationToken,
+    ) -> Option<Vec<Outcome>> {
+        let mut known: Vec<Option<Outcome>> = prepared
+            .iter()
+            .map(|p| match p {
+                Prepared::Failed(o) => Some(o.clone()),
+                Prepared::Topic(_) => None,
+            })
+            .collect();
+        let lone = lone_candidates(rows, retrying, &mut known);
+        let mut sent_alone = vec![false; rows.len()];
+        for &i in &lone {
+            sent_alone[i] = true;
+        }
+        let sends: Vec<Send<'_>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| match (&known[i], &prepared[i], &row.message) {
+                (Some(o), _, _) => Send::Known(row.aggregate(), o),
+                _ if sent_alone[i] => Send::Known(row.aggregate(), &Outcome::BlockedBehindFailure),
+                (None, Prepared::Topic(t), Ok(m)) => Send::Message(m, t),
+                (None, _, _) => unreachable!("rows without a topic or message have an outcome"),
+            })
+            .collect();
+        let main = &*self.publisher;
+        let lone_publisher = &mut *self.lone;
+        let pipelined_done = std::sync::atomic::AtomicBool::new(false);
+        // With nothing else to send, the lone sends may use the whole bound.
+        let pipelining = sends.iter().any(|s| matches!(s, Send::Message(..)));
+        let pipelined = async {
+            let outcomes = main.publish(&sends, false).await;
+            pipelined_done.store(pipelining, std::sync::atomic::Ordering::Release);
+            outcomes
+        };
+        let alone = async {
+            let mut outcomes: Vec<(usize, Outcome)> = Vec::new();
+            for &i in &lone {
+                let over = outcomes.len() >= LONE_SENDS_PER_BATCH
+                    || (!outcomes.is_empty()
+                        && pipelined_done.load(std::sync::atomic::Ordering::Acquire));
+                if over {
+                    break;
+                }
+                let (Prepared::Topic(topic), Ok(message)) = (&prepared[i], &rows[i].message) else {
+                    continue;
+                };
+                tracing::debug!(outbox.id = message.id, event.id = %message.event_id, "Sending an event alone (retried after a failure)");
+                let outcome = lone_publisher
+                    .publish(&[Send::Message(message, topic)], true)
+                    .await
+                    .pop()
+                    .unwrap_or(Outcome::BlockedBehindFailure);
+                if lone_publisher.is_fatal() {
+                    // A refused record batch stops the producer (gapless guarantee): only the
+                    // lone one, the healthy events' producer goes on.
+                    if let Err(e) = lone_publisher.replace() {
+                        tracing::error!(error = %e, "Could not recreate the lone Kafka producer");
+                    }
+                }
+                outcomes.push((i, outcome));
+            }
+            outcomes
+        };
+        let grace = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(self.shutdown_timeout).await;
+        };
+        let (mut outcomes, lone_outcomes) = tokio::select! {
+            both = async { tokio::join!(pipelined, alone) } => both,
+            _ = grace => {
+                tracing::warn!(events = rows.len(), "Shutdown grace period over; abandoning in-flight events unmarked");
+                return None;
+            }
+        };
+        if !lone.is_empty() {
+            self.metrics.lone_sends.observe(lone_outcomes.len() as f64);
+        }
+        for (i, outcome) in lone_outcomes {
+            outcomes[i] = match outcome {
+                // The lone producer failed as a whole: not this event's fault, and not the
+                // healthy producer's; sent again next batch.
+                Outcome::Failed {
+                    scope: Scope::Relay,
+                    ..
+                } => Outcome::BlockedBehindFailure,
+                o => o,
+            };
+        }
+        if self.publisher.is_fatal() {
+            self.replace_producer();
+        }
+        Some(outcomes)
+    }
+
+    /// Starts a new producer session after the producer stopped (a refused or failed batch).
+    pub(super) fn replace_producer(&mut self) {
+        tracing::info!(
+            "Kafka producer stopped after a refused or failed batch; starting a new producer session and resending from the outbox"
+        );
+        if let Err(e) = self.publisher.replace() {
+            tracing::error!(error = %e, "Could not recreate the Kafka producer");
+        }
+    }
+}
+
+/// The rows to send alone, in `id` order: the first claimed row of each aggregate with a row
+/// that failed before. The later rows of those aggregates get
+/// [`Outcome::BlockedBehindFailure`] in `known` (not sent in this batch). A first row that
+/// already has an outcome (it failed before sending) is not sent.
+fn lone_candidates(
+    rows: &[ClaimedRow],
+    retrying: &HashMap<i64, i32>,
+    known: &mut [Option<Outcome>],
+) -> Vec<usize> {
+    if retrying.is_empty() {
+        return Vec::new();
+    }
+    let suspects: HashSet<(&str, &str)> = rows
+        .iter()
+        .filter(|r| retrying.contains_key(&r.id()))
+        .map(ClaimedRow::aggregate)
+        .collect();
+    let mut first_seen: HashSet<(&str, &str)> = HashSet::new();
+    let mut lone = Vec::new();
+    for (i, row) in rows.iter().enumerate() {
+        let aggregate = row.aggregate();
+        if !suspects.contains(&aggregate) {
+            continue;
+        }
+        if !first_seen.insert(aggregate) {
+            known[i].get_or_insert(Outcome::BlockedBehindFailure);
+            continue;
+        }
+        if known[i].is_none() {
+            lone.push(i);
+        }
+    }
+    lone
+}

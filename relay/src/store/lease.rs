@@ -1,0 +1,143 @@
+//! The leader lease: taking, renewing, releasing and reading the one row that says which relay
+//! may publish, and under which fencing epoch ([`LeaseToken`]); claims and marks check it in
+//! their own statements.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::Store;
+
+/// Proof of holding the relay lease: the lease name, this instance and the fencing epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseToken {
+    /// Lease name.
+    pub name: String,
+    /// This instance.
+    pub holder: String,
+    /// Fencing epoch, grows with every change of holder.
+    pub epoch: i64,
+}
+
+/// Current lease row, for `status`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseInfo {
+    /// Holder instance id.
+    pub holder: String,
+    /// Fencing epoch.
+    pub epoch: i64,
+    /// Seconds since the last renewal.
+    pub renewed_seconds_ago: f64,
+    /// Seconds until expiry (negative when expired).
+    pub expires_in_seconds: f64,
+}
+
+/// True while the lease `$1` is held by `$2` under epoch `$3` and has not expired: the check a
+/// claim makes in its own statement.
+pub(super) const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM outbox_relay_lease \
+     WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > now())";
+
+impl Store {
+    /// Takes the lease if it is free or expired; returns the token with the new epoch.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn try_acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<LeaseToken>, sqlx::Error> {
+        let mut s = self.lease_session().await?;
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO outbox_relay_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at) \
+             VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3)) \
+             ON CONFLICT (name) DO UPDATE \
+                SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = now(), \
+                    renewed_at = now(), expires_at = EXCLUDED.expires_at \
+              WHERE l.expires_at <= now() \
+             RETURNING epoch",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(ttl.as_secs_f64())
+        .fetch_optional(s.conn())
+        .await?;
+        s.finish().await?;
+        Ok(epoch.map(|epoch| LeaseToken {
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+            epoch,
+        }))
+    }
+
+    /// Extends the lease; `false` when it changed hands. An expired lease nobody else took is
+    /// extended under the same epoch.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn renew_lease(
+        &self,
+        lease: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        let mut s = self.lease_session().await?;
+        let n = sqlx::query(
+            "UPDATE outbox_relay_lease \
+             SET renewed_at = now(), expires_at = now() + make_interval(secs => $4) \
+             WHERE name = $1 AND holder = $2 AND epoch = $3",
+        )
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(ttl.as_secs_f64())
+        .execute(s.conn())
+        .await?
+        .rows_affected();
+        s.finish().await?;
+        Ok(n == 1)
+    }
+
+    /// Gives the lease up so a standby can take over at once.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn release_lease(&self, lease: &LeaseToken) -> Result<(), sqlx::Error> {
+        let mut s = self.lease_session().await?;
+        sqlx::query(
+            "UPDATE outbox_relay_lease SET expires_at = now() \
+             WHERE name = $1 AND holder = $2 AND epoch = $3",
+        )
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .execute(s.conn())
+        .await?;
+        s.finish().await?;
+        Ok(())
+    }
+
+    /// The lease row, if any.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn lease_info(&self, name: &str) -> Result<Option<LeaseInfo>, sqlx::Error> {
+        let mut s = self.session().await?;
+        let row = sqlx::query(
+            "SELECT holder, epoch, \
+                    extract(epoch FROM now() - renewed_at)::float8 AS renewed_ago, \
+                    extract(epoch FROM expires_at - now())::float8 AS expires_in \
+             FROM outbox_relay_lease WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(s.conn())
+        .await?;
+        s.finish().await?;
+        Ok(row.map(|r| LeaseInfo {
+            holder: r.get("holder"),
+            epoch: r.get("epoch"),
+            renewed_seconds_ago: r.get("renewed_ago"),
+            expires_in_seconds: r.get("expires_in"),
+        }))
+    }
+}

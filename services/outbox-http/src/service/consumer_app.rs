@@ -1,0 +1,341 @@
+//! The skeleton of a consuming service (`wms-consumer`, `stock-consumer`): the flags they all
+//! take ([`ConsumerServiceArgs`]) and one builder ([`ConsumerService`]) that migrates, serves
+//! the HTTP API and consumes events until SIGTERM, or runs a `dlq` operator command and
+//! returns. Each service names itself and hands over its migrations, router and handler.
+
+use axum::Router;
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::PgPool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{ConsumerServiceMetrics, ServiceArgs};
+use outbox_consumer::dlq_cli::ConsumerCommand;
+use outbox_consumer::redrive::DlqError;
+use outbox_consumer::{ConsumerArgs, ConsumerError, Handler, RuntimeConfig};
+
+/// The flags and environment variables every consuming service takes: [`ServiceArgs`], the
+/// brokers, the consumer's settings and the `dlq` subcommand. Flatten it into the service's
+/// `clap::Parser` and give `listen` its default there (see [`ServiceArgs`]).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConsumerServiceArgs {
+    /// Listen address, database and drain deadline.
+    #[command(flatten)]
+    pub service: ServiceArgs,
+
+    /// Kafka bootstrap servers, comma separated.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub kafka_brokers: String,
+
+    /// Bearer-token verification of the HTTP API (operator endpoints need
+    /// `roles: ["operator"]`). A key is required to serve; `dlq` commands don't need one.
+    #[command(flatten)]
+    pub auth: crate::auth::AuthArgs,
+
+    /// Consumer settings.
+    #[command(flatten)]
+    pub consumer: ConsumerArgs,
+
+    /// An operator command (`dlq list`, `dlq redrive`); without one, the service runs.
+    #[command(subcommand)]
+    pub command: Option<ConsumerCommand>,
+}
+
+/// Why a consuming service stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// `DATABASE_URL` is not a valid PostgreSQL URL.
+    #[error("invalid DATABASE_URL")]
+    DatabaseUrl(#[source] sqlx::Error),
+    /// The outbox, inbox or service migrations could not be applied.
+    #[error("applying the outbox, inbox and {service} migrations")]
+    Migrate {
+        /// The service's name.
+        service: &'static str,
+        /// What failed.
+        #[source]
+        source: MigrateError,
+    },
+    /// The Kafka security settings are incomplete or contradict each other.
+    #[error("Kafka security settings")]
+    KafkaSecurity(#[from] outbox_kafka::KafkaSecurityError),
+    /// A secret is weak or published (a placeholder) and `--allow-weak-secrets` is not set.
+    #[error(transparent)]
+    WeakSecrets(#[from] outbox_process::secrets::WeakSecrets),
+    /// The bearer-token settings cannot verify tokens (no key, no issuer, ...).
+    #[error("bearer-token configuration")]
+    Auth(#[from] crate::auth::AuthConfigError),
+    /// The HTTP listener could not be bound.
+    #[error("binding {addr}")]
+    Bind {
+        /// The `--listen` address.
+        addr: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A `dlq` operator command failed.
+    #[error("dlq command failed")]
+    Dlq(#[from] DlqError),
+    /// The consumer runtime stopped on a fatal error.
+    #[error("running the consumer")]
+    Consumer(#[from] ConsumerError),
+    /// Serving HTTP failed.
+    #[error("serving HTTP")]
+    Serve(#[source] std::io::Error),
+    /// The HTTP server task panicked or was cancelled.
+    #[error("HTTP server task")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// Builds the HTTP API from the pool and the process's metrics.
+type RouterFn = Box<dyn FnOnce(PgPool, ConsumerServiceMetrics) -> Router + Send>;
+
+/// Registers the state gauges in the process's registry.
+type StateGaugesFn = Box<dyn FnOnce(&prometheus::Registry) -> super::StateGauges + Send>;
+
+/// One consuming service: its name, consumer, migrations, HTTP API and event handler.
+pub struct ConsumerService<H> {
+    name: &'static str,
+    metrics_prefix: &'static str,
+    consumer_name: &'static str,
+    aggregate_types: &'static [&'static str],
+    migrator: Option<Migrator>,
+    router: Option<RouterFn>,
+    state_gauges: Option<StateGaugesFn>,
+    handler: Arc<H>,
+}
+
+impl<H> std::fmt::Debug for ConsumerService<H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerService")
+            .field("name", &self.name)
+            .field("consumer_name", &self.consumer_name)
+            .field("aggregate_types", &self.aggregate_types)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<H: Handler> ConsumerService<H> {
+    /// Service `name` (also the default consumer group), whose metrics start with
+    /// `metrics_prefix` (`wms` gives `wms_http_requests_total`), running `handler` as consumer
+    /// `consumer_name` on the topics of `aggregate_types`. Without [`Self::migrator`] only the
+    /// outbox and inbox migrations run; without [`Self::router`] the API is empty.
+    pub fn new(
+        name: &'static str,
+        metrics_prefix: &'static str,
+        consumer_name: &'static str,
+        aggregate_types: &'static [&'static str],
+        handler: H,
+    ) -> Self {
+        Self {
+            name,
+            metrics_prefix,
+            consumer_name,
+            aggregate_types,
+            migrator: None,
+            router: None,
+            state_gauges: None,
+            handler: Arc::new(handler),
+        }
+    }
+
+    /// The service's own migrations, applied after the outbox's and the inbox's (set
+    /// `ignore_missing`: they share sqlx's bookkeeping table).
+    #[must_use]
+    pub fn migrator(mut self, migrator: Migrator) -> Self {
+        self.migrator = Some(migrator);
+        self
+    }
+
+    /// The HTTP API, built from the pool and the process's metrics once both exist.
+    #[must_use]
+    pub fn router(
+        mut self,
+        router: impl FnOnce(PgPool, ConsumerServiceMetrics) -> Router + Send + 'static,
+    ) -> Self {
+        self.router = Some(Box::new(router));
+        self
+    }
+
+    /// Gauges of the service's business state, registered in the process's registry and read
+    /// every `--state-metrics-interval-ms` ([`super::StateGauges`]).
+    #[must_use]
+    pub fn state_gauges(
+        mut self,
+        gauges: impl FnOnce(&prometheus::Registry) -> super::StateGauges + Send + 'static,
+    ) -> Self {
+        self.state_gauges = Some(Box::new(gauges));
+        self
+    }
+
+    /// The consumer runtime's configuration (default group: the service's name).
+    ///
+    /// # Errors
+    /// Incomplete or contradicting Kafka security settings.
+    pub fn runtime_config(
+        &self,
+        args: &ConsumerServiceArgs,
+    ) -> Result<RuntimeConfig, outbox_kafka::KafkaSecurityError> {
+        args.consumer.runtime_config(
+            self.consumer_name,
+            &args.kafka_brokers,
+            self.name,
+            self.aggregate_types,
+        )
+    }
+
+    /// Runs the `dlq` command of `args` if there is one; otherwise migrates, then serves the
+    /// HTTP API and consumes events until SIGTERM (or a fatal consumer error, which stops the
+    /// HTTP server too).
+    ///
+    /// # Errors
+    /// See [`ServiceError`]: invalid URL, failed migration, unbindable address, failed `dlq`
+    /// command, fatal consumer or HTTP error.
+    pub async fn run(self, args: ConsumerServiceArgs) -> Result<(), ServiceError> {
+        let runtime = self.runtime_config(&args)?;
+        if let Some(command) = &args.command {
+            return Ok(outbox_consumer::dlq_cli::run(
+                command,
+                &runtime,
+                &mut std::io::stdout().lock(),
+            )
+            .await?);
+        }
+        let settings = &args.service;
+        let only = settings.migrations == super::Migrations::Only;
+        let auth_secrets = args.auth.secrets();
+        settings.check_secrets(if only { &[] } else { &auth_secrets })?;
+        let auth = if only {
+            None
+        } else {
+            Some(args.auth.authenticator()?)
+        };
+        let pool = super::connect_lazy(&settings.database_url, settings.database_max_connections)
+            .map_err(ServiceError::DatabaseUrl)?;
+        if settings.migrations != super::Migrations::Skip {
+            self.migrate(&pool)
+                .await
+                .map_err(|source| ServiceError::Migrate {
+                    service: self.name,
+                    source,
+                })?;
+        }
+        let Some(auth) = auth else {
+            tracing::info!(
+                service = self.name,
+                "Migrations applied (DATABASE_MIGRATIONS=only)"
+            );
+            pool.close().await;
+            return Ok(());
+        };
+        let listener =
+            super::bind(&settings.listen)
+                .await
+                .map_err(|source| ServiceError::Bind {
+                    addr: settings.listen.clone(),
+                    source,
+                })?;
+        let shutdown = super::shutdown_on_signal();
+        let metrics = ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name);
+        let gauges = self.state_gauges.map(|g| {
+            tokio::spawn(g(&metrics.registry).run(
+                pool.clone(),
+                Duration::from_millis(settings.state_metrics_interval_ms),
+                shutdown.clone(),
+            ))
+        });
+        let router = match self.router {
+            Some(router) => router(pool.clone(), metrics.clone()),
+            None => Router::new(),
+        }
+        .layer(axum::Extension(auth));
+        let limits = settings.http.limits(&[]);
+        let drain = settings.shutdown_timeout();
+        let stop_http = shutdown.clone();
+        let http = tokio::spawn(async move {
+            super::serve_with_limits(listener, router, stop_http, drain, &limits).await
+        });
+        let consumed = outbox_consumer::run(
+            runtime,
+            pool.clone(),
+            self.handler,
+            metrics.consumer.clone(),
+            shutdown.clone(),
+        )
+        .await;
+        // The consumer only returns early on a fatal error: stop serving too.
+        shutdown.cancel();
+        let served = http.await?;
+        if let Some(gauges) = gauges {
+            let _ = gauges.await;
+        }
+        pool.close().await;
+        consumed?;
+        served.map_err(ServiceError::Serve)?;
+        tracing::info!("Stopped");
+        Ok(())
+    }
+
+    /// Applies the outbox, inbox and service migrations.
+    async fn migrate(&self, pool: &PgPool) -> Result<(), MigrateError> {
+        outbox_writer::schema::migrate(pool).await?;
+        outbox_writer::schema::migrate_inbox(pool).await?;
+        match &self.migrator {
+            Some(m) => m.run(pool).await,
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    #[command(name = "svc", mut_arg("listen", |a| a.default_value("127.0.0.1:9999").required(false)))]
+    struct Config {
+        #[command(flatten)]
+        service: ConsumerServiceArgs,
+    }
+
+    #[test]
+    fn flags_parse_with_the_service_default_listen_and_a_dlq_subcommand() {
+        let c = Config::try_parse_from([
+            "svc",
+            "--database-url",
+            "postgres://x/svc",
+            "--kafka-brokers",
+            "k:9092",
+        ])
+        .unwrap();
+        assert_eq!(c.service.service.listen, "127.0.0.1:9999");
+        assert_eq!(c.service.service.database_max_connections, 20);
+        assert_eq!(
+            c.service.service.shutdown_timeout(),
+            Duration::from_secs(10)
+        );
+        assert_eq!(c.service.command, None, "no subcommand: run the service");
+        let dlq = Config::try_parse_from([
+            "svc",
+            "--database-url",
+            "postgres://x/svc",
+            "--kafka-brokers",
+            "k:9092",
+            "dlq",
+            "list",
+            "--json",
+        ])
+        .unwrap();
+        assert_eq!(
+            dlq.service.command,
+            Some(ConsumerCommand::Dlq(
+                outbox_consumer::dlq_cli::DlqCommand::List { json: true }
+            ))
+        );
+    }
+}
