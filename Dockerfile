@@ -9,7 +9,7 @@
 #   docker run --rm -e DATABASE_URL=... -e KAFKA_BROKERS=... outbox-relay run
 #   docker run --rm --entrypoint order-service -e DATABASE_URL=... outbox-relay
 #
-# Written and checked statically (tests/it/deploy.rs: every binary, path and flag named here
+# Written and checked statically (tests/it/operations/deploy.rs: every binary, path and flag named here
 # exists in the workspace); not built on the project's machines, which have no Docker engine.
 
 ARG RUST_VERSION=1.95

@@ -19,14 +19,14 @@
 #     tests/tools/kafka_tool.py, only when missing or at another version;
 #   - in the same venv, pinned check-jsonschema and kubernetes-validate (validation of
 #     deploy/compose and deploy/k8s), only when missing or at another version;
-#   - in the same venv, a pinned schemathesis (`st`, the API fuzzer of tests/it/openapi_fuzz.rs),
+#   - in the same venv, a pinned schemathesis (`st`, the API fuzzer of tests/it/security/openapi_fuzz.rs),
 #     only when missing or at another version;
 #   - in the same venv, a pinned cloudevents SDK (its Kafka binding reads the relay's CloudEvents
-#     back in tests/it/wire_formats.rs), only when missing or at another version;
+#     back in tests/it/publishing/wire_formats.rs), only when missing or at another version;
 #   - Prometheus and promtool (Debian package `prometheus`), only when promtool is missing;
 #     the package's own service is kept from starting (the tests start their own server);
 #   - PgBouncer (Debian package `pgbouncer`), only when the binary is missing; its service is
-#     kept from starting too (tests/it/pgbouncer.rs starts its own on a free port);
+#     kept from starting too (tests/it/delivery/pgbouncer.rs starts its own on a free port);
 #   - the openssl command line tool (Debian package `openssl`), which makes the tests'
 #     certificates, only when missing.
 #

@@ -33,11 +33,11 @@ LZ4_VERSION=4.4.5
 # The CloudEvents SDK: reads the relay's CloudEvents back in the tests (an independent
 # implementation of the Kafka protocol binding).
 CLOUDEVENTS_VERSION=1.12.1
-# Validators of the deployment files (tests/it/deploy.rs), in the same venv: the compose file
+# Validators of the deployment files (tests/it/operations/deploy.rs), in the same venv: the compose file
 # against the compose-spec schema, the Kubernetes manifests against the API schemas.
 CHECK_JSONSCHEMA_VERSION=0.39.0
 KUBERNETES_VALIDATE_VERSION=1.37.0
-# The independent API fuzzer run against every service's /openapi.json (tests/it/openapi_fuzz.rs).
+# The independent API fuzzer run against every service's /openapi.json (tests/it/security/openapi_fuzz.rs).
 SCHEMATHESIS_VERSION=4.32.5
 VENV="$CACHE/venv"
 PYTHON="${PYTHON:-$VENV/bin/python}"

@@ -1,10 +1,16 @@
-//! Helpers shared by the test modules.
+//! Helpers shared by the test modules: draining an outbox and checking the broker against what
+//! was written, a relay's counts and the lease, topics that refuse poisons, a ledger of events
+//! written with plain SQL and the operator's commands.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use e2e::proc::relay_cli;
 use e2e::stream::Written;
 use e2e::verify::{check, dump, Report};
+use serde_json::Value;
 use sqlx::PgPool;
+use uuid::Uuid;
 
 pub const AGGREGATE_TYPE: &str = "order";
 
@@ -133,7 +139,7 @@ pub async fn create_topic_by_publishing(
     db: &e2e::db::TestDb,
     brokers: &str,
     prefix: &str,
-    ledger: &mut crate::parking::Ledger,
+    ledger: &mut Ledger,
 ) {
     let mut warm = e2e::proc::RelayProcess::start(&e2e::proc::RelayArgs::new(
         &db.url, brokers, prefix, "warm",
@@ -175,4 +181,123 @@ pub fn runtime_config(
         inbox_retention: None,
         purge: Default::default(),
     }
+}
+
+/// What the test wrote: event id → (aggregate, outbox id).
+#[derive(Debug, Default)]
+pub struct Ledger {
+    pub events: HashMap<Uuid, (String, i64)>,
+}
+
+impl Ledger {
+    /// Inserts one event with plain SQL (like a producer in any language would).
+    pub async fn put(
+        &mut self,
+        pool: &PgPool,
+        aggregate: &str,
+        payload: &str,
+        headers: &str,
+        topic: Option<&str>,
+    ) -> (i64, Uuid) {
+        let (id, event_id): (i64, Uuid) = sqlx::query_as(
+            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, topic) \
+             VALUES ('order', $1, 'E', $2::jsonb, $3::jsonb, $4) RETURNING id, event_id",
+        )
+        .bind(aggregate)
+        .bind(payload)
+        .bind(headers)
+        .bind(topic)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        self.events.insert(event_id, (aggregate.to_owned(), id));
+        (id, event_id)
+    }
+
+    /// First occurrences on the broker out of `id` order, per aggregate; events missing.
+    pub fn check(&self, records: &[e2e::verify::Record]) -> (Vec<String>, Vec<Uuid>) {
+        let mut sorted: Vec<&e2e::verify::Record> = records.iter().collect();
+        sorted.sort_by_key(|r| (r.topic.clone(), r.partition, r.offset));
+        let mut seen = std::collections::HashSet::new();
+        let mut last: HashMap<&str, i64> = HashMap::new();
+        let mut violations = Vec::new();
+        for r in sorted {
+            let Some(id) = r
+                .headers
+                .get("event_id")
+                .and_then(|s| Uuid::parse_str(s).ok())
+            else {
+                continue;
+            };
+            let Some((agg, outbox_id)) = self.events.get(&id) else {
+                continue;
+            };
+            if !seen.insert(id) {
+                continue;
+            }
+            let l = last.entry(agg.as_str()).or_default();
+            if *outbox_id < *l {
+                violations.push(format!("{agg}: id {outbox_id} after {l}"));
+            }
+            *l = (*l).max(*outbox_id);
+        }
+        let missing = self
+            .events
+            .keys()
+            .filter(|e| !seen.contains(*e))
+            .copied()
+            .collect();
+        (violations, missing)
+    }
+}
+
+/// Runs an operator command with `--json`; returns its exit code and parsed output.
+pub fn ops(args: &[&str], url: &str) -> (i32, Value) {
+    let mut argv = args.to_vec();
+    argv.extend(["--database-url", url, "--json"]);
+    let out = relay_cli(&argv);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: not JSON ({e}): {text}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), json)
+}
+
+/// `d` in seconds with one decimal, for the tests' timing lines.
+pub fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// Five events `{"n": i}` of type `event_type` for aggregates `aggregate(i)`, in one
+/// transaction on `db`.
+pub async fn write_five_events(
+    db: &e2e::db::TestDb,
+    aggregate: impl Fn(usize) -> String,
+    event_type: &str,
+) {
+    let mut tx = db.pool.begin().await.unwrap();
+    for i in 0..5 {
+        let payload = serde_json::json!({"n": i});
+        outbox_kit::enqueue(
+            &mut *tx,
+            &outbox_kit::NewEvent::new("order", &aggregate(i), event_type, &payload),
+        )
+        .await
+        .unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// Starts a relay with `args` that should stop by itself (`what`); its log once it has.
+pub async fn relay_stopped(args: &e2e::proc::RelayArgs, what: &str) -> String {
+    let mut relay = e2e::proc::RelayProcess::start(args);
+    e2e::wait_for(what, Duration::from_secs(60), || {
+        let running = relay.is_running();
+        async move { (!running).then_some(()) }
+    })
+    .await;
+    relay.log_text()
 }

@@ -13,7 +13,7 @@ pub const JWT_AUDIENCE: &str = "outbox-shop";
 
 /// The JWT environment of every service process, with the development switch that lets the
 /// tests' published secrets (these constants, the callback secrets) through the start-up check
-/// (`outbox_kit::secrets`); `tests/it/secrets.rs` starts the services without it.
+/// (`outbox_kit::secrets`); `tests/it/security/secrets.rs` starts the services without it.
 pub const ENV: [(&str, &str); 4] = [
     ("JWT_HS256_SECRET", JWT_SECRET),
     ("JWT_ISSUER", JWT_ISSUER),

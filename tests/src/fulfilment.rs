@@ -3,9 +3,9 @@
 //! groups. HTTP helpers drive them; SQL helpers look into their databases.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use order_service::CallbackSecret;
 use reqwest::StatusCode;
@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use crate::db::TestDb;
-use crate::proc::{log_dir, signal, wait_exit, workspace_binary, RelayArgs, RelayProcess};
+use crate::proc::{log_file, workspace_binary, RelayArgs, RelayProcess, ServiceProcess};
 
 /// The secret the order service verifies payment and refund callbacks with.
 pub const SECRET: &str = "e2e-callback-secret";
@@ -21,7 +21,7 @@ pub const SECRET: &str = "e2e-callback-secret";
 /// Partitions of every topic the tests create.
 pub const PARTITIONS: i32 = 3;
 
-/// One service binary as a child process; killed when dropped. It can be
+/// One service binary as a child process ([`ServiceProcess`]); killed when dropped. It can be
 /// killed and started again while other tasks use it (interior mutability).
 #[derive(Debug)]
 pub struct Service {
@@ -29,7 +29,7 @@ pub struct Service {
     pub name: String,
     bin: String,
     envs: Vec<(String, String)>,
-    child: Mutex<Option<Child>>,
+    child: Mutex<Option<ServiceProcess>>,
     /// Where this run's log starts, and the address it found there.
     addr: Mutex<(u64, Option<String>)>,
     /// Its log file (all its runs append to it).
@@ -39,10 +39,7 @@ pub struct Service {
 impl Service {
     /// Starts workspace binary `bin` with environment `envs` (and `LISTEN_ADDR=127.0.0.1:0`).
     pub fn spawn(name: &str, bin: &str, envs: Vec<(String, String)>) -> Self {
-        let log = log_dir().join(format!(
-            "{name}-{:06x}.log",
-            rand::random::<u32>() & 0xff_ffff
-        ));
+        let log = log_file(name);
         let me = Self {
             name: name.to_owned(),
             bin: bin.to_owned(),
@@ -77,20 +74,13 @@ impl Service {
     pub fn start_again(&self) {
         let mut slot = self.child.lock().unwrap();
         assert!(slot.is_none(), "{} is running", self.name);
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .unwrap();
-        let log_start = out.metadata().map(|m| m.len()).unwrap_or(0);
-        let child = Command::new(workspace_binary(&self.bin))
-            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("LISTEN_ADDR", "127.0.0.1:0")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", self.bin));
+        let log_start = std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        let child = ServiceProcess::spawn(
+            Command::new(workspace_binary(&self.bin))
+                .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                .env("LISTEN_ADDR", "127.0.0.1:0"),
+            self.log.clone(),
+        );
         *slot = Some(child);
         *self.addr.lock().unwrap() = (log_start, None);
     }
@@ -104,22 +94,14 @@ impl Service {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(mut c) = slot.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            c.kill();
         }
     }
 
     /// SIGTERM; waits up to `timeout` for the exit (killing it after that).
     pub fn terminate(&self, timeout: Duration) -> Option<(Duration, ExitStatus)> {
         let mut child = self.child.lock().unwrap().take()?;
-        signal(child.id() as i32, "TERM");
-        let start = Instant::now();
-        let exited = wait_exit(&mut child, timeout).map(|status| (start.elapsed(), status));
-        if exited.is_none() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        exited
+        child.terminate(timeout)
     }
 
     /// `host:port` it listens on now, as its log says once it is serving (`127.0.0.1:0`, which
@@ -222,21 +204,7 @@ impl Drop for Service {
     }
 }
 
-/// The value of the first sample of `name` whose labels include every `label="value"` of
-/// `labels` (0 when there is none).
-pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.split([' ', '{']).next() == Some(name))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
+pub use crate::proc::metric;
 
 /// The three services and their relays.
 #[derive(Debug)]
@@ -840,6 +808,15 @@ fn with_traceparent(
         Some(t) => req.header("traceparent", t),
         None => req,
     }
+}
+
+/// Every message on the topics of `aggregate_types` of the system, read with kafka-python.
+pub async fn dump_topics(sys: &System, aggregate_types: &[&str]) -> Vec<crate::verify::Record> {
+    let brokers = sys.brokers.clone();
+    let topics: Vec<String> = aggregate_types.iter().map(|a| sys.topic(a)).collect();
+    tokio::task::spawn_blocking(move || crate::verify::dump(&brokers, &topics))
+        .await
+        .unwrap()
 }
 
 /// `SELECT count(*) ...` as i64.

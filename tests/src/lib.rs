@@ -12,6 +12,7 @@ pub mod channel;
 pub mod chaos;
 pub mod db;
 pub mod fulfilment;
+pub mod marketplace;
 pub mod observe;
 pub mod otlp;
 pub mod pgbouncer;

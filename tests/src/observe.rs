@@ -4,7 +4,7 @@
 //! through its HTTP API, and the queries of the Grafana dashboard users import.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -55,25 +55,10 @@ pub fn system_tool(name: &str) -> PathBuf {
         })
 }
 
-/// Runs `cmd` in the workspace root; panics with its output unless it succeeds. Returns its
-/// stdout and stderr.
-pub fn run_ok(what: &str, cmd: &mut Command) -> String {
-    let out: Output = cmd
-        .current_dir(crate::workspace_root())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{text}",
-        out.status
-    );
-    text
+/// Runs `cmd` in the workspace root ([`crate::proc::run_ok`]): what the deployment checks
+/// run, whose paths are the repository's.
+pub fn run_in_workspace(what: &str, cmd: &mut Command) -> String {
+    crate::proc::run_ok(what, cmd.current_dir(crate::workspace_root()))
 }
 
 /// One process for Prometheus to scrape.
@@ -105,7 +90,7 @@ impl ScrapeTarget {
 /// its own under `target/e2e-logs`; killed and its directory removed when dropped.
 #[derive(Debug)]
 pub struct Prometheus {
-    child: Child,
+    process: crate::proc::ServiceProcess,
     /// `127.0.0.1:port` of its HTTP API.
     pub addr: String,
     dir: PathBuf,
@@ -123,24 +108,21 @@ impl Prometheus {
         std::fs::write(dir.join("prometheus.yml"), &config).unwrap();
         let addr = format!("127.0.0.1:{}", crate::free_port());
         let log = dir.join("prometheus.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(system_tool("prometheus"))
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("start prometheus");
+        let process = crate::proc::ServiceProcess::spawn(
+            Command::new(system_tool("prometheus"))
+                .arg(format!(
+                    "--config.file={}",
+                    dir.join("prometheus.yml").display()
+                ))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("data").display()
+                ))
+                .arg(format!("--web.listen-address={addr}")),
+            log.clone(),
+        );
         Self {
-            child,
+            process,
             addr,
             dir,
             log,
@@ -215,8 +197,7 @@ impl Prometheus {
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

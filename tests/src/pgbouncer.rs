@@ -71,7 +71,7 @@ impl PgBouncer {
         std::fs::write(&ini_path, ini).unwrap();
         let mut cmd = Command::new(pgbouncer_binary());
         // PgBouncer refuses to run as root; the test cluster's OS user owns PostgreSQL.
-        if is_root() {
+        if crate::servers::is_root() {
             Command::new("chmod")
                 .args(["-R", "a+rwX"])
                 .arg(&dir)
@@ -115,14 +115,6 @@ impl PgBouncer {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }
 
 impl Drop for PgBouncer {

@@ -1,4 +1,5 @@
-//! The relay binary as a child process.
+//! Child processes: the workspace's binaries (the relay among them) with their output in a log
+//! file, signals, and reading what they expose (`/metrics`).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -33,8 +34,9 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     p
 }
 
-/// Any of the workspace's binaries as a child process with its output in a log file; killed
-/// when dropped.
+/// A child process with its output in a log file; killed when dropped. The one wrapper the
+/// harness's processes share: any workspace binary ([`ServiceProcess::start`]), the relay
+/// ([`RelayProcess`]), a restartable service ([`crate::fulfilment::Service`]), Prometheus.
 #[derive(Debug)]
 pub struct ServiceProcess {
     child: Child,
@@ -46,20 +48,28 @@ impl ServiceProcess {
     /// Starts workspace binary `bin` with `args`, the test JWT settings ([`crate::auth::ENV`])
     /// and extra environment `envs` (which may override them).
     pub fn start(bin: &str, name: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
-        let log = log_dir().join(format!(
-            "{name}-{:06x}.log",
-            rand::random::<u32>() & 0xff_ffff
-        ));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(workspace_binary(bin))
-            .args(args)
-            .envs(crate::auth::ENV)
-            .envs(envs.iter().copied())
+        Self::spawn(
+            Command::new(workspace_binary(bin))
+                .args(args)
+                .envs(crate::auth::ENV)
+                .envs(envs.iter().copied()),
+            log_file(name),
+        )
+    }
+
+    /// Spawns `cmd` with no input, its output appended to `log`.
+    pub fn spawn(cmd: &mut Command, log: PathBuf) -> Self {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
-            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+            .unwrap_or_else(|e| panic!("start {}: {e}", cmd.get_program().to_string_lossy()));
         Self { child, log }
     }
 
@@ -79,6 +89,18 @@ impl ServiceProcess {
         let _ = self.child.wait();
     }
 
+    /// SIGTERM and wait up to `timeout` for the exit; returns how long it took, or `None`
+    /// when it had not exited by then (it is then killed).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<(Duration, std::process::ExitStatus)> {
+        signal(self.pid(), "TERM");
+        let start = Instant::now();
+        let exited = wait_exit(&mut self.child, timeout).map(|status| (start.elapsed(), status));
+        if exited.is_none() {
+            self.kill();
+        }
+        exited
+    }
+
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -91,6 +113,14 @@ impl Drop for ServiceProcess {
     }
 }
 
+/// A new log file for process `name` in [`log_dir`]: `<name>-<random>.log`.
+pub fn log_file(name: &str) -> PathBuf {
+    log_dir().join(format!(
+        "{name}-{:06x}.log",
+        rand::random::<u32>() & 0xff_ffff
+    ))
+}
+
 /// Directory for process logs of the tests.
 pub fn log_dir() -> PathBuf {
     let d = crate::workspace_root().join("target/e2e-logs");
@@ -100,21 +130,40 @@ pub fn log_dir() -> PathBuf {
 
 /// Runs an `outbox-relay` operator command (`status`, `blocked`, `redrive`, ...) to the end.
 pub fn relay_cli(args: &[&str]) -> std::process::Output {
+    relay_cli_with_env(args, &[])
+}
+
+/// [`relay_cli`] with extra environment `envs` (e.g. `DATABASE_PASSWORD_FILE`).
+pub fn relay_cli_with_env(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     Command::new(relay_binary())
         .args(args)
+        .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run outbox-relay")
 }
 
-/// A running relay process; killed when dropped.
+/// A running relay process ([`ServiceProcess`], which it derefs to, plus its metrics
+/// address); killed when dropped.
 #[derive(Debug)]
 pub struct RelayProcess {
-    child: Child,
-    /// Its log file.
-    pub log: PathBuf,
+    process: ServiceProcess,
     /// Its metrics address.
     pub metrics_addr: String,
+}
+
+impl std::ops::Deref for RelayProcess {
+    type Target = ServiceProcess;
+
+    fn deref(&self) -> &ServiceProcess {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for RelayProcess {
+    fn deref_mut(&mut self) -> &mut ServiceProcess {
+        &mut self.process
+    }
 }
 
 /// How to start a relay.
@@ -152,71 +201,29 @@ impl RelayProcess {
     /// Starts `outbox-relay run` with the given arguments.
     pub fn start(args: &RelayArgs) -> Self {
         let metrics_addr = format!("127.0.0.1:{}", crate::free_port());
-        let log = log_dir().join(format!(
-            "{}-{:06x}.log",
-            args.name,
-            rand::random::<u32>() & 0xff_ffff
-        ));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(relay_binary())
-            .arg("run")
-            .args(["--database-url", &args.database_url])
-            .args(["--kafka-brokers", &args.brokers])
-            .args(["--topic-prefix", &args.topic_prefix])
-            .args(["--metrics-addr", &metrics_addr])
-            .args(["--instance-id", &args.name])
-            .args(["--create-missing-topics", "--topic-partitions", "3"])
-            .args(&args.extra)
-            .env("RUST_LOG", "info,outbox_relay=debug")
-            .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("start outbox-relay");
+        let process = ServiceProcess::spawn(
+            Command::new(relay_binary())
+                .arg("run")
+                .args(["--database-url", &args.database_url])
+                .args(["--kafka-brokers", &args.brokers])
+                .args(["--topic-prefix", &args.topic_prefix])
+                .args(["--metrics-addr", &metrics_addr])
+                .args(["--instance-id", &args.name])
+                .args(["--create-missing-topics", "--topic-partitions", "3"])
+                .args(&args.extra)
+                .env("RUST_LOG", "info,outbox_relay=debug")
+                .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            log_file(&args.name),
+        );
         Self {
-            child,
-            log,
+            process,
             metrics_addr,
         }
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// SIGKILL, then reap.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM and wait up to `timeout` for the exit; returns how long it took, or `None`
-    /// when it had not exited by then (it is then killed).
-    pub fn terminate(&mut self, timeout: Duration) -> Option<(Duration, std::process::ExitStatus)> {
-        signal(self.pid(), "TERM");
-        let start = Instant::now();
-        let exited = wait_exit(&mut self.child, timeout).map(|status| (start.elapsed(), status));
-        if exited.is_none() {
-            self.kill();
-        }
-        exited
     }
 
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
         self.try_wait().is_none()
-    }
-
-    /// The exit status once the process has exited.
-    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().unwrap()
-    }
-
-    /// The log so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Fetches `/metrics`.
@@ -225,10 +232,24 @@ impl RelayProcess {
     }
 }
 
-impl Drop for RelayProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// Runs `cmd` to the end with no input; panics naming `what`, with its output, unless it
+/// succeeded. Returns its stdout and stderr.
+pub fn run_ok(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{text}",
+        out.status
+    );
+    text
 }
 
 /// Waits up to `timeout` for `child` to exit; its status, or `None` if it still runs.
@@ -281,9 +302,26 @@ pub fn metric_series(text: &str, series: &str) -> Option<f64> {
 
 /// The value of the first sample of metric `name` (any labels).
 pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    metric_sample(text, name, &[])
+}
+
+/// The value of the first sample of `name` whose labels include every `label="value"` of
+/// `labels` (0 when there is none).
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    metric_sample(text, name, labels).unwrap_or(0.0)
+}
+
+/// The value of the first sample of `name` whose labels include every `label="value"` of
+/// `labels`.
+pub fn metric_sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .find(|l| l.split([' ', '{']).next() == Some(name))
+        .filter(|l| l.split([' ', '{']).next() == Some(name))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }

@@ -93,7 +93,7 @@ pub fn migrate_as_migrator_with(
     migrate
         .args(["migrate", "--database-url", &urls.migrator])
         .envs(env.iter().copied());
-    crate::servers::run_ok(migrate, &format!("outbox-relay migrate as {MIGRATOR}"));
+    crate::proc::run_ok(&format!("outbox-relay migrate as {MIGRATOR}"), &mut migrate);
     service_migrations(bin, &urls.migrator, env);
     apply(admin_url, service_role)
 }
@@ -107,9 +107,9 @@ fn service_migrations(bin: &str, migrator_url: &str, env: &[(&str, &str)]) {
         .env("KAFKA_BROKERS", "127.0.0.1:1")
         .env("ALLOW_WEAK_SECRETS", "true")
         .envs(env.iter().copied());
-    crate::servers::run_ok(
-        migrations,
+    crate::proc::run_ok(
         &format!("{bin} DATABASE_MIGRATIONS=only as {MIGRATOR}"),
+        &mut migrations,
     );
 }
 

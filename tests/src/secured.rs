@@ -1,4 +1,5 @@
-//! Secured servers for the connectivity tests (tests/it/secured.rs) and the chaos run
+//! Secured servers for the connectivity tests (`tests/it/security/`: `kafka_logins.rs`,
+//! `kafka_refusals.rs`, `postgres_tls.rs`) and the chaos run
 //! ([`crate::chaos::world`]):
 //!
 //! - [`Pki`]: a test CA, a server certificate for `localhost` (and only that name, so a client
@@ -25,7 +26,7 @@ use crate::servers::{Kafka, KafkaOptions, PgCluster};
 fn openssl(dir: &Path, args: &[&str]) {
     let mut c = Command::new("openssl");
     c.current_dir(dir).args(args);
-    crate::servers::run_ok(c, &format!("openssl {}", args.join(" ")));
+    crate::proc::run_ok(&format!("openssl {}", args.join(" ")), &mut c);
 }
 
 /// Test certificates in a temporary directory (removed when dropped).
@@ -407,6 +408,18 @@ pub fn write_secret_file(dir: &Path, name: &str, secret: &str) -> String {
         .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     writeln!(f, "{secret}").unwrap();
     path.display().to_string()
+}
+
+/// A file holding `secret` (and a newline, as `echo` writes it) in `pki`'s directory, which
+/// goes with it.
+pub fn secret_file(pki: &Pki, secret: &str) -> PathBuf {
+    let name = format!("secret-{:08x}", rand::random::<u32>());
+    write_secret_file(&pki.dir, &name, secret).into()
+}
+
+/// The security flags of `args` as the settings every binary makes from them.
+pub fn settings(args: outbox_kit::kafka::KafkaSecurityArgs) -> outbox_kit::kafka::KafkaSettings {
+    args.settings(&[]).expect("valid security settings")
 }
 
 /// The broker's security settings with certificate `cert` of `pki` (PEM stores: the key and

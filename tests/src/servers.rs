@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn is_root() -> bool {
+use crate::proc::run_ok;
+
+/// Whether this process runs as root (then the servers run as `postgres`).
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -44,21 +47,6 @@ fn as_pg_user(program: &Path) -> Command {
     }
 }
 
-/// Runs `c` to the end with no input; panics naming `what`, with its output, unless it
-/// succeeded.
-pub fn run_ok(mut c: Command, what: &str) {
-    let out = c
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A throwaway PostgreSQL cluster.
 #[derive(Debug)]
 pub struct PgCluster {
@@ -81,32 +69,26 @@ impl PgCluster {
         let bin = pg_bin_dir();
         let dir = std::env::temp_dir().join(format!("outbox-pg-{:08x}", rand::random::<u32>()));
         std::fs::create_dir_all(&dir).unwrap();
-        if is_root() {
-            run_ok(
-                {
-                    let mut c = Command::new("chown");
-                    c.args(["-R", "postgres:postgres"]).arg(&dir);
-                    c
-                },
-                "chown",
-            );
-        }
+        // The cluster's files belong to `postgres` when we are root, also those `configure`
+        // wrote.
+        let chown = || {
+            if is_root() {
+                run_ok(
+                    "chown",
+                    Command::new("chown")
+                        .args(["-R", "postgres:postgres"])
+                        .arg(&dir),
+                );
+            }
+        };
+        chown();
         let mut init = as_pg_user(&bin.join("initdb"));
         init.args(initdb_args)
             .args(["-U", "postgres", "--no-sync", "-D"])
             .arg(dir.join("data"));
-        run_ok(init, "initdb");
+        run_ok("initdb", &mut init);
         configure(&dir.join("data"));
-        if is_root() {
-            run_ok(
-                {
-                    let mut c = Command::new("chown");
-                    c.args(["-R", "postgres:postgres"]).arg(&dir);
-                    c
-                },
-                "chown",
-            );
-        }
+        chown();
         let me = Self {
             dir,
             bin,
@@ -129,7 +111,7 @@ impl PgCluster {
             .arg("-l")
             .arg(self.dir.join("log"))
             .args(["-w", "-t", "60", "start"]);
-        run_ok(c, "pg_ctl start");
+        run_ok("pg_ctl start", &mut c);
     }
 
     /// Admin URL (database `postgres`).
@@ -143,7 +125,7 @@ impl PgCluster {
         c.arg("-D")
             .arg(self.dir.join("data"))
             .args(["-m", "immediate", "-w", "stop"]);
-        run_ok(c, "pg_ctl stop");
+        run_ok("pg_ctl stop", &mut c);
     }
 
     /// Starts it again on the same port.

@@ -36,6 +36,11 @@ pub struct Record {
     pub cloudevent: Option<serde_json::Value>,
 }
 
+/// The `event_type` header of `r` (empty when it has none).
+pub fn event_type(r: &Record) -> &str {
+    r.headers.get("event_type").map_or("", String::as_str)
+}
+
 /// The kafka-python venv's interpreter: `PYTHON`, else deploy/local's cache.
 pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("PYTHON") {
@@ -80,12 +85,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let out = Command::new(python())
-        .arg(script)
-        .args(args)
-        .envs(envs.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    let out = try_python_with_env(script, args, envs);
     assert!(
         out.status.success(),
         "{} failed: {}",
@@ -93,6 +93,29 @@ where
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// Runs `script` with the venv's interpreter, `args`, extra environment `envs` and no input;
+/// its output, whatever its exit status (a refusal may be what a test expects).
+///
+/// # Panics
+/// When it cannot be started.
+pub fn try_python_with_env<I, S>(
+    script: &std::path::Path,
+    args: I,
+    envs: &[(&str, &str)],
+) -> std::process::Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(python())
+        .arg(script)
+        .args(args)
+        .envs(envs.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()))
 }
 
 /// The independent Kafka client's command-line tool (`tests/tools/kafka_tool.py`).

@@ -149,7 +149,7 @@ async fn pause_leader(world: &World, fault: &Planned) -> (String, String) {
         relays
             .iter()
             .find(|s| s.name == leader)
-            .and_then(|s| s.process.as_ref().map(RelayProcess::pid))
+            .and_then(|s| s.process.as_ref().map(|p| p.pid()))
     };
     let Some(pid) = pid else {
         return (leader, "leader process not running".to_owned());

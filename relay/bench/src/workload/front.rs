@@ -51,7 +51,7 @@ impl Front {
         match self {
             Self::None => {}
             Self::Poisoned(n) => {
-                // The poison storm of tests/it/parking.rs (`bulk`): g = 1..=n are the first
+                // The poison storm of tests/it/isolation/parking.rs (`bulk`): g = 1..=n are the first
                 // events of the n aggregates.
                 sqlx::query(
                     "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, topic) \

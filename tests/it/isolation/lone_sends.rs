@@ -15,7 +15,7 @@ use e2e::proc::{metric_series, metric_value, RelayArgs, RelayProcess};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::parking::{ops, Ledger};
+use crate::common::{ops, Ledger};
 
 const SUSPECTS: usize = 600;
 const CULPRITS: usize = 30;

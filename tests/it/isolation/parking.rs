@@ -6,94 +6,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use e2e::proc::{metric_series, metric_value, relay_cli, RelayArgs, RelayProcess};
-use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::common::{lease_holder, published};
-
-/// What the test wrote: event id → (aggregate, outbox id).
-#[derive(Debug, Default)]
-pub struct Ledger {
-    pub events: HashMap<Uuid, (String, i64)>,
-}
-
-impl Ledger {
-    /// Inserts one event with plain SQL (like a producer in any language would).
-    pub async fn put(
-        &mut self,
-        pool: &PgPool,
-        aggregate: &str,
-        payload: &str,
-        headers: &str,
-        topic: Option<&str>,
-    ) -> (i64, Uuid) {
-        let (id, event_id): (i64, Uuid) = sqlx::query_as(
-            "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, headers, topic) \
-             VALUES ('order', $1, 'E', $2::jsonb, $3::jsonb, $4) RETURNING id, event_id",
-        )
-        .bind(aggregate)
-        .bind(payload)
-        .bind(headers)
-        .bind(topic)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        self.events.insert(event_id, (aggregate.to_owned(), id));
-        (id, event_id)
-    }
-
-    /// First occurrences on the broker out of `id` order, per aggregate; events missing.
-    pub fn check(&self, records: &[e2e::verify::Record]) -> (Vec<String>, Vec<Uuid>) {
-        let mut sorted: Vec<&e2e::verify::Record> = records.iter().collect();
-        sorted.sort_by_key(|r| (r.topic.clone(), r.partition, r.offset));
-        let mut seen = std::collections::HashSet::new();
-        let mut last: HashMap<&str, i64> = HashMap::new();
-        let mut violations = Vec::new();
-        for r in sorted {
-            let Some(id) = r
-                .headers
-                .get("event_id")
-                .and_then(|s| Uuid::parse_str(s).ok())
-            else {
-                continue;
-            };
-            let Some((agg, outbox_id)) = self.events.get(&id) else {
-                continue;
-            };
-            if !seen.insert(id) {
-                continue;
-            }
-            let l = last.entry(agg.as_str()).or_default();
-            if *outbox_id < *l {
-                violations.push(format!("{agg}: id {outbox_id} after {l}"));
-            }
-            *l = (*l).max(*outbox_id);
-        }
-        let missing = self
-            .events
-            .keys()
-            .filter(|e| !seen.contains(*e))
-            .copied()
-            .collect();
-        (violations, missing)
-    }
-}
-
-/// Runs an operator command with `--json`; returns its exit code and parsed output.
-pub fn ops(args: &[&str], url: &str) -> (i32, Value) {
-    let mut argv = args.to_vec();
-    argv.extend(["--database-url", url, "--json"]);
-    let out = relay_cli(&argv);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let json = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "{args:?}: not JSON ({e}): {text}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), json)
-}
+use crate::common::{lease_holder, ops, published, Ledger};
 
 async fn outbox_ids(pool: &PgPool) -> Vec<(String, i64)> {
     sqlx::query_as("SELECT aggregate_id, id FROM outbox ORDER BY id")

@@ -10,7 +10,7 @@
 
 use std::process::Command;
 
-use e2e::observe::{run_ok, system_tool, venv_tool};
+use e2e::observe::{run_in_workspace, system_tool, venv_tool};
 
 /// The Kubernetes version the manifests are validated against (kubernetes-validate 1.37.0
 /// ships schemas from 1.x up to 1.37; 1.30 is the oldest minor still commonly supported).
@@ -35,7 +35,7 @@ fn k8s_manifests() -> Vec<String> {
 
 #[test]
 fn compose_file_matches_the_compose_spec() {
-    let out = run_ok(
+    let out = run_in_workspace(
         "check-jsonschema on deploy/compose/compose.yaml",
         Command::new(venv_tool("check-jsonschema")).args([
             "--builtin-schema",
@@ -80,7 +80,7 @@ fn compose_pom_and_scripts_run_one_kafka_release() {
 
 #[test]
 fn kubernetes_manifests_match_the_api_schemas() {
-    let out = run_ok(
+    let out = run_in_workspace(
         "kubernetes-validate on deploy/k8s",
         Command::new(venv_tool("kubernetes-validate"))
             .args(["-k", KUBERNETES_VERSION, "--strict"])
@@ -95,17 +95,17 @@ fn kubernetes_manifests_match_the_api_schemas() {
 #[test]
 fn alert_rules_pass_promtool_checks_and_unit_tests() {
     let promtool = system_tool("promtool");
-    let out = run_ok(
+    let out = run_in_workspace(
         "promtool check rules",
         Command::new(&promtool).args(["check", "rules", "deploy/prometheus/alerts.yaml"]),
     );
     assert!(out.contains("SUCCESS"), "{out}");
-    let out = run_ok(
+    let out = run_in_workspace(
         "promtool test rules",
         Command::new(&promtool).args(["test", "rules", "deploy/prometheus/alerts.test.yaml"]),
     );
     assert!(out.contains("SUCCESS"), "{out}");
-    let out = run_ok(
+    let out = run_in_workspace(
         "promtool check config",
         Command::new(&promtool).args(["check", "config", "deploy/prometheus/prometheus.yml"]),
     );
@@ -119,7 +119,7 @@ fn every_flag_and_variable_given_to_our_binaries_exists() {
         .parent()
         .unwrap()
         .to_path_buf();
-    let out = run_ok(
+    let out = run_in_workspace(
         "deploy/check_deploy.py",
         Command::new(venv_tool("python"))
             .arg("deploy/check_deploy.py")

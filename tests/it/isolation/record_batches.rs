@@ -1,13 +1,13 @@
-//! The relay's other failure-isolation claims: a record batch the broker refuses
-//! asynchronously lets no later event of its aggregate overtake it; settings the guarantees
-//! depend on cannot be overridden; a batch is bounded in bytes as well as rows.
+//! Record batches and the broker: a record batch the broker refuses asynchronously lets no
+//! later event of its aggregate overtake it (guarantees 3 and 5), and a batch is bounded in
+//! bytes as well as rows.
 
 use std::time::Duration;
 
-use e2e::proc::{metric_series, metric_value, relay_cli, RelayArgs, RelayProcess};
+use e2e::proc::{metric_series, metric_value, RelayArgs, RelayProcess};
 use serde_json::json;
 
-use crate::parking::{ops, Ledger};
+use crate::common::{ops, Ledger};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_overtake_it() {
@@ -110,39 +110,6 @@ async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_over
         records.len(),
         behind.len(),
     );
-}
-
-#[test]
-fn overrides_of_the_guarantees_are_refused_at_start_up() {
-    for setting in [
-        "message.timeout.ms=30000",
-        "delivery.timeout.ms=30000",
-        "partitioner=random",
-        "enable.idempotence=false",
-        "max.in.flight.requests.per.connection=20",
-        "acks=1",
-        "enable.gapless.guarantee=false",
-    ] {
-        let out = relay_cli(&[
-            "run",
-            "--database-url",
-            "postgres://nobody@127.0.0.1:1/none",
-            "--kafka-brokers",
-            "127.0.0.1:1",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--kafka-config",
-            setting,
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let key = setting.split('=').next().unwrap();
-        assert!(!out.status.success(), "{setting} accepted");
-        assert!(
-            stderr.contains(&format!("--kafka-config {setting} is refused")),
-            "{setting}: {stderr}"
-        );
-        assert!(stderr.contains(key));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
