@@ -18,8 +18,8 @@
 //! Both must report zero failures. The settings the schema cannot express (a rejection of
 //! valid data that depends on stored data) are in `tests/schemathesis/schemathesis.toml`,
 //! each with its reason. Callbacks and marketplace pushes are HMAC-signed, which the fuzzer
-//! cannot do: they answer 401, as documented; their bodies are fuzzed by the signed property
-//! tests in `order-service`'s `tests/it/fuzz.rs` instead.
+//! cannot do: they answer 401, as documented; their bodies are fuzzed, correctly signed, by
+//! the property test in `tests/it/security/http_fuzz.rs` instead.
 
 use std::process::Command;
 use std::time::Duration;
