@@ -367,10 +367,7 @@ impl System {
         order_extra_env: Vec<(String, String)>,
         services_env: Vec<(String, String)>,
     ) -> Self {
-        let admin = std::env::var("DATABASE_URL").expect(
-            "DATABASE_URL is not set: run the tests with `make test`, or start PostgreSQL with \
-             `deploy/local/up.sh` and source its env.sh",
-        );
+        let admin = test_support::db::admin_url();
         Self::start_on_servers(&admin, brokers, order_extra_env, services_env).await
     }
 

@@ -8,15 +8,14 @@
 //! field is removed from the body sent, the server takes the user from the token only).
 //! `client` sends a customer token of [`DEFAULT_USER`] unless a request sets its own.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use order_service::{AppState, CallbackSecret, Metrics};
 use outbox_kit::auth::{Authenticator, Minter};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 /// The secret the test app verifies callbacks with.
@@ -55,13 +54,6 @@ impl Drop for TestApp {
     }
 }
 
-fn admin_url() -> String {
-    std::env::var("DATABASE_URL").expect(
-        "DATABASE_URL must point at a PostgreSQL server these tests may create databases on \
-         (e.g. postgres://postgres@127.0.0.1:5432/postgres)",
-    )
-}
-
 /// Row counts and a fingerprint of every mutable column: equal before and after a request
 /// means the request changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -92,27 +84,14 @@ impl TestApp {
 
 /// A pool on a new, empty database.
 pub async fn fresh_pool() -> PgPool {
-    {
-        let admin =
-            PgConnectOptions::from_str(&admin_url()).expect("DATABASE_URL is not a valid URL");
-        let name = format!("order_it_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = admin
-            .connect()
-            .await
-            .expect("cannot connect to DATABASE_URL");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("CREATE DATABASE");
-        conn.close().await.ok();
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(admin.database(&name))
-            .await
-            .expect("connect to the test database");
-        pool
-    }
+    let name = test_support::db::unique_name("order_it_");
+    let pool = PgPoolOptions::new()
+        .max_connections(10)
+        .acquire_timeout(Duration::from_secs(30));
+    test_support::db::create(&test_support::db::admin_url(), &name, pool)
+        .await
+        .unwrap_or_else(|e| panic!("creating the test database {name}: {e}"))
+        .pool
 }
 
 impl TestApp {
