@@ -2,5 +2,7 @@
 
 pub mod db;
 pub mod metrics;
+#[cfg(feature = "order-api")]
+pub mod order_api;
 pub mod process;
 pub mod relay;

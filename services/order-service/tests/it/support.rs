@@ -16,6 +16,7 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
+use test_support::order_api;
 use tokio_util::sync::CancellationToken;
 
 /// The secret the test app verifies callbacks with.
@@ -117,13 +118,7 @@ impl TestApp {
             shutdown.clone(),
             Duration::from_secs(1),
         ));
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert(
-            reqwest::header::AUTHORIZATION,
-            format!("Bearer {}", minter.customer(DEFAULT_USER))
-                .parse()
-                .unwrap(),
-        );
+        let headers = order_api::bearer_headers(&minter.customer(DEFAULT_USER));
         Self {
             base,
             client: reqwest::Client::builder()
@@ -214,8 +209,7 @@ impl TestApp {
     /// Creates an order of `quantity` × `sku_id` for `user`, asserting 201; returns its body.
     pub async fn order(&self, user: &str, sku_id: &str, quantity: i64) -> Value {
         let key = uuid::Uuid::new_v4().to_string();
-        let body =
-            json!({ "user_id": user, "items": [{ "sku_id": sku_id, "quantity": quantity }] });
+        let body = json!({ "user_id": user, "items": order_api::lines(&[(sku_id, quantity)]) });
         let r = self.post_order(Some(&key), &body).await;
         assert_eq!(r.status(), StatusCode::CREATED);
         r.json().await.unwrap()
@@ -237,16 +231,15 @@ impl TestApp {
         timestamp: i64,
         signature: Option<&str>,
     ) -> Response {
-        let mut req = self
-            .client
-            .post(self.url(path))
-            .header("content-type", "application/json")
-            .header("X-Signature-Timestamp", timestamp.to_string())
-            .body(raw.to_vec());
-        if let Some(s) = signature {
-            req = req.header("X-Signature", s);
-        }
-        req.send().await.unwrap()
+        order_api::callback(
+            self.client.post(self.url(path)),
+            raw.to_vec(),
+            timestamp,
+            signature,
+        )
+        .send()
+        .await
+        .unwrap()
     }
 
     /// POSTs `body` to a callback path, correctly signed now.
@@ -266,12 +259,7 @@ impl TestApp {
     pub async fn pay(&self, order_id: &str, transaction_id: &str, amount_cents: i64) -> Response {
         self.signed(
             "/payments/callback",
-            &json!({
-                "order_id": order_id,
-                "transaction_id": transaction_id,
-                "amount_cents": amount_cents,
-                "status": "SUCCESS"
-            }),
+            &order_api::payment_success(order_id, transaction_id, amount_cents),
         )
         .await
     }
@@ -341,7 +329,7 @@ impl TestApp {
     pub async fn refund_notice(&self, refund_no: &str, status: &str, modified: i64) -> Response {
         self.signed(
             "/refunds/callback",
-            &json!({ "refund_no": refund_no, "status": status, "modified": modified }),
+            &order_api::refund_notice(refund_no, status, modified),
         )
         .await
     }
