@@ -1,74 +1,11 @@
-//! A fresh database per test.
+//! A fresh database per test (`test_support::db`, re-exported), and what the tests read from
+//! one: the backlog, fingerprints of its rows.
 
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::PgPool;
 
-/// A database created for one test, with the outbox schema applied.
-#[derive(Debug, Clone)]
-pub struct TestDb {
-    /// Its URL.
-    pub url: String,
-    /// A pool on it.
-    pub pool: PgPool,
-}
-
-/// Replaces the database name in a PostgreSQL URL.
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map(|i| i + 3).unwrap_or(0);
-    let base = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
-}
-
-/// Creates a database with a random name on the server of `admin_url` and migrates it.
-pub async fn fresh_database_on(admin_url: &str) -> TestDb {
-    let db = empty_database_on(admin_url).await;
-    outbox_kit::schema::migrate(&db.pool).await.unwrap();
-    db
-}
-
-/// A database with a random name on the shared server (`DATABASE_URL`), without any migration.
-pub async fn empty_database() -> TestDb {
-    let admin = std::env::var("DATABASE_URL").expect("DATABASE_URL is not set");
-    empty_database_on(&admin).await
-}
-
-/// Creates a database with a random name on the server of `admin_url`, without migrating it.
-pub async fn empty_database_on(admin_url: &str) -> TestDb {
-    let name = format!("t_{:016x}", rand::random::<u64>());
-    let mut admin = PgConnection::connect(admin_url)
-        .await
-        .expect("connect to DATABASE_URL");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    let url = with_database(admin_url, &name);
-    let pool = PgPoolOptions::new()
-        .max_connections(20)
-        .connect(&url)
-        .await
-        .unwrap();
-    TestDb { url, pool }
-}
-
-/// A fresh database on the shared server (`DATABASE_URL`).
-pub async fn fresh_database() -> TestDb {
-    let admin = std::env::var("DATABASE_URL").expect(
-        "DATABASE_URL is not set: run the tests with `make test`, or start PostgreSQL with \
-         `deploy/local/up.sh` and source its env.sh",
-    );
-    fresh_database_on(&admin).await
-}
+pub use test_support::db::{
+    empty_database, empty_database_on, fresh_database, fresh_database_on, with_database, TestDb,
+};
 
 /// Unpublished rows left in the outbox.
 pub async fn backlog(pool: &PgPool) -> Result<i64, sqlx::Error> {
@@ -123,22 +60,4 @@ pub async fn fingerprint(pool: &PgPool, tables: &[&str]) -> Vec<(String, i64, St
         out.push((table.to_owned(), count, hash.unwrap_or_default()));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn swaps_the_database_name() {
-        assert_eq!(
-            with_database("postgres://u@h:5/outbox", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-        assert_eq!(
-            with_database("postgres://u@h:5/a?sslmode=disable", "x"),
-            "postgres://u@h:5/x?sslmode=disable"
-        );
-    }
 }

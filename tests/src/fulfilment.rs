@@ -11,6 +11,7 @@ use order_service::CallbackSecret;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::PgPool;
+use test_support::order_api;
 
 use crate::db::TestDb;
 use crate::proc::{log_file, workspace_binary, RelayArgs, RelayProcess, ServiceProcess};
@@ -234,14 +235,7 @@ pub struct System {
 
 /// `Authorization: Bearer <operator token>`.
 pub fn operator_headers() -> reqwest::header::HeaderMap {
-    let mut h = reqwest::header::HeaderMap::new();
-    h.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {}", crate::auth::operator())
-            .parse()
-            .unwrap(),
-    );
-    h
+    order_api::bearer_headers(&crate::auth::operator())
 }
 
 /// The consumers' `session.timeout.ms` in these tests: a SIGKILLed member holds its
@@ -367,10 +361,7 @@ impl System {
         order_extra_env: Vec<(String, String)>,
         services_env: Vec<(String, String)>,
     ) -> Self {
-        let admin = std::env::var("DATABASE_URL").expect(
-            "DATABASE_URL is not set: run the tests with `make test`, or start PostgreSQL with \
-             `deploy/local/up.sh` and source its env.sh",
-        );
+        let admin = test_support::db::admin_url();
         Self::start_on_servers(&admin, brokers, order_extra_env, services_env).await
     }
 
@@ -576,10 +567,7 @@ impl System {
         key: &str,
         traceparent: Option<&str>,
     ) -> (String, i64) {
-        let items: Vec<Value> = items
-            .iter()
-            .map(|(s, q)| json!({ "sku_id": s, "quantity": q }))
-            .collect();
+        let items = order_api::lines(items);
         let (s, body) = self
             .send(with_traceparent(
                 self.http
@@ -606,13 +594,9 @@ impl System {
         let raw = serde_json::to_vec(body).unwrap();
         let now = chrono::Utc::now().timestamp();
         let sig = self.secret.sign_at(now, &raw);
+        let req = self.http.post(self.order.url(path));
         self.send(with_traceparent(
-            self.http
-                .post(self.order.url(path))
-                .header("content-type", "application/json")
-                .header("X-Signature-Timestamp", now.to_string())
-                .header("X-Signature", sig)
-                .body(raw),
+            order_api::callback(req, raw, now, Some(&sig)),
             traceparent,
         ))
         .await
@@ -628,7 +612,7 @@ impl System {
         let (s, body) = self
             .signed(
                 "/payments/callback",
-                &json!({ "order_id": order_id, "transaction_id": format!("tx-{order_id}"), "amount_cents": amount_cents, "status": "SUCCESS" }),
+                &order_api::payment_success(order_id, &format!("tx-{order_id}"), amount_cents),
                 traceparent,
             )
             .await;
@@ -677,10 +661,7 @@ impl System {
         let mut body =
             json!({ "refund_no": refund_no, "amount_cents": amount, "reason": "changed mind" });
         if !lines.is_empty() {
-            body["lines"] = lines
-                .iter()
-                .map(|(sku, units)| json!({ "sku_id": sku, "quantity": units }))
-                .collect();
+            body["lines"] = order_api::lines(lines).into();
         }
         let (s, body) = self
             .send(
@@ -699,7 +680,7 @@ impl System {
         let (s, body) = self
             .signed(
                 "/refunds/callback",
-                &json!({ "refund_no": refund_no, "status": status, "modified": modified }),
+                &order_api::refund_notice(refund_no, status, modified),
                 None,
             )
             .await;

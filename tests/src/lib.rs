@@ -54,28 +54,6 @@ pub fn unique_topic_prefix() -> String {
     format!("t{:08x}.outbox.event.", rand::random::<u32>())
 }
 
-/// A free TCP port on the loopback interface.
-pub fn free_port() -> u16 {
-    // The port is free when the probe socket closes, so two tests asking at once can be given
-    // the same one (then one server fails to bind and its clients reach the other test's: seen
-    // as a TLS test's client meeting another test's certificate). Never hand a port out twice
-    // in this process.
-    static GIVEN: std::sync::Mutex<Option<std::collections::HashSet<u16>>> =
-        std::sync::Mutex::new(None);
-    let mut given = GIVEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let given = given.get_or_insert_with(Default::default);
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if given.insert(port) {
-            return port;
-        }
-    }
-}
+pub use test_support::process::free_port;
 
 pub use outbox_kit::poll::{poll_until, wait_for};

@@ -2,8 +2,11 @@
 //! file, signals, and reading what they expose (`/metrics`).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+
+pub use test_support::metrics::{metric, metric_sample, metric_series, metric_value};
+pub use test_support::process::{http_get, signal, wait_exit, ChildProcess};
+use test_support::relay::{RelayChild, RunArgs};
 
 /// Path of the `outbox-relay` binary (`OUTBOX_RELAY_BIN`, else the workspace's debug build).
 pub fn relay_binary() -> PathBuf {
@@ -34,14 +37,25 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     p
 }
 
-/// A child process with its output in a log file; killed when dropped. The one wrapper the
-/// harness's processes share: any workspace binary ([`ServiceProcess::start`]), the relay
-/// ([`RelayProcess`]), a restartable service ([`crate::fulfilment::Service`]), Prometheus.
+/// A child process with its output in a log file ([`ChildProcess`], which it derefs to); killed
+/// when dropped. The one wrapper the harness's processes share: any workspace binary
+/// ([`ServiceProcess::start`]), the relay ([`RelayProcess`]), a restartable service
+/// ([`crate::fulfilment::Service`]), Prometheus.
 #[derive(Debug)]
-pub struct ServiceProcess {
-    child: Child,
-    /// Its log file.
-    pub log: PathBuf,
+pub struct ServiceProcess(ChildProcess);
+
+impl std::ops::Deref for ServiceProcess {
+    type Target = ChildProcess;
+
+    fn deref(&self) -> &ChildProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ServiceProcess {
+    fn deref_mut(&mut self) -> &mut ChildProcess {
+        &mut self.0
+    }
 }
 
 impl ServiceProcess {
@@ -59,57 +73,12 @@ impl ServiceProcess {
 
     /// Spawns `cmd` with no input, its output appended to `log`.
     pub fn spawn(cmd: &mut Command, log: PathBuf) -> Self {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", cmd.get_program().to_string_lossy()));
-        Self { child, log }
-    }
-
-    /// Its exit status, if it has exited.
-    pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// SIGKILL, then reap.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM and wait up to `timeout` for the exit; returns how long it took, or `None`
-    /// when it had not exited by then (it is then killed).
-    pub fn terminate(&mut self, timeout: Duration) -> Option<(Duration, std::process::ExitStatus)> {
-        signal(self.pid(), "TERM");
-        let start = Instant::now();
-        let exited = wait_exit(&mut self.child, timeout).map(|status| (start.elapsed(), status));
-        if exited.is_none() {
-            self.kill();
-        }
-        exited
-    }
-
-    /// The log so far.
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for ServiceProcess {
-    fn drop(&mut self) {
-        self.kill();
+        let program = cmd.get_program().to_string_lossy().into_owned();
+        let log_name = log.display().to_string();
+        Self(
+            ChildProcess::spawn(cmd, log)
+                .unwrap_or_else(|e| panic!("start {program} (log {log_name}): {e}")),
+        )
     }
 }
 
@@ -143,26 +112,22 @@ pub fn relay_cli_with_env(args: &[&str], envs: &[(&str, &str)]) -> std::process:
         .expect("run outbox-relay")
 }
 
-/// A running relay process ([`ServiceProcess`], which it derefs to, plus its metrics
+/// A running relay process ([`RelayChild`], which it derefs to: its process and its metrics
 /// address); killed when dropped.
 #[derive(Debug)]
-pub struct RelayProcess {
-    process: ServiceProcess,
-    /// Its metrics address.
-    pub metrics_addr: String,
-}
+pub struct RelayProcess(RelayChild);
 
 impl std::ops::Deref for RelayProcess {
-    type Target = ServiceProcess;
+    type Target = RelayChild;
 
-    fn deref(&self) -> &ServiceProcess {
-        &self.process
+    fn deref(&self) -> &RelayChild {
+        &self.0
     }
 }
 
 impl std::ops::DerefMut for RelayProcess {
-    fn deref_mut(&mut self) -> &mut ServiceProcess {
-        &mut self.process
+    fn deref_mut(&mut self) -> &mut RelayChild {
+        &mut self.0
     }
 }
 
@@ -200,35 +165,26 @@ impl RelayArgs {
 impl RelayProcess {
     /// Starts `outbox-relay run` with the given arguments.
     pub fn start(args: &RelayArgs) -> Self {
-        let metrics_addr = format!("127.0.0.1:{}", crate::free_port());
-        let process = ServiceProcess::spawn(
-            Command::new(relay_binary())
-                .arg("run")
-                .args(["--database-url", &args.database_url])
-                .args(["--kafka-brokers", &args.brokers])
-                .args(["--topic-prefix", &args.topic_prefix])
-                .args(["--metrics-addr", &metrics_addr])
-                .args(["--instance-id", &args.name])
-                .args(["--create-missing-topics", "--topic-partitions", "3"])
-                .args(&args.extra)
-                .env("RUST_LOG", "info,outbox_relay=debug")
-                .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        let binary = relay_binary();
+        let run = RunArgs {
+            binary: &binary,
+            database_url: &args.database_url,
+            brokers: &args.brokers,
+            topic_prefix: &args.topic_prefix,
+            instance_id: &args.name,
+        };
+        let relay = RelayChild::spawn(
+            &run,
+            |cmd| {
+                cmd.args(["--create-missing-topics", "--topic-partitions", "3"])
+                    .args(&args.extra)
+                    .env("RUST_LOG", "info,outbox_relay=debug")
+                    .envs(args.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+            },
             log_file(&args.name),
-        );
-        Self {
-            process,
-            metrics_addr,
-        }
-    }
-
-    /// True while the process runs.
-    pub fn is_running(&mut self) -> bool {
-        self.try_wait().is_none()
-    }
-
-    /// Fetches `/metrics`.
-    pub async fn metrics(&self) -> Option<String> {
-        http_get(&self.metrics_addr, "/metrics").await
+        )
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
+        Self(relay)
     }
 }
 
@@ -250,78 +206,4 @@ pub fn run_ok(what: &str, cmd: &mut Command) -> String {
         out.status
     );
     text
-}
-
-/// Waits up to `timeout` for `child` to exit; its status, or `None` if it still runs.
-pub fn wait_exit(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Sends a signal (`TERM`, `KILL`, `STOP`, `CONT`) to a process with kill(1).
-pub fn signal(pid: i32, sig: &str) {
-    let ok = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .map(|s| s.success());
-    assert!(matches!(ok, Ok(true)), "kill -{sig} {pid} failed");
-}
-
-/// A minimal HTTP/1.0 GET returning the body on 200.
-pub async fn http_get(addr: &str, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_owned())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_owned()))
-}
-
-/// Reads a Prometheus sample value (first line starting with `name`).
-/// The value of one series, written exactly as exposed: `name{label="value",...}`.
-pub fn metric_series(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| l.rsplit_once(' ').filter(|(s, _)| *s == series))
-        .and_then(|(_, v)| v.parse().ok())
-}
-
-/// The value of the first sample of metric `name` (any labels).
-pub fn metric_value(text: &str, name: &str) -> Option<f64> {
-    metric_sample(text, name, &[])
-}
-
-/// The value of the first sample of `name` whose labels include every `label="value"` of
-/// `labels` (0 when there is none).
-pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    metric_sample(text, name, labels).unwrap_or(0.0)
-}
-
-/// The value of the first sample of `name` whose labels include every `label="value"` of
-/// `labels`.
-pub fn metric_sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.split([' ', '{']).next() == Some(name))
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }

@@ -128,24 +128,21 @@ impl Infra {
     pub async fn fresh_database(&self, phase: &str) -> anyhow::Result<BenchDb> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let name = format!("bench_{}_{phase}{seq}", self.run_id);
-        let mut admin = crate::infra::connect(&self.admin_url)
-            .await
-            .context("connecting to DATABASE_URL")?;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .with_context(|| format!("creating database {name}"))?;
-        admin.close().await?;
-        let url = with_database(&self.admin_url, &name);
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .connect_with(outbox_kit::pg::connect_options(&url)?)
-            .await
-            .with_context(|| format!("connecting to {name}"))?;
-        outbox_kit::schema::migrate(&pool)
+        let db = test_support::db::create(
+            &self.admin_url,
+            &name,
+            PgPoolOptions::new().max_connections(8),
+        )
+        .await
+        .with_context(|| format!("creating database {name}"))?;
+        outbox_kit::schema::migrate(&db.pool)
             .await
             .context("applying the outbox schema")?;
-        Ok(BenchDb { name, url, pool })
+        Ok(BenchDb {
+            name,
+            url: db.url,
+            pool: db.pool,
+        })
     }
 
     /// Drops a phase's database (its pool is closed first).
@@ -294,40 +291,5 @@ impl Infra {
             }
         }
         refused
-    }
-}
-
-/// Replaces the database name in a PostgreSQL URL.
-pub fn with_database(url: &str, name: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let base = match base[scheme_end..].find('/') {
-        Some(i) => &base[..scheme_end + i],
-        None => base,
-    };
-    match query {
-        Some(q) => format!("{base}/{name}?{q}"),
-        None => format!("{base}/{name}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_database;
-
-    #[test]
-    fn swaps_the_database_name() {
-        assert_eq!(
-            with_database("postgres://u@h:5/outbox", "x"),
-            "postgres://u@h:5/x"
-        );
-        assert_eq!(with_database("postgres://u@h:5", "x"), "postgres://u@h:5/x");
-        assert_eq!(
-            with_database("postgres://u@h:5/a?sslmode=disable", "x"),
-            "postgres://u@h:5/x?sslmode=disable"
-        );
     }
 }

@@ -1,21 +1,33 @@
 //! The release `outbox-relay run` binary as a child process: started against a phase's
-//! database and topic prefix, watched through its `/metrics` and `/proc/<pid>/status`.
+//! database and topic prefix ([`test_support::relay`], as the end-to-end tests start it, plus
+//! the bench's batch size and log level), watched through its `/metrics` and
+//! `/proc/<pid>/status`, stopped with SIGTERM.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde::Serialize;
+use test_support::relay::{RelayChild, RunArgs};
 
-/// A running relay; killed when dropped.
+/// A running relay ([`RelayChild`], which it derefs to: its process, log and metrics address);
+/// killed when dropped.
 #[derive(Debug)]
-pub struct RelayProc {
-    child: Child,
-    /// Address of its `/metrics`.
-    pub metrics_addr: String,
-    /// Its log file.
-    pub log: PathBuf,
+pub struct RelayProc(RelayChild);
+
+impl std::ops::Deref for RelayProc {
+    type Target = RelayChild;
+
+    fn deref(&self) -> &RelayChild {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for RelayProc {
+    fn deref_mut(&mut self) -> &mut RelayChild {
+        &mut self.0
+    }
 }
 
 /// What to start.
@@ -58,40 +70,38 @@ impl RelayProc {
                 spec.binary.display()
             );
         }
-        let metrics_addr = format!("127.0.0.1:{}", free_port());
         if let Some(dir) = spec.log.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let out = std::fs::File::create(&spec.log)
+        // A new log for every run (the child appends to it).
+        std::fs::File::create(&spec.log)
             .with_context(|| format!("creating {}", spec.log.display()))?;
-        let child = Command::new(spec.binary)
-            .arg("run")
-            .args(["--database-url", spec.database_url])
-            .args(["--kafka-brokers", spec.brokers])
-            .args(["--topic-prefix", spec.topic_prefix])
-            .args(["--metrics-addr", &metrics_addr])
-            .args(["--instance-id", "relay-bench"])
-            .args(["--batch-size", &spec.batch_size.to_string()])
-            .args(spec.extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("BENCH_RELAY_LOG").unwrap_or_else(|_| "info".to_owned()),
-            )
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .spawn()
-            .with_context(|| format!("starting {}", spec.binary.display()))?;
-        Ok(Self {
-            child,
-            metrics_addr,
-            log: spec.log.clone(),
-        })
+        let run = RunArgs {
+            binary: spec.binary,
+            database_url: spec.database_url,
+            brokers: spec.brokers,
+            topic_prefix: spec.topic_prefix,
+            instance_id: "relay-bench",
+        };
+        let relay = RelayChild::spawn(
+            &run,
+            |cmd| {
+                cmd.args(["--batch-size", &spec.batch_size.to_string()])
+                    .args(spec.extra)
+                    .env(
+                        "RUST_LOG",
+                        std::env::var("BENCH_RELAY_LOG").unwrap_or_else(|_| "info".to_owned()),
+                    );
+            },
+            spec.log.clone(),
+        )
+        .with_context(|| format!("starting {}", spec.binary.display()))?;
+        Ok(Self(relay))
     }
 
     /// Its process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.id()
     }
 
     /// Fails (with the end of its log) when the process has exited.
@@ -99,7 +109,7 @@ impl RelayProc {
     /// # Errors
     /// When it is no longer running.
     pub fn check_running(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait()? {
+        if let Some(status) = self.try_wait() {
             bail!(
                 "the relay exited ({status}); end of {}:\n{}",
                 self.log.display(),
@@ -107,18 +117,6 @@ impl RelayProc {
             );
         }
         Ok(())
-    }
-
-    /// The last `lines` lines of its log.
-    pub fn log_tail(&self, lines: usize) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
-
-    /// Its `/metrics` text, `None` while it does not answer.
-    pub async fn metrics(&self) -> Option<String> {
-        http_get(&self.metrics_addr, "/metrics").await
     }
 
     /// Its memory now.
@@ -172,43 +170,12 @@ impl RelayProc {
             .status();
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
-            if self.child.try_wait()?.is_some() {
+            if self.try_wait().is_some() {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
         bail!("the relay did not stop within 15 s of SIGTERM")
     }
-}
-
-impl Drop for RelayProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A free TCP port on the loopback interface.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_or(9187, |a| a.port())
-}
-
-/// A minimal HTTP/1.0 GET; the body on status 200, `None` otherwise.
-async fn http_get(addr: &str, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?;
-    (status == "200").then(|| body.to_owned())
 }

@@ -34,14 +34,7 @@ pub fn percentiles(samples: &[f64]) -> Option<Percentiles> {
     })
 }
 
-/// The value of the first sample named `name` (any labels) in Prometheus text.
-pub fn metric_value(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| l.split([' ', '{']).next() == Some(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
+pub use test_support::metrics::metric_value;
 
 /// Cumulative buckets `(upper bound, count)` of histogram `name` in Prometheus text, in
 /// order, `+Inf` last. `name` may select one series of a labelled histogram:

@@ -8,15 +8,15 @@
 //! field is removed from the body sent, the server takes the user from the token only).
 //! `client` sends a customer token of [`DEFAULT_USER`] unless a request sets its own.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use order_service::{AppState, CallbackSecret, Metrics};
 use outbox_kit::auth::{Authenticator, Minter};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use test_support::order_api;
 use tokio_util::sync::CancellationToken;
 
 /// The secret the test app verifies callbacks with.
@@ -55,13 +55,6 @@ impl Drop for TestApp {
     }
 }
 
-fn admin_url() -> String {
-    std::env::var("DATABASE_URL").expect(
-        "DATABASE_URL must point at a PostgreSQL server these tests may create databases on \
-         (e.g. postgres://postgres@127.0.0.1:5432/postgres)",
-    )
-}
-
 /// Row counts and a fingerprint of every mutable column: equal before and after a request
 /// means the request changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -92,27 +85,14 @@ impl TestApp {
 
 /// A pool on a new, empty database.
 pub async fn fresh_pool() -> PgPool {
-    {
-        let admin =
-            PgConnectOptions::from_str(&admin_url()).expect("DATABASE_URL is not a valid URL");
-        let name = format!("order_it_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = admin
-            .connect()
-            .await
-            .expect("cannot connect to DATABASE_URL");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut conn)
-            .await
-            .expect("CREATE DATABASE");
-        conn.close().await.ok();
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(admin.database(&name))
-            .await
-            .expect("connect to the test database");
-        pool
-    }
+    let name = test_support::db::unique_name("order_it_");
+    let pool = PgPoolOptions::new()
+        .max_connections(10)
+        .acquire_timeout(Duration::from_secs(30));
+    test_support::db::create(&test_support::db::admin_url(), &name, pool)
+        .await
+        .unwrap_or_else(|e| panic!("creating the test database {name}: {e}"))
+        .pool
 }
 
 impl TestApp {
@@ -138,13 +118,7 @@ impl TestApp {
             shutdown.clone(),
             Duration::from_secs(1),
         ));
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert(
-            reqwest::header::AUTHORIZATION,
-            format!("Bearer {}", minter.customer(DEFAULT_USER))
-                .parse()
-                .unwrap(),
-        );
+        let headers = order_api::bearer_headers(&minter.customer(DEFAULT_USER));
         Self {
             base,
             client: reqwest::Client::builder()
@@ -235,8 +209,7 @@ impl TestApp {
     /// Creates an order of `quantity` × `sku_id` for `user`, asserting 201; returns its body.
     pub async fn order(&self, user: &str, sku_id: &str, quantity: i64) -> Value {
         let key = uuid::Uuid::new_v4().to_string();
-        let body =
-            json!({ "user_id": user, "items": [{ "sku_id": sku_id, "quantity": quantity }] });
+        let body = json!({ "user_id": user, "items": order_api::lines(&[(sku_id, quantity)]) });
         let r = self.post_order(Some(&key), &body).await;
         assert_eq!(r.status(), StatusCode::CREATED);
         r.json().await.unwrap()
@@ -258,16 +231,15 @@ impl TestApp {
         timestamp: i64,
         signature: Option<&str>,
     ) -> Response {
-        let mut req = self
-            .client
-            .post(self.url(path))
-            .header("content-type", "application/json")
-            .header("X-Signature-Timestamp", timestamp.to_string())
-            .body(raw.to_vec());
-        if let Some(s) = signature {
-            req = req.header("X-Signature", s);
-        }
-        req.send().await.unwrap()
+        order_api::callback(
+            self.client.post(self.url(path)),
+            raw.to_vec(),
+            timestamp,
+            signature,
+        )
+        .send()
+        .await
+        .unwrap()
     }
 
     /// POSTs `body` to a callback path, correctly signed now.
@@ -287,12 +259,7 @@ impl TestApp {
     pub async fn pay(&self, order_id: &str, transaction_id: &str, amount_cents: i64) -> Response {
         self.signed(
             "/payments/callback",
-            &json!({
-                "order_id": order_id,
-                "transaction_id": transaction_id,
-                "amount_cents": amount_cents,
-                "status": "SUCCESS"
-            }),
+            &order_api::payment_success(order_id, transaction_id, amount_cents),
         )
         .await
     }
@@ -362,7 +329,7 @@ impl TestApp {
     pub async fn refund_notice(&self, refund_no: &str, status: &str, modified: i64) -> Response {
         self.signed(
             "/refunds/callback",
-            &json!({ "refund_no": refund_no, "status": status, "modified": modified }),
+            &order_api::refund_notice(refund_no, status, modified),
         )
         .await
     }
