@@ -126,7 +126,8 @@ pub fn refusal_kind(code: Option<RDKafkaErrorCode>, reason: &str) -> Option<&'st
 /// # Errors
 /// [`ProbeError::Refused`] as soon as librdkafka reports a refused login or TLS handshake;
 /// [`ProbeError::Unreachable`] when every broker is down (connection refused, no such host) or
-/// nothing answered in time.
+/// nothing answered in time; [`ProbeError::AdvertisedUnreachable`] when the bootstrap address
+/// answered and a broker's advertised address did not.
 pub fn check_connection_blocking(
     brokers: &str,
     settings: &KafkaSettings,
@@ -137,6 +138,10 @@ pub fn check_connection_blocking(
 
 /// [`check_connection_blocking`] that gives up ([`ProbeError::Unreachable`]) within half a
 /// second of `stop` being set.
+///
+/// When the bootstrap's answer came only to librdkafka (see [`ask_metadata`]) and the broker it
+/// named then failed, the check ends there with [`ProbeError::AdvertisedUnreachable`] for that
+/// broker: the other advertised addresses are not asked (the answer never reached the check).
 ///
 /// The metadata names each broker's advertised address, and that is where the clients send
 /// everything after the bootstrap: a broker advertised under a name its certificate does not
@@ -216,7 +221,23 @@ fn learned_broker(reason: &str) -> Option<(i32, String)> {
     let (address, id) = name.rsplit_once('/')?;
     let id = id.parse().ok()?;
     let address = address.split_once("://").map_or(address, |(_, rest)| rest);
-    Some((id, address.to_owned()))
+    // librdkafka writes `host:port` without brackets, an IPv6 host too (`::1:9092`).
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((id, broker_address(host, port.parse().ok()?)))
+}
+
+/// Why [`ask_metadata`] got no answer: the broker learned from the metadata librdkafka alone
+/// received, if one failed and it is not one of the bootstrap addresses `brokers` (a broker
+/// that answered there and went down is down, not advertised out of reach); else nothing
+/// answered.
+fn unanswered(brokers: &str, learned: Option<(i32, String)>, timeout: Duration) -> ProbeError {
+    match learned {
+        Some((broker, address)) if !bootstrap_names(brokers, &address) => {
+            ProbeError::AdvertisedUnreachable { broker, address }
+        }
+        _ => ProbeError::Unreachable(timeout),
+    }
 }
 
 /// `host:port` as a bootstrap server (an IPv6 host in brackets).
@@ -284,17 +305,17 @@ fn ask_metadata(
         // Every broker was tried and none got as far as TLS or SASL (a refusal would have been
         // reported first): down, not refusing.
         let all_down = producer.context().all_down.load(Ordering::Relaxed);
-        if all_down || Instant::now() >= deadline || stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
+            return Err(ProbeError::Unreachable(timeout));
+        }
+        if all_down || Instant::now() >= deadline {
             let learned = producer
                 .context()
                 .learned_down
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .take();
-            return Err(match learned {
-                Some((broker, address)) => ProbeError::AdvertisedUnreachable { broker, address },
-                None => ProbeError::Unreachable(timeout),
-            });
+            return Err(unanswered(brokers, learned, timeout));
         }
     }
 }
@@ -351,6 +372,35 @@ mod tests {
             "a bootstrap address is not a learned broker"
         );
         assert_eq!(learned_broker("1/1 brokers are down"), None);
+        assert_eq!(
+            learned_broker("::1:9092/2: Connect to ipv6#[::1]:9092 failed: Connection refused"),
+            Some((2, "[::1]:9092".to_owned())),
+            "an IPv6 host, written without brackets, as the metadata's addresses are compared"
+        );
+    }
+
+    #[test]
+    fn a_learned_broker_that_failed_is_advertised_out_of_reach_unless_it_is_a_bootstrap_address() {
+        let timeout = Duration::from_secs(30);
+        assert!(matches!(
+            unanswered("localhost:9093", Some((1, "localhost:9094".into())), timeout),
+            ProbeError::AdvertisedUnreachable { broker: 1, ref address } if address == "localhost:9094"
+        ));
+        assert!(
+            matches!(
+                unanswered(
+                    "SASL_SSL://localhost:9093",
+                    Some((1, "localhost:9093".into())),
+                    timeout
+                ),
+                ProbeError::Unreachable(_)
+            ),
+            "the bootstrap address itself: the broker went down after answering"
+        );
+        assert!(matches!(
+            unanswered("localhost:9093", None, timeout),
+            ProbeError::Unreachable(_)
+        ));
     }
 
     #[test]
