@@ -301,3 +301,46 @@ pub async fn relay_stopped(args: &e2e::proc::RelayArgs, what: &str) -> String {
     .await;
     relay.log_text()
 }
+
+/// The `n` of each record's JSON value, in the order read (what `write_five_events` and the
+/// secured tests' writers put there).
+pub fn numbers(records: &[e2e::verify::Record]) -> Vec<i64> {
+    records
+        .iter()
+        .map(|r| {
+            serde_json::from_str::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Waits until the order service at `base` (`http://host:port`) answers `/healthz`, then stocks
+/// `sku-1` ("Lamp", 25.00) as the operator.
+pub async fn serving_with_a_lamp(http: &reqwest::Client, base: &str) {
+    wait_serving(http, base).await;
+    let put = http
+        .put(format!("{base}/skus/sku-1"))
+        .bearer_auth(e2e::auth::operator())
+        .json(&serde_json::json!({"name": "Lamp", "price_cents": 2500}))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "PUT /skus: {}", put.status());
+}
+
+/// Waits until the order service at `base` answers `/healthz`.
+pub async fn wait_serving(http: &reqwest::Client, base: &str) {
+    e2e::wait_for(
+        "the order service to serve",
+        Duration::from_secs(30),
+        || async {
+            http.get(format!("{base}/healthz"))
+                .send()
+                .await
+                .ok()
+                .filter(|r| r.status().is_success())
+        },
+    )
+    .await;
+}

@@ -26,26 +26,7 @@ async fn old_idempotency_keys_are_purged_in_bounded_batches_while_the_service_se
     );
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
-    e2e::wait_for(
-        "the order service to serve",
-        Duration::from_secs(30),
-        || async {
-            http.get(format!("{base}/healthz"))
-                .send()
-                .await
-                .ok()
-                .filter(|r| r.status().is_success())
-        },
-    )
-    .await;
-    let put = http
-        .put(format!("{base}/skus/sku-1"))
-        .bearer_auth(e2e::auth::operator())
-        .json(&json!({"name": "Lamp", "price_cents": 2500}))
-        .send()
-        .await
-        .unwrap();
-    assert!(put.status().is_success(), "PUT /skus: {}", put.status());
+    crate::common::serving_with_a_lamp(&http, &base).await;
 
     // Keys two days old (past the default 24 h) and one fresh key of the same shape.
     sqlx::query(

@@ -49,18 +49,7 @@ impl Service {
             &envs,
         );
         let http = reqwest::Client::new();
-        e2e::wait_for(
-            "the order service to serve",
-            Duration::from_secs(30),
-            || async {
-                http.get(format!("http://{addr}/healthz"))
-                    .send()
-                    .await
-                    .ok()
-                    .filter(|r| r.status().is_success())
-            },
-        )
-        .await;
+        crate::common::wait_serving(&http, &format!("http://{addr}")).await;
         Self {
             process,
             addr,

@@ -204,14 +204,7 @@ async fn relay_publishes_with_sasl_plain_over_tls_and_a_wrong_plain_password_is_
         tokio::task::spawn_blocking(move || dump_secured(&brokers, &[topic], &env_refs(&env)))
             .await
             .unwrap();
-    let values: Vec<i64> = records
-        .iter()
-        .map(|r| {
-            serde_json::from_str::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["n"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
+    let values = crate::common::numbers(&records);
     assert_eq!(
         values,
         (0..5).collect::<Vec<i64>>(),

@@ -435,14 +435,7 @@ async fn a_running_relay_facing_an_untrusted_certificate_says_why_on_healthz_and
         tokio::task::spawn_blocking(move || dump_secured(&brokers, &[topic], &env_refs(&env)))
             .await
             .unwrap();
-    let values: Vec<i64> = records
-        .iter()
-        .map(|r| {
-            serde_json::from_str::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["n"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
+    let values = crate::common::numbers(&records);
     assert_eq!(
         values,
         (0..10).collect::<Vec<i64>>(),

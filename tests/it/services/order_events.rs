@@ -37,27 +37,7 @@ async fn created_then_paid_order_arrives_on_the_broker_in_order_once() {
     ));
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
-    e2e::wait_for(
-        "the order service to serve",
-        Duration::from_secs(30),
-        || async {
-            http.get(format!("{base}/healthz"))
-                .send()
-                .await
-                .ok()
-                .filter(|r| r.status().is_success())
-        },
-    )
-    .await;
-
-    let put = http
-        .put(format!("{base}/skus/sku-1"))
-        .bearer_auth(e2e::auth::operator())
-        .json(&json!({"name": "Lamp", "price_cents": 2500}))
-        .send()
-        .await
-        .unwrap();
-    assert!(put.status().is_success(), "PUT /skus: {}", put.status());
+    crate::common::serving_with_a_lamp(&http, &base).await;
 
     // A double-clicked order: the same key twice gives one order.
     let order_body = json!({"items": [{"sku_id": "sku-1", "quantity": 2}]});
