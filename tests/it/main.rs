@@ -29,6 +29,7 @@ mod isolation {
     mod operator_races;
     mod parking;
     mod record_batches;
+    mod unwritable_partition;
 }
 
 /// What the consumer runtime guarantees: an effect commits with its inbox row, duplicates are
