@@ -8,6 +8,7 @@
 #
 #   kafka-broker.sh --dir DIR --port PORT [--advertise HOST:PORT] [--host HOST]
 #                   [--listener NAME://HOST:PORT[=AHOST:APORT]]... [--config-file FILE]
+#                   [--join FIRST_DIR --node-id N]
 #
 #   --dir DIR         state: server.properties (written here each start), data/, controller.port
 #   --port PORT       the PLAINTEXT listener on HOST (default 127.0.0.1), also the
@@ -20,6 +21,10 @@
 #                     NAME://AHOST:APORT (a name its certificate lacks, a port nothing
 #                     listens on: the tests of what clients make of such a broker)
 #   --config-file F   properties appended last (they override the defaults below)
+#   --join DIR        a broker-only node (no controller) joining the cluster whose first node
+#                     keeps its state in DIR (its controller port, its cluster id): a second
+#                     broker, for the tests of a partition whose only broker is gone
+#   --node-id N       this node's id (default 1; give a joining node another)
 #   DIR/format.args   when present at the first start: extra arguments of the storage format,
 #                     one per line (e.g. `--add-scram` and its value: SCRAM users exist from the
 #                     first second, and their passwords never appear on a command line)
@@ -34,7 +39,7 @@ set -euo pipefail
 # shellcheck source=deploy/local/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-dir="" port="" advertise="" host=127.0.0.1 config_file=""
+dir="" port="" advertise="" host=127.0.0.1 config_file="" join="" node_id=1
 listeners=()
 while (($#)); do
     case "$1" in
@@ -44,6 +49,8 @@ while (($#)); do
     --host) host="$2"; shift 2 ;;
     --listener) listeners+=("$2"); shift 2 ;;
     --config-file) config_file="$2"; shift 2 ;;
+    --join) join="$2"; shift 2 ;;
+    --node-id) node_id="$2"; shift 2 ;;
     *) die "unknown argument '$1' (see the header of $0)" ;;
     esac
 done
@@ -54,13 +61,24 @@ mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 advertise="${advertise:-$host:$port}"
 
-# The controller's port is part of the quorum's identity: the same one on every restart.
-if [[ ! -s "$dir/controller.port" ]]; then
-    free_port >"$dir/controller.port"
+cluster_id=""
+if [[ -n "$join" ]]; then
+    # A broker of the first node's cluster: its controller, its cluster id.
+    [[ -s "$join/controller.port" && -f "$join/data/meta.properties" ]] \
+        || die "--join $join: no started first node there (controller.port, data/meta.properties)"
+    cport="$(cat "$join/controller.port")"
+    cluster_id="$(sed -n 's/^cluster.id=//p' "$join/data/meta.properties")"
+    roles=broker
+    all_listeners="PLAINTEXT://$host:$port"
+else
+    # The controller's port is part of the quorum's identity: the same one on every restart.
+    if [[ ! -s "$dir/controller.port" ]]; then
+        free_port >"$dir/controller.port"
+    fi
+    cport="$(cat "$dir/controller.port")"
+    roles=broker,controller
+    all_listeners="PLAINTEXT://$host:$port,CONTROLLER://127.0.0.1:$cport"
 fi
-cport="$(cat "$dir/controller.port")"
-
-all_listeners="PLAINTEXT://$host:$port,CONTROLLER://127.0.0.1:$cport"
 advertised="PLAINTEXT://$advertise"
 for l in "${listeners[@]}"; do
     if [[ "$l" == *=* ]]; then
@@ -74,7 +92,7 @@ done
 
 {
     printf '# written by deploy/local/kafka-broker.sh at every start; edits are lost\n'
-    printf 'process.roles=broker,controller\nnode.id=1\n'
+    printf 'process.roles=%s\nnode.id=%s\n' "$roles" "$node_id"
     printf 'controller.quorum.voters=1@127.0.0.1:%s\n' "$cport"
     printf 'controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n'
     printf 'listeners=%s\nadvertised.listeners=%s\n' "$all_listeners" "$advertised"
@@ -114,7 +132,7 @@ if [[ ! -f "$dir/data/meta.properties" ]]; then
         mapfile -t format_args <"$dir/format.args"
     fi
     java -Dlog4j2.configurationFile="$KAFKA_LOG4J" -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool \
-        format --ignore-formatted -t "$(java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool random-uuid)" \
+        format --ignore-formatted -t "${cluster_id:-$(java -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool random-uuid)}" \
         -c "$dir/server.properties" "${format_args[@]}" >"$dir/format.log" 2>&1 \
         || { cat "$dir/format.log" >&2; die "formatting the broker's storage in $dir/data failed"; }
 fi

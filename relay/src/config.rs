@@ -254,6 +254,29 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOX_SHUTDOWN_TIMEOUT_MS", default_value_t = 7000)]
     pub shutdown_timeout_ms: u64,
 
+    /// How long a batch may go without any acknowledgement from the broker while the cluster
+    /// still answers, in milliseconds. Then the events not acknowledged (a partition without
+    /// a leader, or with too few in-sync replicas) are withdrawn and fail as `unacknowledged`
+    /// for their own aggregates: retried alone with backoff, parked after `--park-after`
+    /// attempts, while every other aggregate flows. During a broker outage (no answer at all)
+    /// the batch waits, however long.
+    #[arg(long, env = "OUTBOX_SEND_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(500..))]
+    pub send_timeout_ms: u64,
+
+    /// Publish each batch as one Kafka transaction, under a `transactional.id` that every relay
+    /// of the lease shares: a new leader fences the one it replaced at the broker, so a deposed
+    /// leader's queued or in-flight events can never land after the new leader's (consumers
+    /// must read `read_committed`; see the README's consumer section). Needs the
+    /// `TransactionalId` WRITE ACL on the id (and `IdempotentWrite` on older brokers).
+    #[arg(long, env = "OUTBOX_TRANSACTIONS", default_value_t = false, action = clap::ArgAction::Set, value_name = "true|false")]
+    pub transactions: bool,
+
+    /// The `transactional.id` of `--transactions` (the lone producer's is this with `.lone`).
+    /// Relays of one outbox and lease must share it; relays of different outboxes must not.
+    /// Default: `outbox-relay.<database name>.<lease name>`.
+    #[arg(long, env = "OUTBOX_TRANSACTIONAL_ID")]
+    pub transactional_id: Option<String>,
+
     /// Days a row of the `outbox_discarded` audit table is kept; the leading relay deletes
     /// older ones in the background.
     #[arg(long, env = "OUTBOX_DISCARDED_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..))]
@@ -291,6 +314,11 @@ impl RunArgs {
         Duration::from_millis(self.lease_ttl_ms)
     }
 
+    /// The bound on a batch without acknowledgements (see `--send-timeout-ms`).
+    pub fn send_timeout(&self) -> Duration {
+        Duration::from_millis(self.send_timeout_ms)
+    }
+
     /// The shutdown deadline for in-flight acknowledgements.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_millis(self.shutdown_timeout_ms)
@@ -309,6 +337,25 @@ impl RunArgs {
     /// How long `outbox_discarded` rows are kept.
     pub fn discarded_retention(&self) -> Duration {
         Duration::from_secs(u64::from(self.discarded_retention_days) * 86_400)
+    }
+
+    /// The `transactional.id` when `--transactions` is on: the given one, or
+    /// `outbox-relay.<database name>.<lease name>`.
+    ///
+    /// # Errors
+    /// An invalid database URL.
+    pub fn transactional_id(&self) -> anyhow::Result<Option<String>> {
+        if !self.transactions {
+            return Ok(None);
+        }
+        if let Some(id) = &self.transactional_id {
+            return Ok(Some(id.clone()));
+        }
+        let options = outbox_kit::pg::connect_options(&self.db.database_url)?;
+        let database = options
+            .get_database()
+            .unwrap_or_else(|| options.get_username());
+        Ok(Some(format!("outbox-relay.{database}.{}", self.lease_name)))
     }
 
     /// The instance id, or a generated one.

@@ -36,6 +36,10 @@ pub enum FailureClass {
     Unauthorized,
     /// Any other delivery error. Retried, then parked.
     Delivery,
+    /// No acknowledgement within `--send-timeout-ms` while the cluster answered: the
+    /// partition has no leader, or too few in-sync replicas. The message is withdrawn; retried,
+    /// then parked.
+    Unacknowledged,
 }
 
 /// What a failure holds back.
@@ -59,11 +63,12 @@ impl FailureClass {
             Self::BrokerRejected => "broker_rejected",
             Self::Unauthorized => "unauthorized",
             Self::Delivery => "delivery",
+            Self::Unacknowledged => "unacknowledged",
         }
     }
 
     /// Every class, for metrics that show zeros.
-    pub const ALL: [FailureClass; 8] = [
+    pub const ALL: [FailureClass; 9] = [
         Self::Undecodable,
         Self::InvalidTopic,
         Self::TopicRefused,
@@ -72,6 +77,7 @@ impl FailureClass {
         Self::BrokerRejected,
         Self::Unauthorized,
         Self::Delivery,
+        Self::Unacknowledged,
     ];
 
     /// True when no retry can succeed without an operator: the event is parked at once.

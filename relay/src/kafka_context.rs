@@ -188,6 +188,12 @@ impl BatchReports {
         }
     }
 
+    /// Reports still expected (plus one until [`BatchReports::sent_all`]): falls as the broker
+    /// acknowledges, so a waiter can tell a slow batch from one that stopped moving.
+    pub fn outstanding(&self) -> usize {
+        self.remaining.load(Ordering::Acquire)
+    }
+
     /// Waits until every expected report arrived.
     pub async fn wait(&self) {
         while self.remaining.load(Ordering::Acquire) != 0 {

@@ -140,6 +140,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance_id: args.instance_id(),
         lease_ttl: args.lease_ttl(),
         shutdown_timeout: args.shutdown_timeout(),
+        send_timeout: args.send_timeout(),
+        transactional_id: args.transactional_id().context("--transactional-id")?,
         discarded_retention: args.discarded_retention(),
         purge: args.purge.settings(),
     };

@@ -52,6 +52,10 @@ pub struct RelaySettings {
     pub lease_ttl: Duration,
     /// Grace period for in-flight acknowledgements on shutdown.
     pub shutdown_timeout: Duration,
+    /// How long a batch may go without an acknowledgement while the cluster answers.
+    pub send_timeout: Duration,
+    /// With `--transactions`: the `transactional.id` all relays of the lease share.
+    pub transactional_id: Option<String>,
     /// How long `outbox_discarded` audit rows are kept (deleted by the leader).
     pub discarded_retention: Duration,
     /// How the retention purge runs.
@@ -113,11 +117,18 @@ impl Relay {
             &s.topic_prefix,
             Some(self.metrics.broker_down.clone()),
         )?
-        .with_wire(s.wire.clone());
+        .with_wire(s.wire.clone())
+        .with_send_timeout(s.send_timeout);
         // Events of aggregates retried after a failure go out one at a time on a producer of
         // their own ([`crate::batch::Batcher::publish`]).
         let mut lone = Publisher::new(&s.brokers, &lone_config(&s.kafka_config), &s.topic_prefix)?
-            .with_wire(s.wire.clone());
+            .with_wire(s.wire.clone())
+            .with_send_timeout(s.send_timeout);
+        if let Some(id) = &s.transactional_id {
+            publisher = publisher.with_transactions(id)?;
+            lone = lone.with_transactions(&format!("{id}.lone"))?;
+            tracing::info!(transactional.id = %id, "Publishing each batch as a Kafka transaction");
+        }
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
@@ -154,6 +165,13 @@ impl Relay {
             self.metrics.lease_epoch.set(token.epoch);
             publisher.set_leading(true);
             let guard = LeaseGuard::start(self.store.clone(), token, s.lease_ttl, acquired_at);
+            // Fence the relays that held the lease before, now (their open transactions are
+            // aborted); failing that, the first batch tries again before it sends anything.
+            for p in [&publisher, &lone] {
+                if let Err(e) = p.fence().await {
+                    tracing::warn!(error = %e, "Could not initialise the Kafka transactional producer yet; the first batch tries again");
+                }
+            }
             let end = self
                 .lead(
                     &guard,

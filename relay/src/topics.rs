@@ -180,8 +180,11 @@ impl TopicCatalog {
     }
 }
 
-/// Asks the broker whether `topic` exists.
-async fn exists(producer: &PolledProducer<RelayContext>, topic: &str) -> Result<bool, KafkaError> {
+/// Asks the broker whether `topic` exists (an error: no broker answered in time).
+pub(crate) async fn exists(
+    producer: &PolledProducer<RelayContext>,
+    topic: &str,
+) -> Result<bool, KafkaError> {
     use rdkafka::producer::Producer;
     let producer = producer.shared();
     let topic = topic.to_owned();

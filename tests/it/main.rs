@@ -15,6 +15,7 @@ mod delivery {
     mod commit_order;
     mod committed_events;
     mod failover;
+    mod fencing;
     mod guarded_settings;
     mod lease;
     mod outages;

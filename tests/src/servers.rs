@@ -166,6 +166,9 @@ pub struct KafkaOptions {
     /// Extra arguments of the storage format on the first start, e.g. `--add-scram` and
     /// `SCRAM-SHA-512=[name=u,password=p]` (written to a file, never a command line).
     pub format_args: Vec<String>,
+    /// A broker-only node with this id joining the cluster whose first node keeps its state in
+    /// this directory (see [`Kafka::start_joining`]).
+    pub join: Option<(PathBuf, i32)>,
 }
 
 /// A private Apache Kafka broker (single-node KRaft, `deploy/local/kafka-broker.sh`) whose
@@ -200,6 +203,40 @@ impl Kafka {
             advertise: Some(format!("{host}:{advertised_port}")),
             ..KafkaOptions::default()
         })
+    }
+
+    /// A second broker (node id 2, broker only) in `first`'s cluster, on a free port; returns
+    /// once `first`'s metadata lists it. For the tests of a partition whose only broker is
+    /// gone while the others serve.
+    pub fn start_joining(first: &Kafka) -> Self {
+        let second = Self::start_with(KafkaOptions {
+            join: Some((first.dir.clone(), 2)),
+            ..KafkaOptions::default()
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !first.broker_ids().contains(&2) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the second broker did not register within 120 s; see {}",
+                second.log_path().display()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        second
+    }
+
+    /// The ids of the brokers `self`'s metadata lists (the live, registered ones).
+    pub fn broker_ids(&self) -> Vec<i32> {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .set("log_level", "0")
+            .create()
+            .expect("a metadata client");
+        consumer
+            .fetch_metadata(None, Duration::from_secs(5))
+            .map(|m| m.brokers().iter().map(|b| b.id()).collect())
+            .unwrap_or_default()
     }
 
     /// Starts a broker with `options`.
@@ -263,6 +300,11 @@ impl Kafka {
         }
         for l in &self.options.listeners {
             c.args(["--listener", l]);
+        }
+        if let Some((first, id)) = &self.options.join {
+            c.arg("--join")
+                .arg(first)
+                .args(["--node-id", &id.to_string()]);
         }
         let child = c
             .stdin(Stdio::null())

@@ -128,6 +128,16 @@ pub fn dump(brokers: &str, topics: &[String]) -> Vec<Record> {
     dump_with(brokers, topics, &["--timeout", "300"])
 }
 
+/// [`dump`] as a `read_committed` reader sees it: no record of an aborted (or still open)
+/// Kafka transaction.
+pub fn dump_committed(brokers: &str, topics: &[String]) -> Vec<Record> {
+    dump_with(
+        brokers,
+        topics,
+        &["--timeout", "300", "--isolation-level", "read_committed"],
+    )
+}
+
 /// Reads the first `n` messages of `topics` (fewer if they are not there within 30 s).
 pub fn dump_first(brokers: &str, topics: &[String], n: usize) -> Vec<Record> {
     dump_with(

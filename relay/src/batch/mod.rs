@@ -208,7 +208,7 @@ impl Batcher<'_> {
                 .with_label_values(&[reason])
                 .inc_by(*n);
         }
-        if plan.relay_failures > 0 || self.publisher.is_fatal() {
+        if plan.relay_failures > 0 || self.publisher.must_replace() {
             self.replace_producer();
         }
         if plan.relay_failures == 0 {

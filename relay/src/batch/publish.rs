@@ -146,9 +146,10 @@ impl Batcher<'_> {
                     .await
                     .pop()
                     .unwrap_or(Outcome::BlockedBehindFailure);
-                if lone_publisher.is_fatal() {
-                    // A refused record batch stops the producer (gapless guarantee): only the
-                    // lone one, the healthy events' producer goes on.
+                if lone_publisher.must_replace() {
+                    // A refused record batch stops the producer (gapless guarantee), a
+                    // withdrawn send ends its session: only the lone one, the healthy events'
+                    // producer goes on.
                     if let Err(e) = lone_publisher.replace() {
                         tracing::error!(error = %e, "Could not recreate the lone Kafka producer");
                     }
@@ -182,7 +183,7 @@ impl Batcher<'_> {
                 o => o,
             };
         }
-        if self.publisher.is_fatal() {
+        if self.publisher.must_replace() {
             self.replace_producer();
         }
         Some(outcomes)
@@ -191,7 +192,7 @@ impl Batcher<'_> {
     /// Starts a new producer session after the producer stopped (a refused or failed batch).
     pub(super) fn replace_producer(&mut self) {
         tracing::info!(
-            "Kafka producer stopped after a refused or failed batch; starting a new producer session and resending from the outbox"
+            "Kafka producer stopped (a refused or failed batch, or events withdrawn after the send timeout); starting a new producer session and resending from the outbox"
         );
         if let Err(e) = self.publisher.replace() {
             tracing::error!(error = %e, "Could not recreate the Kafka producer");

@@ -21,14 +21,18 @@ use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::util::Timeout;
 
 use crate::decide::Outcome;
-use crate::failure::{classify_delivery, classify_refusal, Scope};
+use crate::failure::{classify_delivery, classify_refusal, FailureClass, Scope};
 use crate::kafka_context::{BatchReports, BrokerGauge, RelayContext, Report};
 
 mod settings;
+mod transaction;
 
 pub use settings::{
-    check_overrides, producer_config, FORCED_SETTINGS, PRODUCER_DEFAULTS, PROTECTED_SETTINGS,
+    check_overrides, producer_config, transactional_producer_config, FORCED_SETTINGS,
+    PRODUCER_DEFAULTS, PROTECTED_SETTINGS, TRANSACTION_TIMEOUT_MS,
 };
+
+use transaction::{Ending, Transactions};
 
 /// One row of a batch as handed to [`Publisher::publish`].
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +64,14 @@ pub struct Publisher {
     wire: WireSettings,
     /// Spans are exported: each message with a writer's `traceparent` gets a PRODUCER span.
     spans: bool,
+    /// How long a batch may go without an acknowledgement while the cluster answers (see
+    /// [`Publisher::with_send_timeout`]); unbounded when `None`.
+    send_timeout: Option<Duration>,
+    /// A send outlived `send_timeout` and its messages were withdrawn: the producer's session
+    /// must be replaced (withdrawn messages leave gaps in its sequence numbers).
+    spent: std::sync::atomic::AtomicBool,
+    /// With `--transactions`: the id, and the session's transactional state.
+    transactional: Option<(String, Transactions)>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -70,14 +82,15 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
-/// A producer of [`producer_config`] whose delivery reports go to `context`.
+/// A producer of [`transactional_producer_config`] whose delivery reports go to `context`.
 fn new_producer(
     brokers: &str,
     extra: &[(String, String)],
+    transactional_id: Option<&str>,
     context: &RelayContext,
 ) -> Result<PolledProducer<RelayContext>, KafkaError> {
     PolledProducer::create(
-        &producer_config(brokers, extra),
+        &transactional_producer_config(brokers, extra, transactional_id),
         context.clone(),
         "relay-producer",
     )
@@ -110,7 +123,7 @@ impl Publisher {
     ) -> Result<Self, KafkaError> {
         let broker_down = broker_down.map(BrokerGauge::new);
         let context = RelayContext::reporting_on(broker_down.clone(), false);
-        let producer = new_producer(brokers, extra, &context)?;
+        let producer = new_producer(brokers, extra, None, &context)?;
         Ok(Self {
             producer,
             context,
@@ -121,7 +134,50 @@ impl Publisher {
             broker_down,
             wire: WireSettings::default(),
             spans: outbox_kit::trace::exporting(),
+            send_timeout: None,
+            spent: Default::default(),
+            transactional: None,
         })
+    }
+
+    /// The publisher with a transactional producer of id `transactional_id`: each batch is
+    /// one Kafka transaction, its rows published once it committed; a relay that initialises
+    /// the same id fences this one at the broker (see `transaction`).
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings.
+    pub fn with_transactions(mut self, transactional_id: &str) -> Result<Self, KafkaError> {
+        let timeout = self.send_timeout.unwrap_or(Duration::from_secs(30));
+        self.transactional = Some((transactional_id.to_owned(), Transactions::new(timeout)));
+        self.replace()?;
+        Ok(self)
+    }
+
+    /// With transactions: initialises the producer session now, fencing every earlier producer
+    /// of the id (a deposed leader's open transaction is aborted at once, so `read_committed`
+    /// readers do not wait for its timeout). Called when the lease is acquired; the first
+    /// batch does it otherwise.
+    ///
+    /// # Errors
+    /// The broker did not answer in time, or refused.
+    pub async fn fence(&self) -> Result<(), KafkaError> {
+        match &self.transactional {
+            Some((_, t)) => t.fence(&self.producer).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Bounds each send: when no acknowledgement of a batch arrived for `timeout` and the
+    /// cluster still answers a metadata request, the messages not acknowledged are withdrawn
+    /// (purged) and fail as [`FailureClass::Unacknowledged`] of their own aggregates: a
+    /// partition without a leader, or without enough in-sync replicas, which librdkafka would
+    /// retry for as long as the relay waits (it never times a message out itself, see
+    /// `settings`). While the cluster does not answer (an outage), the batch waits on. The
+    /// producer is then replaced ([`Publisher::must_replace`]).
+    #[must_use]
+    pub fn with_send_timeout(mut self, timeout: Duration) -> Self {
+        self.send_timeout = Some(timeout);
+        self
     }
 
     /// The publisher with these additions to every message.
@@ -141,11 +197,17 @@ impl Publisher {
         self.purge();
         let context =
             RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
-        let producer = new_producer(&self.brokers, &self.extra, &context)?;
+        let id = self.transactional.as_ref().map(|(id, _)| id.as_str());
+        let producer = new_producer(&self.brokers, &self.extra, id, &context)?;
+        if let Some((_, t)) = &self.transactional {
+            t.reset();
+        }
         // The old producer is torn down as it is dropped; its errors are not the new one's.
         self.context.retire();
         self.producer = producer;
         self.context = context;
+        self.spent
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -174,6 +236,12 @@ impl Publisher {
         self.producer.client().fatal_error().is_some()
     }
 
+    /// True once the producer must be replaced: a fatal error, or messages withdrawn after
+    /// the send timeout.
+    pub fn must_replace(&self) -> bool {
+        self.is_fatal() || self.spent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Sends every [`Send::Message`] (in order, pipelined) and waits for all delivery reports.
     ///
     /// A message librdkafka refuses synchronously, or a [`Send::Known`] failure, stops the
@@ -185,6 +253,21 @@ impl Publisher {
         let generation = self
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let in_transaction = match &self.transactional {
+            Some((_, t)) if rows.iter().any(|r| matches!(r, Send::Message(..))) => {
+                if let Err(e) = t.begin(&self.producer).await {
+                    tracing::warn!(error = %e, "Could not begin a Kafka transaction; the batch is sent again");
+                    self.spent.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return not_sent(
+                        rows,
+                        &format!("could not begin a Kafka transaction: {e}"),
+                        alone,
+                    );
+                }
+                true
+            }
+            _ => false,
+        };
         let batch = Arc::new(BatchReports::new(generation, rows.len()));
         self.context.start_batch(batch.clone());
         let mut stopped: HashSet<(&str, &str)> = HashSet::new();
@@ -232,32 +315,32 @@ impl Publisher {
             }
         }
         batch.sent_all();
-        // A producer that hit a fatal error does not always report the messages still queued
-        // (with no delivery timeout they would wait forever): purge them, so every report
-        // arrives and the caller replaces the producer.
-        let mut watch = tokio::time::interval(Duration::from_millis(50));
-        let mut purged = false;
-        let all_reported = batch.wait();
-        tokio::pin!(all_reported);
-        loop {
-            tokio::select! {
-                () = &mut all_reported => break,
-                _ = watch.tick(), if !purged => {
-                    if self.is_fatal() {
-                        purged = true;
-                        self.producer
-                            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
-                    }
-                }
-            }
-        }
+        let withdrawn = self.await_reports(&batch, rows).await;
         let reports = batch.take();
-        let outcomes: Vec<Outcome> = known
+        // A failed delivery makes the transaction abortable in librdkafka.
+        let abort = withdrawn.clone().or_else(|| {
+            reports.iter().flatten().find_map(|r| match r {
+                Report::Failed(code) => Some(format!("a message of the batch failed: {code}")),
+                Report::Acked(_) => None,
+            })
+        });
+        let mut outcomes: Vec<Outcome> = known
             .into_iter()
             .zip(reports)
             .map(|(known, report)| match (known, report) {
                 (Some(o), _) => o,
                 (None, Some(Report::Acked(at))) => Outcome::Acked(at),
+                (
+                    None,
+                    Some(Report::Failed(
+                        RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight,
+                    ))
+                    | None,
+                ) if withdrawn.is_some() => Outcome::Failed {
+                    scope: Scope::Event(FailureClass::Unacknowledged),
+                    detail: withdrawn.clone().unwrap_or_default(),
+                    alone,
+                },
                 (None, Some(Report::Failed(code))) => Outcome::Failed {
                     scope: classify_delivery(code),
                     detail: format!("delivery failed: {code}"),
@@ -270,6 +353,9 @@ impl Publisher {
                 },
             })
             .collect();
+        if in_transaction {
+            self.end_transaction(&mut outcomes, abort).await;
+        }
         for (span, outcome) in spans.into_iter().zip(&outcomes) {
             let Some(span) = span else { continue };
             match outcome {
@@ -281,6 +367,122 @@ impl Publisher {
             }
         }
         outcomes
+    }
+
+    /// Commits the batch's transaction (or aborts it when `abort` says why) and settles the
+    /// outcomes: committed, the acknowledged rows count as published at the commit's time;
+    /// aborted, none does (behind the failed rows of the batch when there are some, else a
+    /// failure of the producer).
+    async fn end_transaction(&self, outcomes: &mut [Outcome], abort: Option<String>) {
+        let Some((_, t)) = &self.transactional else {
+            return;
+        };
+        match t.end(&self.producer, abort).await {
+            Ending::Committed => {
+                let at = chrono::Utc::now();
+                for o in outcomes.iter_mut() {
+                    if let Outcome::Acked(acked) = o {
+                        *acked = at;
+                    }
+                }
+            }
+            Ending::Aborted(why, replace) => {
+                if replace {
+                    self.spent.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                let failed_event = outcomes.iter().any(|o| {
+                    matches!(
+                        o,
+                        Outcome::Failed {
+                            scope: Scope::Event(_),
+                            ..
+                        }
+                    )
+                });
+                for o in outcomes.iter_mut() {
+                    if let Outcome::Acked(_) = o {
+                        *o = if failed_event {
+                            Outcome::BlockedBehindFailure
+                        } else {
+                            Outcome::Failed {
+                                scope: Scope::Relay,
+                                detail: why.clone(),
+                                alone: false,
+                            }
+                        };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for every delivery report of `batch`. A producer that hit a fatal error does not
+    /// always report the messages still queued (with no delivery timeout they would wait
+    /// forever): they are purged, so every report arrives and the caller replaces the
+    /// producer. With a send timeout, a batch that went that long without an acknowledgement
+    /// while the cluster answers has its unacknowledged messages withdrawn the same way:
+    /// `Some(why)` then.
+    async fn await_reports(&self, batch: &BatchReports, rows: &[Send<'_>]) -> Option<String> {
+        let mut watch = tokio::time::interval(Duration::from_millis(50));
+        let mut purged = false;
+        let mut withdrawn = None;
+        let mut outstanding = batch.outstanding();
+        let mut quiet_since = tokio::time::Instant::now();
+        let all_reported = batch.wait();
+        tokio::pin!(all_reported);
+        loop {
+            tokio::select! {
+                () = &mut all_reported => break,
+                _ = watch.tick(), if !purged => {
+                    if self.is_fatal() {
+                        purged = true;
+                        self.purge_queued();
+                        continue;
+                    }
+                    let Some(timeout) = self.send_timeout else { continue };
+                    let now_outstanding = batch.outstanding();
+                    if now_outstanding != outstanding {
+                        (outstanding, quiet_since) = (now_outstanding, tokio::time::Instant::now());
+                        continue;
+                    }
+                    if quiet_since.elapsed() < timeout {
+                        continue;
+                    }
+                    // Nothing moved for `timeout`: an outage (wait on, librdkafka delivers
+                    // once the broker is back), or partitions the cluster cannot write.
+                    let topic = rows.iter().find_map(|r| match r {
+                        Send::Message(_, t) => Some(*t),
+                        Send::Known(..) => None,
+                    });
+                    let answers = match topic {
+                        Some(t) => crate::topics::exists(&self.producer, t).await.is_ok(),
+                        None => false,
+                    };
+                    if answers {
+                        purged = true;
+                        withdrawn = Some(format!(
+                            "not acknowledged by the broker within {}s while the cluster answered (a partition without a leader, or with too few in-sync replicas); withdrawn, sent again later",
+                            timeout.as_secs_f64()
+                        ));
+                        self.spent.store(true, std::sync::atomic::Ordering::Relaxed);
+                        tracing::warn!(
+                            events = outstanding,
+                            timeout_s = timeout.as_secs_f64(),
+                            "Events not acknowledged within the send timeout while the cluster answers; withdrawn and failed for their own aggregates"
+                        );
+                        self.purge_queued();
+                    } else {
+                        quiet_since = tokio::time::Instant::now();
+                    }
+                }
+            }
+        }
+        withdrawn
+    }
+
+    fn purge_queued(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
     }
 
     /// Publishes plain envelopes to their routed topics (the benchmark's raw produce phase).
@@ -337,12 +539,25 @@ impl Publisher {
     /// Drops everything queued or in flight (shutdown, producer replacement). Their rows stay
     /// unmarked and are published again.
     pub fn purge(&self) {
-        self.producer
-            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        self.purge_queued();
         let _ = self
             .producer
             .flush(Timeout::After(Duration::from_millis(100)));
     }
+}
+
+/// The outcomes of a batch none of whose messages was handed over: `why` for each.
+fn not_sent(rows: &[Send<'_>], why: &str, alone: bool) -> Vec<Outcome> {
+    rows.iter()
+        .map(|r| match r {
+            Send::Known(_, o) => (*o).clone(),
+            Send::Message(..) => Outcome::Failed {
+                scope: Scope::Relay,
+                detail: why.to_owned(),
+                alone,
+            },
+        })
+        .collect()
 }
 
 /// The PRODUCER span of `row` below its writer's `traceparent`, from the row's `created_at` (the

@@ -28,7 +28,7 @@ pub const PRODUCER_DEFAULTS: [(&str, &str); 10] = [
 
 /// Settings the relay's guarantees depend on (shared DESIGN.md, guarantee 6), with the reason
 /// an override is refused at start-up.
-pub const PROTECTED_SETTINGS: [(&str, &str); 15] = [
+pub const PROTECTED_SETTINGS: [(&str, &str); 16] = [
     ("enable.idempotence", "the idempotent producer keeps each partition in order across retries and writes no duplicates of its own"),
     ("acks", "an event counts as published only once every in-sync replica has it (acks=all)"),
     ("request.required.acks", "an event counts as published only once every in-sync replica has it (acks=all)"),
@@ -40,7 +40,8 @@ pub const PROTECTED_SETTINGS: [(&str, &str); 15] = [
     ("enable.gapless.guarantee", "a batch the broker refuses must stop the producer instead of letting later events of its partition through"),
     ("retries", "librdkafka must retry until the broker takes the event"),
     ("message.send.max.retries", "librdkafka must retry until the broker takes the event"),
-    ("transactional.id", "the relay does not use Kafka transactions; consumers dedupe on event_id"),
+    ("transactional.id", "the relay derives it from the lease when --transactions is on (see --transactional-id)"),
+    ("transaction.timeout.ms", "the relay sets it with its transactional id"),
     ("bootstrap.servers", "set the brokers with --kafka-brokers / KAFKA_BROKERS"),
     ("metadata.broker.list", "set the brokers with --kafka-brokers / KAFKA_BROKERS"),
     ("queue.buffering.backpressure.threshold", "the relay bounds what is in flight by its batch size"),
@@ -62,9 +63,27 @@ pub fn check_overrides(extra: &[(String, String)]) -> Result<(), String> {
     Ok(())
 }
 
+/// How long a Kafka transaction of the relay may stay open: the coordinator aborts it after
+/// that (a relay that died mid-batch holds back `read_committed` readers of its partitions at
+/// most this long when no standby takes over sooner; a new leader aborts it at once).
+pub const TRANSACTION_TIMEOUT_MS: &str = "60000";
+
 /// Builds the producer configuration: defaults, then the user's settings, then the settings
 /// the relay's guarantees depend on.
 pub fn producer_config(brokers: &str, extra: &[(String, String)]) -> ClientConfig {
+    transactional_producer_config(brokers, extra, None)
+}
+
+/// [`producer_config`] of a transactional producer when `transactional_id` is given: each
+/// batch is one transaction, and a producer that initialises the same id fences this one at
+/// the broker. A transactional producer needs a finite `message.timeout.ms` (at most the
+/// transaction's timeout); a message that times out aborts its whole transaction, so it
+/// leaves no gap for a later event of its key to jump over.
+pub fn transactional_producer_config(
+    brokers: &str,
+    extra: &[(String, String)],
+    transactional_id: Option<&str>,
+) -> ClientConfig {
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", brokers);
     for (k, v) in PRODUCER_DEFAULTS {
@@ -75,6 +94,11 @@ pub fn producer_config(brokers: &str, extra: &[(String, String)]) -> ClientConfi
     }
     for (k, v) in FORCED_SETTINGS {
         cfg.set(k, v);
+    }
+    if let Some(id) = transactional_id {
+        cfg.set("transactional.id", id)
+            .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+            .set("message.timeout.ms", TRANSACTION_TIMEOUT_MS);
     }
     cfg
 }

@@ -1,24 +1,73 @@
-//! A partition the broker cannot write (NOT_ENOUGH_REPLICAS, which librdkafka retries for as
-//! long as a send may take) holds back only its own aggregate: every other aggregate flows,
-//! the stuck event is retried, then parked, and nothing is reordered (guarantee 5).
+//! A partition the broker cannot write holds back only its own aggregate: every other
+//! aggregate flows, the stuck event is retried, then parked, and nothing is reordered
+//! (guarantee 5). The fault is real: a two-broker cluster, a topic whose only replica lives on
+//! the second broker, and that broker SIGKILLed. librdkafka keeps such a message queued for as
+//! long as a send may take (the relay never lets it time out inside librdkafka, see
+//! `relay/src/publisher/settings.rs`); the relay's own bound on a send (`--send-timeout-ms`)
+//! turns it into a failure of its aggregate.
 
 use std::time::Duration;
 
 use e2e::proc::{RelayArgs, RelayProcess};
+use e2e::servers::Kafka;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use serde_json::json;
 
 use crate::common::{ops, Ledger};
 
+/// Creates `topic` with one partition per entry of `replicas`, each on the brokers given.
+async fn create_placed(brokers: &str, topic: &str, replicas: &[&[i32]]) {
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("an admin client");
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(
+                topic,
+                replicas.len() as i32,
+                TopicReplication::Variable(replicas),
+            )],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .expect("create topics");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("creating {t}: {e}"));
+    }
+}
+
+/// Creates Kafka's `__transaction_state` topic while `brokers` is the only broker.
+fn place_transaction_state(brokers: &str) {
+    use rdkafka::producer::{BaseProducer, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("transactional.id", "place-transaction-state")
+        .create()
+        .expect("a transactional producer");
+    producer
+        .init_transactions(Duration::from_secs(60))
+        .expect("init_transactions on the first broker");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unwritable_partition_holds_back_only_its_own_aggregate() {
-    // min.insync.replicas=2 on a one-broker cluster: every produce to the topic is answered
-    // NOT_ENOUGH_REPLICAS, a retriable error, for as long as the topic lives.
+    let first = Kafka::start();
+    // The transaction coordinators' topic on the first broker (in a real cluster it is
+    // replicated; here a coordinator on the second broker would go down with it).
+    place_transaction_state(&first.brokers());
+    let mut second = Kafka::start_joining(&first);
+    let brokers = first.brokers();
     let prefix = e2e::unique_topic_prefix();
-    let brokers = e2e::kafka_brokers();
     let stuck_topic = format!("{prefix}stuck");
     let healthy_topic = format!("{prefix}order");
-    e2e::audit::create_topics_with(&brokers, 1, &["min.insync.replicas=2"], &[&stuck_topic]);
-    e2e::audit::create_topics_with(&brokers, 6, &[], &[&healthy_topic]);
+    create_placed(&brokers, &stuck_topic, &[&[2]]).await;
+    let on_first: &[i32] = &[1];
+    create_placed(&brokers, &healthy_topic, &[on_first; 6]).await;
+    // The only broker of the stuck topic's partition crashes; the first broker serves on.
+    second.stop();
+
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
     let (stuck_id, _) = ledger
@@ -42,7 +91,9 @@ async fn an_unwritable_partition_holds_back_only_its_own_aggregate() {
             .await;
     }
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "unwritable");
-    args.extra = ["--park-after", "3"].map(String::from).to_vec();
+    args.extra = ["--park-after", "3", "--send-timeout-ms", "3000"]
+        .map(String::from)
+        .to_vec();
     let _relay = RelayProcess::start(&args);
 
     e2e::wait_for(
@@ -57,16 +108,27 @@ async fn an_unwritable_partition_holds_back_only_its_own_aggregate() {
         },
     )
     .await;
-    e2e::wait_for(
+    let blocked = e2e::wait_for(
         "the stuck event to be retried, then parked",
-        Duration::from_secs(300),
+        Duration::from_secs(180),
         || async {
             let (_, blocked) = ops(&["blocked"], &db.url);
             let events = blocked["events"].as_array()?.clone();
-            (events.len() == 1 && events[0]["state"] == "parked").then_some(blocked)
+            (events.len() == 1 && events[0]["state"] == "parked").then_some(events)
         },
     )
     .await;
+    assert_eq!(blocked[0]["outbox_id"], stuck_id, "{blocked:?}");
+    assert_eq!(
+        blocked[0]["attempts"], 3,
+        "retried, then parked: {blocked:?}"
+    );
+    assert_eq!(blocked[0]["error_class"], "unacknowledged", "{blocked:?}");
+    let error = blocked[0]["error_message"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("not acknowledged"),
+        "the error says what happened: {error}"
+    );
     let records = {
         let (b, t) = (brokers.clone(), healthy_topic.clone());
         tokio::task::spawn_blocking(move || e2e::verify::dump(&b, &[t]))

@@ -1,0 +1,118 @@
+//! Kafka transactions of a publisher with `--transactions` on: each batch is one transaction,
+//! and its rows count as published only once it committed.
+//!
+//! Every relay of one lease uses the same `transactional.id`. A new leader's
+//! `init_transactions` bumps the id's producer epoch at the broker: the deposed leader's
+//! producer is fenced (its open transaction is aborted, its later sends and commits fail), so
+//! records it still had queued or in flight can never land after the new leader's, and
+//! `read_committed` readers never see them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer;
+
+use outbox_kit::kafka::PolledProducer;
+
+use crate::kafka_context::RelayContext;
+
+/// The transactional state of one producer session.
+#[derive(Debug)]
+pub(super) struct Transactions {
+    /// How long one `init_transactions`, commit or abort may take.
+    timeout: Duration,
+    /// `init_transactions` succeeded for the current producer session.
+    initialised: AtomicBool,
+}
+
+/// How a batch's transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// Committed: its acknowledged rows are published.
+    Committed,
+    /// Aborted (or never committed): none of its rows is published. The reason, and whether
+    /// the producer session must be replaced (fenced, fatal, or the abort itself failed).
+    Aborted(String, bool),
+}
+
+impl Transactions {
+    pub(super) fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            initialised: AtomicBool::new(false),
+        }
+    }
+
+    /// A new producer session starts uninitialised.
+    pub(super) fn reset(&self) {
+        self.initialised.store(false, Ordering::Relaxed);
+    }
+
+    /// Initialises the session once (fencing every earlier producer of the id), then begins a
+    /// transaction.
+    ///
+    /// # Errors
+    /// The broker did not answer in time, or refused (e.g. no `TransactionalId` ACL).
+    pub(super) async fn begin(
+        &self,
+        producer: &PolledProducer<RelayContext>,
+    ) -> Result<(), KafkaError> {
+        if !self.initialised.load(Ordering::Relaxed) {
+            self.fence(producer).await?;
+        }
+        producer.begin_transaction()
+    }
+
+    /// `init_transactions` for this session: fences the producers that used the id before,
+    /// aborting their open transaction.
+    ///
+    /// # Errors
+    /// As [`Transactions::begin`].
+    pub(super) async fn fence(
+        &self,
+        producer: &PolledProducer<RelayContext>,
+    ) -> Result<(), KafkaError> {
+        let shared = producer.shared();
+        let timeout = self.timeout;
+        tokio::task::spawn_blocking(move || shared.init_transactions(timeout))
+            .await
+            .map_err(|_| KafkaError::Canceled)??;
+        self.initialised.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Commits the open transaction, or aborts it when `abort` says why.
+    pub(super) async fn end(
+        &self,
+        producer: &PolledProducer<RelayContext>,
+        abort: Option<String>,
+    ) -> Ending {
+        let shared = producer.shared();
+        let timeout = self.timeout;
+        let committed = match abort {
+            Some(why) => Err(why),
+            None => tokio::task::spawn_blocking({
+                let shared = shared.clone();
+                move || shared.commit_transaction(timeout)
+            })
+            .await
+            .map_err(|_| "commit interrupted".to_owned())
+            .and_then(|r| r.map_err(|e| format!("transaction not committed: {e}"))),
+        };
+        let Err(why) = committed else {
+            return Ending::Committed;
+        };
+        let aborted = tokio::task::spawn_blocking(move || shared.abort_transaction(timeout))
+            .await
+            .map_err(|_| KafkaError::Canceled)
+            .and_then(|r| r);
+        match aborted {
+            Ok(()) => Ending::Aborted(why, producer.client().fatal_error().is_some()),
+            Err(e) => {
+                tracing::warn!(error = %e, reason = %why, "Could not abort the Kafka transaction; starting a new producer session (it aborts the transaction)");
+                Ending::Aborted(format!("{why}; abort failed: {e}"), true)
+            }
+        }
+    }
+}
