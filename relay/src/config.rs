@@ -399,6 +399,31 @@ mod tests {
     }
 
     #[test]
+    fn transactions_are_off_by_default_and_share_an_id_per_database_and_lease() {
+        let base = [
+            "--database-url",
+            "postgres://u@x/orders",
+            "--kafka-brokers",
+            "k:9092",
+        ];
+        let off = run_args(&base);
+        assert!(!off.transactions);
+        assert_eq!(off.transactional_id().unwrap(), None);
+        assert_eq!(off.send_timeout(), Duration::from_secs(30));
+        let mut on = base.to_vec();
+        on.extend(["--transactions", "true", "--lease-name", "eu"]);
+        assert_eq!(
+            run_args(&on).transactional_id().unwrap().as_deref(),
+            Some("outbox-relay.orders.eu")
+        );
+        on.extend(["--transactional-id", "mine"]);
+        assert_eq!(
+            run_args(&on).transactional_id().unwrap().as_deref(),
+            Some("mine")
+        );
+    }
+
+    #[test]
     fn flags_parse_with_defaults() {
         let r = run_args(&[
             "--database-url",

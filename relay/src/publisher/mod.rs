@@ -341,6 +341,18 @@ impl Publisher {
                     detail: withdrawn.clone().unwrap_or_default(),
                     alone,
                 },
+                // Inside a transaction librdkafka times messages out (the transaction's
+                // timeout): the broker did not answer for that long, an outage, not the event's
+                // fault (the relay's own send timeout, shorter, judges partitions).
+                (None, Some(Report::Failed(RDKafkaErrorCode::MessageTimedOut)))
+                    if in_transaction =>
+                {
+                    Outcome::Failed {
+                        scope: Scope::Relay,
+                        detail: "not acknowledged within the Kafka transaction's timeout".into(),
+                        alone,
+                    }
+                }
                 (None, Some(Report::Failed(code))) => Outcome::Failed {
                     scope: classify_delivery(code),
                     detail: format!("delivery failed: {code}"),

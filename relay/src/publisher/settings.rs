@@ -144,6 +144,20 @@ mod tests {
     }
 
     #[test]
+    fn a_transactional_producer_has_its_id_and_a_delivery_timeout_within_its_transaction() {
+        let plain = producer_config("b:9092", &[]);
+        assert_eq!(plain.get("transactional.id"), None);
+        let txn = transactional_producer_config("b:9092", &[], Some("outbox-relay.db.default"));
+        assert_eq!(txn.get("transactional.id"), Some("outbox-relay.db.default"));
+        assert_eq!(
+            txn.get("transaction.timeout.ms"),
+            Some(TRANSACTION_TIMEOUT_MS)
+        );
+        assert_eq!(txn.get("message.timeout.ms"), Some(TRANSACTION_TIMEOUT_MS));
+        assert_eq!(txn.get("enable.gapless.guarantee"), Some("true"));
+    }
+
+    #[test]
     fn overrides_of_guarantees_are_refused_by_name() {
         let kv = |k: &str, v: &str| vec![(k.to_owned(), v.to_owned())];
         for (k, v) in [
@@ -155,6 +169,8 @@ mod tests {
             ("max.in.flight", "20"),
             ("acks", "1"),
             ("enable.gapless.guarantee", "false"),
+            ("transactional.id", "x"),
+            ("transaction.timeout.ms", "900000"),
         ] {
             let err = check_overrides(&kv(k, v)).unwrap_err();
             assert!(err.contains(k), "{err}");

@@ -98,7 +98,14 @@ impl Transactions {
             })
             .await
             .map_err(|_| "commit interrupted".to_owned())
-            .and_then(|r| r.map_err(|e| format!("transaction not committed: {e}"))),
+            .and_then(|r| {
+                r.map_err(|e| {
+                    if is_fenced(&e) {
+                        tracing::warn!("Fenced at the broker by a newer relay of the lease (it took over): this relay's batch is aborted, never published by it");
+                    }
+                    format!("transaction not committed: {e}")
+                })
+            }),
         };
         let Err(why) = committed else {
             return Ending::Committed;
@@ -109,10 +116,20 @@ impl Transactions {
             .and_then(|r| r);
         match aborted {
             Ok(()) => Ending::Aborted(why, producer.client().fatal_error().is_some()),
+            Err(e) if is_fenced(&e) => Ending::Aborted(why, true),
             Err(e) => {
                 tracing::warn!(error = %e, reason = %why, "Could not abort the Kafka transaction; starting a new producer session (it aborts the transaction)");
                 Ending::Aborted(format!("{why}; abort failed: {e}"), true)
             }
         }
     }
+}
+
+/// True when `e` says another producer of the id fenced this one.
+fn is_fenced(e: &KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch)
+    )
 }

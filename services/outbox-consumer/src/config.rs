@@ -221,10 +221,14 @@ pub const CONSUMER_DEFAULTS: [(&str, &str); 6] = [
 
 /// Settings the runtime's guarantees rest on; applied last, so nothing overrides them. Offsets
 /// are stored by the runtime only after the event's transaction committed, and only stored
-/// offsets are ever committed.
-pub const CONSUMER_FORCED: [(&str, &str); 2] = [
+/// offsets are ever committed. `read_committed`: a relay with `--transactions` publishes each
+/// batch as a Kafka transaction, and a deposed relay's records are aborted, never committed;
+/// a `read_uncommitted` reader would apply them (librdkafka's default, said here so that no
+/// `--kafka-config` changes it).
+pub const CONSUMER_FORCED: [(&str, &str); 3] = [
     ("enable.auto.offset.store", "false"),
     ("enable.auto.commit", "true"),
+    ("isolation.level", "read_committed"),
 ];
 
 /// Refuses `--kafka-config` settings that would make the consumer skip events: an
@@ -236,6 +240,13 @@ pub const CONSUMER_FORCED: [(&str, &str); 2] = [
 pub fn check_overrides(extra: &[(String, String)]) -> Result<(), String> {
     for (k, v) in extra {
         let key = k.trim();
+        if key == "isolation.level" && v.trim() != "read_committed" {
+            return Err(format!(
+                "--kafka-config {key}={v} is refused: the consumer reads read_committed, so that \
+                 records of aborted Kafka transactions (a relay fenced after a failover) are \
+                 never applied"
+            ));
+        }
         if key == "auto.offset.reset" && !matches!(v.trim(), "earliest" | "smallest" | "beginning")
         {
             return Err(format!(
@@ -436,6 +447,9 @@ mod tests {
             assert!(check_overrides(&kv(v)).is_ok(), "{v}");
         }
         assert!(check_overrides(&[("session.timeout.ms".into(), "6000".into())]).is_ok());
+        let err =
+            check_overrides(&[("isolation.level".into(), "read_uncommitted".into())]).unwrap_err();
+        assert!(err.contains("read_committed"), "{err}");
     }
 
     #[test]
@@ -451,6 +465,7 @@ mod tests {
         let cfg = consumer_client_config(&c);
         assert_eq!(cfg.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(cfg.get("enable.auto.commit"), Some("true"));
+        assert_eq!(cfg.get("isolation.level"), Some("read_committed"));
         assert_eq!(cfg.get("session.timeout.ms"), Some("6000"));
         assert_eq!(cfg.get("enable.metrics.push"), Some("false"));
         assert_eq!(cfg.get("group.id"), Some(c.group_id.as_str()));
