@@ -11,7 +11,8 @@ use serde::Serialize;
 /// relay, end-to-end latency at a fixed offered load (and the relay's idle cost), and what
 /// failures, the per-aggregate insert lock and a large backlog cost (as ratios to a baseline of
 /// the same invocation), and how the cost per event grows with payload size (`sizes`) and,
-/// opt-in (`--phases`), topic count (`topics`) against raw produce; `backlog` is opt-in too.
+/// opt-in (`--phases`), topic count (`topics`) against raw produce; `backlog` and
+/// `transactions` (the relay's `--transactions` on against off) are opt-in too.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "relay-bench", version, about, long_about = None)]
 pub struct Args {
@@ -93,12 +94,14 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     pub naive_linger_ms: u64,
 
-    /// Rounds of the throughput phases (produce, db, drain, interleaved); each figure is the
-    /// best round, all rounds are in the JSON. Use 3 or more on a busy machine.
+    /// Rounds of the throughput phases (produce, db, drain, interleaved) and of the
+    /// `transactions` phase; each drain figure is the best round, all rounds are in the JSON.
+    /// Use 3 or more on a busy machine.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
 
-    /// Phases to run, comma separated [default: all but the opt-in `backlog` and `topics`].
+    /// Phases to run, comma separated [default: all but the opt-in `backlog`, `topics` and
+    /// `transactions`].
     #[arg(long, value_delimiter = ',')]
     pub phases: Vec<Phase>,
 
@@ -223,14 +226,18 @@ pub enum Phase {
     /// Opt-in (minutes): raw produce and relay drain over each topic count of
     /// `--topic-counts`.
     Topics,
+    /// Opt-in (minutes): the relay's `--transactions` off and on, alternating for `--repeat`
+    /// rounds: the drain, then the latency phase; the figures and their ratios on / off.
+    Transactions,
 }
 
 impl Phase {
     /// True for the phases a run without `--phases` includes: those of about a minute or less
     /// at default sizes (`sizes`: 40 s at load average 9). `backlog` (many minutes, gigabytes
-    /// of disk) and `topics` (minutes: 1 000 topics of 6 partitions each) are opt-in.
+    /// of disk), `topics` (minutes: 1 000 topics of 6 partitions each) and `transactions`
+    /// (minutes: two drains and two latency runs a round) are opt-in.
     pub fn in_default_run(self) -> bool {
-        !matches!(self, Self::Backlog | Self::Topics)
+        !matches!(self, Self::Backlog | Self::Topics | Self::Transactions)
     }
 }
 
@@ -414,5 +421,15 @@ mod tests {
             "2000000"
         ])
         .is_err());
+    }
+
+    #[test]
+    fn transactions_is_opt_in_and_parses() {
+        assert!(!Phase::Transactions.in_default_run());
+        assert!(!parse(&[]).runs(Phase::Transactions));
+        let a = parse(&["--phases", "transactions", "--repeat", "2"]);
+        assert_eq!(a.phases, vec![Phase::Transactions]);
+        assert!(a.runs(Phase::Transactions) && !a.runs(Phase::Drain) && !a.runs(Phase::Latency));
+        assert_eq!(a.repeat, 2);
     }
 }

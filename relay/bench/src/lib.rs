@@ -13,6 +13,8 @@
 //! - [`backlog`]: opt-in, a multi-million event backlog (claim time, leadership stability);
 //! - [`growth`]: `sizes` and (opt-in) `topics`: raw produce and relay drain as payloads and
 //!   topics grow;
+//! - [`transactions`]: opt-in, the drain and the latency phase with the relay's
+//!   `--transactions` off and on, alternating;
 //! - [`report`]: the JSON report and the table.
 
 pub mod backlog;
@@ -32,6 +34,7 @@ pub mod relay_proc;
 pub mod report;
 pub mod schedule;
 pub mod stats;
+pub mod transactions;
 pub mod workload;
 
 use anyhow::Context as _;
@@ -185,6 +188,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         extra: &args.relay_args,
         log_dir: &log_dir,
         idle_seconds: sizes.idle_seconds,
+        label: "latency",
     };
     let latency = phase(
         args,
@@ -276,6 +280,16 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         growth::topics(&infra, &w, &topics_spec, &args.topic_counts),
     )
     .await;
+    let transactions = phase(
+        args,
+        Phase::Transactions,
+        &mut errors,
+        transactions::run(&infra, &w, &drain_spec, &load_spec, args.repeat),
+    )
+    .await;
+    for e in transactions.iter().flat_map(|t| &t.errors) {
+        errors.push(format!("phase transactions: {e}"));
+    }
     for g in [&growth_sizes, &growth_topics].into_iter().flatten() {
         for p in &g.points {
             for e in &p.errors {
@@ -327,6 +341,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         backlog,
         sizes: growth_sizes,
         topics: growth_topics,
+        transactions,
         rounds,
         ratios: Ratios::default(),
         serial_model: None,

@@ -97,7 +97,9 @@ pub(super) async fn wait_seen(
     }
 }
 
-/// A consumer reading every partition of `topic` from the beginning into `seen`.
+/// A consumer reading every partition of `topic` from the beginning into `seen`. It reads
+/// `read_committed` (librdkafka's default, set explicitly): with `--transactions` an event
+/// counts as seen only once its batch's transaction is committed.
 pub(super) fn spawn_consumer(
     infra: &Infra,
     topic: &str,
@@ -115,6 +117,7 @@ pub(super) fn spawn_consumer(
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("fetch.wait.max.ms", "10")
+        .set("isolation.level", "read_committed")
         .set("enable.metrics.push", "false")
         .create()
         .context("creating the consumer")?;

@@ -51,6 +51,8 @@ pub struct LoadSpec<'a> {
     pub log_dir: &'a std::path::Path,
     /// Seconds of the idle measurement after the load (0: none).
     pub idle_seconds: u64,
+    /// Names the log (`relay-<label>.log`), the database and the topic prefix.
+    pub label: &'a str,
 }
 
 /// Seconds the relay is left alone after its last event before the idle measurement starts
@@ -155,12 +157,12 @@ pub async fn run(
     w: &Workload,
     spec: &LoadSpec<'_>,
 ) -> anyhow::Result<LatencyFigures> {
-    let db = infra.fresh_database("latency").await?;
-    let prefix = infra.topic_prefix("latency");
+    let db = infra.fresh_database(spec.label).await?;
+    let prefix = infra.topic_prefix(spec.label);
     let topic = format!("{prefix}{AGGREGATE_TYPE}");
     infra.create_topic(&topic).await?;
 
-    let log = spec.log_dir.join("relay-latency.log");
+    let log = spec.log_dir.join(format!("relay-{}.log", spec.label));
     let mut relay = RelayProc::spawn(&RelaySpec {
         binary: spec.binary,
         database_url: &db.url,

@@ -1,8 +1,8 @@
 //! The results: one serializable report (written as JSON) and the table printed on stdout.
 //!
 //! The headline table (throughput, CPU per event, ratios, latency) is `table`; the tables of
-//! the phases beside the headline run (isolation, insert, failures, backlog, growth) are
-//! `phases`.
+//! the phases beside the headline run (isolation, insert, failures, backlog, growth,
+//! transactions) are `phases`.
 
 use serde::Serialize;
 
@@ -18,6 +18,7 @@ use crate::isolation::IsolationFigures;
 use crate::latency::LatencyFigures;
 use crate::naive::NaiveFigures;
 use crate::produce::ProduceFigures;
+use crate::transactions::TransactionsFigures;
 
 mod phases;
 mod table;
@@ -130,6 +131,8 @@ pub struct Report {
     pub sizes: Option<GrowthFigures>,
     /// Topic counts (opt-in).
     pub topics: Option<GrowthFigures>,
+    /// The relay's `--transactions` off and on (opt-in).
+    pub transactions: Option<TransactionsFigures>,
     /// Every round's rate; the phase figures above are the best round.
     pub rounds: Rounds,
     /// Ratios of phase 3 to phases 1, 2 and 4.

@@ -1,14 +1,17 @@
 //! The tables of the phases beside the headline run: failure isolation, the insert lock,
-//! claims over a large failure table, a large backlog, and growth with payload size and topics.
+//! claims over a large failure table, a large backlog, growth with payload size and topics,
+//! and the relay's `--transactions` off and on.
 
 use std::fmt::Write as _;
 
 use super::{bytes_label, group};
 use crate::backlog::BacklogFigures;
+use crate::drain::DrainFigures;
 use crate::failures::{ClaimTiming, FailuresFigures};
 use crate::growth::GrowthFigures;
 use crate::insert::InsertFigures;
 use crate::isolation::IsolationFigures;
+use crate::transactions::{LatencyRound, TransactionsFigures, TxVariant};
 
 pub(super) fn isolation_table(o: &mut String, i: &IsolationFigures) {
     let _ = writeln!(o);
@@ -281,6 +284,150 @@ pub(super) fn growth_table(o: &mut String, g: &GrowthFigures) {
     let _ = writeln!(
         o,
         "  (CPU µs per event: relay run | raw produce run, prod. = the bench's producer; ×prod = relay process over the bare producer; ratio = relay / raw events per s)"
+    );
+}
+
+/// A row of the `transactions` table: name, the figure of a variant, the ratio on / off,
+/// decimals (0: digits grouped).
+type TxRow<'a> = (
+    String,
+    &'a dyn Fn(&TxVariant) -> Option<f64>,
+    Option<f64>,
+    usize,
+);
+
+pub(super) fn transactions_table(o: &mut String, t: &TransactionsFigures, s: &super::Settings) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<56} {:>9} {:>9} {:>7}",
+        format!(
+            "transactions: relay --transactions off / on, {} round{} ({})",
+            t.rounds,
+            if t.rounds == 1 { "" } else { "s" },
+            t.order.join(" ")
+        ),
+        "off",
+        "on",
+        "on/off"
+    );
+    let f = |v: Option<f64>, p: usize| match (v, p) {
+        (Some(v), 0) => group(v),
+        (Some(v), p) => format!("{v:.p$}"),
+        (None, _) => "-".to_owned(),
+    };
+    let drain =
+        |g: fn(&DrainFigures) -> Option<f64>| move |v: &TxVariant| v.drain.as_ref().and_then(g);
+    let lat = |g: fn(&LatencyRound) -> Option<f64>| {
+        move |v: &TxVariant| v.latency_round().as_ref().and_then(g)
+    };
+    let r = &t.ratios;
+    let rows: [TxRow; 8] = [
+        (
+            format!(
+                "drain of {} events, events/s (best round)",
+                group(s.sizes.events as f64)
+            ),
+            &drain(|d| Some(d.events_per_s)),
+            r.drain_events_per_s,
+            0,
+        ),
+        (
+            "  relay CPU µs per event".to_owned(),
+            &drain(|d| d.cpu.relay_us_per_event),
+            r.drain_relay_us_per_event,
+            2,
+        ),
+        (
+            "  postgres CPU µs per event".to_owned(),
+            &drain(|d| d.cpu.postgres_us_per_event),
+            r.drain_postgres_us_per_event,
+            2,
+        ),
+        (
+            format!(
+                "latency at {}/s for {} s: commit → ack p50, ms",
+                group(s.load_rate as f64),
+                s.sizes.load_seconds
+            ),
+            &lat(|l| l.ack_p50_ms),
+            r.ack_p50,
+            1,
+        ),
+        (
+            "  commit → ack p99, ms (relay histogram)".to_owned(),
+            &lat(|l| l.ack_p99_ms),
+            r.ack_p99,
+            1,
+        ),
+        (
+            "  commit → seen p50, ms (read_committed consumer)".to_owned(),
+            &lat(|l| l.seen_p50_ms),
+            r.seen_p50,
+            1,
+        ),
+        (
+            "  commit → seen p99, ms".to_owned(),
+            &lat(|l| l.seen_p99_ms),
+            r.seen_p99,
+            1,
+        ),
+        (
+            "  relay CPU µs per event under the load".to_owned(),
+            &lat(|l| l.relay_us_per_event),
+            r.latency_relay_us_per_event,
+            1,
+        ),
+    ];
+    for (name, figure, ratio, p) in rows {
+        let _ = writeln!(
+            o,
+            "{name:<56} {:>9} {:>9} {:>7}",
+            f(figure(&t.off), p),
+            f(figure(&t.on), p),
+            f(ratio, 2)
+        );
+    }
+    for v in [&t.off, &t.on] {
+        let drains: Vec<String> = v
+            .drain_rounds_events_per_s
+            .iter()
+            .zip(&v.drain_rounds_relay_us_per_event)
+            .map(|(e, c)| format!("{}/s {} µs", group(*e), f(*c, 2)))
+            .collect();
+        let lats: Vec<String> = v
+            .latency_rounds
+            .iter()
+            .map(|l| {
+                format!(
+                    "ack {}/{} seen {}/{}",
+                    f(l.ack_p50_ms, 1),
+                    f(l.ack_p99_ms, 1),
+                    f(l.seen_p50_ms, 1),
+                    f(l.seen_p99_ms, 1)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  {:<3} rounds: drain [{}] · latency p50/p99 ms [{}]",
+            v.variant,
+            drains.join(", "),
+            lats.join(", ")
+        );
+        let not_seen: u64 = v.latency_rounds.iter().map(|l| l.not_seen).sum();
+        if not_seen > 0 {
+            let _ = writeln!(
+                o,
+                "!! {not_seen} committed events not seen by the consumer ({})",
+                v.variant
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "  (best drain round and lowest-p99 latency round shown; on = the relay arguments plus {}; with transactions both the ack histogram and \"seen\" include the commit)",
+        crate::transactions::TRANSACTIONS_ON
     );
 }
 

@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use super::phases::{backlog_table, failures_table, growth_table, insert_table, isolation_table};
+use super::phases::{
+    backlog_table, failures_table, growth_table, insert_table, isolation_table, transactions_table,
+};
 use super::Report;
 use crate::stats::Percentiles;
 
@@ -310,6 +312,9 @@ impl Report {
         }
         for g in [&self.sizes, &self.topics].into_iter().flatten() {
             growth_table(&mut o, g);
+        }
+        if let Some(t) = &self.transactions {
+            transactions_table(&mut o, t, s);
         }
         if let Some(d) = &self.relay_drain {
             let _ = writeln!(o);
