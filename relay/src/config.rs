@@ -214,8 +214,9 @@ pub struct RunArgs {
     /// Failed attempts after which an event is parked (it then waits for `redrive` or
     /// `discard`; its aggregate's later events wait behind it, other aggregates flow). Events
     /// that can never be sent (undecodable, invalid or refused topic, refused by the producer,
-    /// refused by the broker when sent alone) are parked at once. Retries wait 0.5 s, doubling
-    /// up to 60 s.
+    /// refused by the broker when sent alone) are parked at once. The other events of a record
+    /// batch the broker refused are not judged by it: each is sent alone first, whatever this
+    /// is. Retries wait 0.5 s, doubling up to 60 s.
     #[arg(long, env = "OUTBOX_PARK_AFTER", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..))]
     pub park_after: i32,
 

@@ -172,8 +172,10 @@ pub enum Discarded {
 
 impl Store {
     /// Records failures under the lease: inserts a failure row per event or counts another
-    /// attempt; parks an event when asked to or when it reached `policy.park_after` attempts;
-    /// sets when it may be retried.
+    /// attempt; parks an event when asked to or when it reached `policy.park_after` attempts,
+    /// unless it is a suspect to retry at once (`retry_now`: its record batch was refused, the
+    /// culprit may be another event; it is sent alone next, and judged then); sets when it may
+    /// be retried.
     ///
     /// # Errors
     /// Database errors.
@@ -201,7 +203,7 @@ impl Store {
                         error_class, error_message, attempts, retry_at, parked_at) \
                  SELECT u.id, u.event_id, u.atype, u.aid, u.class, u.msg, 1, \
                         now() + CASE WHEN u.now THEN interval '0' ELSE make_interval(secs => $10) END, \
-                        CASE WHEN u.park OR $9 <= 1 THEN now() END \
+                        CASE WHEN u.park OR ($9 <= 1 AND NOT u.now) THEN now() END \
                  FROM unnest($4::bigint[], $5::uuid[], $6::text[], $7::text[], $8::text[], $11::text[], \
                              $12::bool[], $13::bool[]) \
                       AS u(id, event_id, atype, aid, class, msg, park, now) \
@@ -213,7 +215,8 @@ impl Store {
                      last_failed_at = now(), \
                      retry_at = CASE WHEN EXCLUDED.retry_at <= now() THEN now() \
                                 ELSE now() + make_interval(secs => least($14, $10 * power(2, least(f.attempts, 40)))) END, \
-                     parked_at = CASE WHEN EXCLUDED.parked_at IS NOT NULL OR f.attempts + 1 >= $9 \
+                     parked_at = CASE WHEN EXCLUDED.parked_at IS NOT NULL \
+                                      OR (f.attempts + 1 >= $9 AND EXCLUDED.retry_at > now()) \
                                  THEN coalesce(f.parked_at, now()) END \
                  RETURNING outbox_id, attempts, parked_at IS NOT NULL AS parked \
              ) \

@@ -11,6 +11,21 @@ use crate::common::{ops, Ledger};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_overtake_it() {
+    refused_record_batch(&[]).await;
+}
+
+/// `--park-after 1` parks an event on its first failure, but the other events of a record batch
+/// the broker refused are suspects, not culprits: they are sent alone first, and only the
+/// culprit parks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_park_after_1_only_the_culprit_of_a_refused_batch_parks() {
+    refused_record_batch(&["--park-after", "1"]).await;
+}
+
+/// 3 000 events of 60 aggregates, one of them too large for the topic's `max.message.bytes`,
+/// through a relay with `extra` arguments: everything but the poisoned aggregate drains, in
+/// order, and only the poison is parked.
+async fn refused_record_batch(extra: &[&str]) {
     // A topic whose max.message.bytes a poison event's record batch exceeds: the broker refuses
     // the whole record batch (MESSAGE_TOO_LARGE) in the produce response — the asynchronous,
     // per-batch failure of a topic-level limit.
@@ -39,7 +54,11 @@ async fn a_batch_refused_by_the_broker_lets_no_later_event_of_its_aggregate_over
     }
     let (poison_agg, poison_id, _) = poison.unwrap();
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "refused");
-    args.extra = ["--batch-size", "1000"].map(String::from).to_vec();
+    args.extra = ["--batch-size", "1000"]
+        .iter()
+        .chain(extra)
+        .map(|s| (*s).to_owned())
+        .collect();
     let relay = RelayProcess::start(&args);
 
     e2e::wait_for(
