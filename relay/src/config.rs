@@ -123,12 +123,12 @@ pub struct KafkaArgs {
     #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = outbox_kit::DEFAULT_TOPIC_PREFIX)]
     pub topic_prefix: String,
 
-    /// Extra librdkafka producer settings as KEY=VALUE (repeatable; comma separated in the
-    /// environment variable), e.g. compression, linger, security settings. They override the
-    /// relay's defaults; settings its guarantees depend on (idempotence, acks, delivery
-    /// timeouts, partitioner, in-flight limits, gapless guarantee) are refused at start-up.
-    #[arg(long = "kafka-config", env = "OUTBOX_KAFKA_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
-    pub kafka_config: Vec<(String, String)>,
+    /// Extra librdkafka producer settings as KEY=VALUE (repeatable, or comma separated), e.g.
+    /// compression, linger, security settings. They override the relay's defaults; settings
+    /// its guarantees depend on (idempotence, acks, delivery timeouts, partitioner, in-flight
+    /// limits, gapless guarantee) are refused at start-up.
+    #[arg(long = "kafka-config", env = "OUTBOX_KAFKA_CONFIG", hide_env_values = true, value_parser = outbox_kit::kafka::parse_kafka_config)]
+    pub kafka_config_lists: Vec<outbox_kit::kafka::KafkaConfigList>,
 
     /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), the
     /// same in every binary.
@@ -164,6 +164,11 @@ pub struct KafkaArgs {
 }
 
 impl KafkaArgs {
+    /// Every `--kafka-config` setting, in order.
+    pub fn kafka_config(&self) -> Vec<(String, String)> {
+        outbox_kit::kafka::config_arg::pairs(&self.kafka_config_lists)
+    }
+
     /// What the relay adds to every message.
     pub fn wire(&self) -> crate::publisher::WireSettings {
         crate::publisher::WireSettings {
@@ -375,17 +380,6 @@ fn default_instance_id() -> String {
     format!("{host}-{}-{suffix:04x}", std::process::id())
 }
 
-/// Parses `KEY=VALUE`.
-///
-/// # Errors
-/// When there is no `=` or the key is empty.
-pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
-        _ => Err(format!("expected KEY=VALUE, got `{s}`")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,14 +452,12 @@ mod tests {
             "compression.type = zstd",
         ]);
         assert_eq!(
-            r.kafka.kafka_config,
+            r.kafka.kafka_config(),
             vec![
                 ("linger.ms".to_owned(), "10".to_owned()),
                 ("compression.type".to_owned(), "zstd".to_owned())
             ]
         );
-        assert!(parse_key_value("novalue").is_err());
-        assert!(parse_key_value("=x").is_err());
     }
 
     #[test]

@@ -108,12 +108,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             "DATABASE_URL (--database-url)",
             &args.db.database_url,
         )])?;
-    outbox_relay::publisher::check_overrides(&args.kafka.kafka_config)
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let user_kafka_config = args.kafka.kafka_config();
+    outbox_relay::publisher::check_overrides(&user_kafka_config).map_err(|e| anyhow::anyhow!(e))?;
     let kafka_config = args
         .kafka
         .security
-        .settings(&args.kafka.kafka_config)
+        .settings(&user_kafka_config)
         .context("Kafka security settings")?;
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;

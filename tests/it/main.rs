@@ -67,6 +67,7 @@ mod security {
     mod access;
     mod exhaustion;
     mod http_fuzz;
+    mod kafka_config;
     mod kafka_logins;
     mod kafka_refusals;
     mod openapi_fuzz;

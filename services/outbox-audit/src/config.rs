@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use clap::Parser;
-use outbox_kit::consumer::config::parse_key_value;
 
 /// Reconciles a deployment: the order, WMS and stock databases (their business tables,
 /// outboxes, ledgers and inboxes), the broker's topics and every consumer group's committed
@@ -60,10 +59,10 @@ pub struct Config {
     #[arg(long, env = "INBOX_RETENTION_DAYS", default_value_t = 14, value_parser = clap::value_parser!(u32).range(1..))]
     pub inbox_retention_days: u32,
 
-    /// Extra librdkafka settings as KEY=VALUE (security, sockets, client id; repeatable, comma
-    /// separated in the environment variable).
-    #[arg(long = "kafka-config", env = "AUDIT_KAFKA_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
-    pub kafka_config: Vec<(String, String)>,
+    /// Extra librdkafka settings as KEY=VALUE (security, sockets, client id; repeatable, or
+    /// comma separated).
+    #[arg(long = "kafka-config", env = "AUDIT_KAFKA_CONFIG", hide_env_values = true, value_parser = outbox_kit::kafka::parse_kafka_config)]
+    pub kafka_config: Vec<outbox_kit::kafka::KafkaConfigList>,
 
     /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), the
     /// same as every other binary's.

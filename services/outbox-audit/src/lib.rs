@@ -138,7 +138,7 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     // Topics: every consumed one, its dead-letter topic, and whatever the ledgers name.
     let kafka_config = config
         .security
-        .settings(&config.kafka_config)
+        .settings(&outbox_kit::kafka::config_arg::pairs(&config.kafka_config))
         .context("Kafka security settings")?;
     // A refused login or certificate would otherwise only show as a broker timeout.
     outbox_kit::kafka::check_connection(

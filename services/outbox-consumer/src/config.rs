@@ -22,11 +22,11 @@ pub struct ConsumerArgs {
     #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = outbox_writer::DEFAULT_TOPIC_PREFIX)]
     pub topic_prefix: String,
 
-    /// Extra librdkafka consumer settings as KEY=VALUE (repeatable; comma separated in the
-    /// environment variable). Manual offset storing and auto-commit of stored offsets cannot be
+    /// Extra librdkafka consumer settings as KEY=VALUE (repeatable, or comma separated).
+    /// Manual offset storing and auto-commit of stored offsets cannot be
     /// turned off.
-    #[arg(long = "kafka-config", env = "KAFKA_CONSUMER_CONFIG", value_delimiter = ',', value_parser = parse_key_value)]
-    pub kafka_config: Vec<(String, String)>,
+    #[arg(long = "kafka-config", env = "KAFKA_CONSUMER_CONFIG", hide_env_values = true, value_parser = outbox_kafka::parse_kafka_config)]
+    pub kafka_config: Vec<outbox_kafka::KafkaConfigList>,
 
     /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), for the
     /// consumer, its dead-letter producer and its admin client alike.
@@ -104,7 +104,9 @@ impl ConsumerArgs {
                 .iter()
                 .map(|a| format!("{}{a}", self.topic_prefix))
                 .collect(),
-            client_config: self.security.settings(&self.kafka_config)?,
+            client_config: self
+                .security
+                .settings(&outbox_kafka::config_arg::pairs(&self.kafka_config))?,
             create_topics: self.create_missing_topics.then_some(TopicSpec {
                 partitions: self.topic_partitions,
                 replication_factor: self.topic_replication_factor,
@@ -327,17 +329,6 @@ pub fn connection_settings(extra: &[(String, String)]) -> impl Iterator<Item = (
     outbox_kafka::connection_settings(extra)
 }
 
-/// Parses `KEY=VALUE`.
-///
-/// # Errors
-/// When there is no `=` or the key is empty.
-pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
-        _ => Err(format!("expected KEY=VALUE, got `{s}`")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,15 +478,5 @@ mod tests {
         let users = cfg(&["--kafka-config", "max.poll.interval.ms=600000"]);
         assert_eq!(users.get("max.poll.interval.ms"), Some("600000"));
         assert_eq!(cfg(&[]).get("max.poll.interval.ms"), Some("30000"));
-    }
-
-    #[test]
-    fn key_values_parse() {
-        assert_eq!(
-            parse_key_value(" a.b = c=d "),
-            Ok(("a.b".to_owned(), "c=d".to_owned()))
-        );
-        assert!(parse_key_value("nokey").is_err());
-        assert!(parse_key_value("=v").is_err());
     }
 }

@@ -14,12 +14,14 @@
 
 // The one module with `unsafe`: four librdkafka calls the safe API does not offer (the
 // producer's queue as a handle, its length, its wake-up socket), each with its SAFETY note.
+pub mod config_arg;
 #[allow(unsafe_code)]
 pub mod polled;
 pub mod probe;
 pub mod refusal;
 pub mod security;
 
+pub use config_arg::{parse_kafka_config, KafkaConfigList};
 pub use polled::PolledProducer;
 pub use probe::{check_connection, ProbeError};
 pub use security::{

@@ -20,6 +20,7 @@ mod settings;
 pub use error::KafkaSecurityError;
 pub use flags::{KafkaSecurityArgs, SaslMechanism, SecurityProtocol};
 pub use secret::is_secret;
+pub(crate) use secret::REDACTED;
 pub use settings::KafkaSettings;
 
 #[cfg(test)]
