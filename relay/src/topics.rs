@@ -68,15 +68,10 @@ impl TopicCatalog {
                 cfg.set("bootstrap.servers", brokers);
                 cfg.set("enable.metrics.push", "false");
                 // Only connection-level settings of the user's producer config apply to the
-                // admin client (security, client id); producer-only keys would be rejected.
-                for (k, v) in extra {
-                    if k.starts_with("security.")
-                        || k.starts_with("sasl.")
-                        || k.starts_with("ssl.")
-                        || k == "client.id"
-                    {
-                        cfg.set(k, v);
-                    }
+                // admin client (security, trust, sockets, client id); producer-only keys would
+                // be rejected.
+                for (k, v) in outbox_kit::kafka::connection_settings(extra) {
+                    cfg.set(k, v);
                 }
                 Some((cfg.create_with_context(RelayContext::default())?, spec))
             }

@@ -351,13 +351,18 @@ mod tests {
     }
 
     #[test]
-    fn connection_settings_are_security_sockets_and_client_id_only() {
+    fn connection_settings_are_what_reaches_and_trusts_the_brokers_only() {
         let extra: Vec<(String, String)> = [
             ("security.protocol", "SASL_SSL"),
             ("sasl.mechanism", "SCRAM-SHA-512"),
             ("ssl.ca.location", "/ca.pem"),
             ("socket.timeout.ms", "10000"),
             ("client.id", "audit"),
+            ("enable.ssl.certificate.verification", "false"),
+            (
+                "client.dns.lookup",
+                "resolve_canonical_bootstrap_servers_only",
+            ),
             ("fetch.max.bytes", "1"),
             ("session.timeout.ms", "6000"),
         ]
@@ -372,7 +377,9 @@ mod tests {
                 "sasl.mechanism",
                 "ssl.ca.location",
                 "socket.timeout.ms",
-                "client.id"
+                "client.id",
+                "enable.ssl.certificate.verification",
+                "client.dns.lookup"
             ]
         );
     }

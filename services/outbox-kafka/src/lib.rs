@@ -29,18 +29,41 @@ pub use security::{
     SecurityProtocol,
 };
 
-/// The settings among `extra` that concern the connection (security, sockets, client id)
-/// rather than producing or consuming: what an admin client, a reader or a probe of the same
-/// process needs.
+/// Prefixes of the librdkafka properties that concern the connection to the brokers (how to
+/// find, reach, authenticate and trust them) rather than producing or consuming.
+pub const CONNECTION_PREFIXES: [&str; 11] = [
+    "security.",
+    "sasl.",
+    "ssl",
+    "socket.",
+    "enable.ssl.",
+    "enable.sasl.",
+    "https.",
+    "api.version.",
+    "broker.address.",
+    "broker.version.",
+    "reconnect.backoff",
+];
+
+/// Connection properties that no prefix of [`CONNECTION_PREFIXES`] covers.
+pub const CONNECTION_KEYS: [&str; 5] = [
+    "client.id",
+    "client.dns.lookup",
+    "client.rack",
+    "connections.max.idle.ms",
+    "metadata.recovery.strategy",
+];
+
+/// The settings among `extra` that concern the connection (security, trust, sockets, name
+/// resolution, client id) rather than producing or consuming: what every other client of the
+/// same process (start-up check, admin, dead-letter producer and reader) gets, so that a
+/// setting the main client needs to reach the brokers is never dropped for the others.
 pub fn connection_settings(extra: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
     extra
         .iter()
         .filter(|(k, _)| {
-            k.starts_with("security.")
-                || k.starts_with("sasl.")
-                || k.starts_with("ssl.")
-                || k.starts_with("socket.")
-                || k == "client.id"
+            CONNECTION_PREFIXES.iter().any(|p| k.starts_with(p))
+                || CONNECTION_KEYS.contains(&k.as_str())
         })
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
