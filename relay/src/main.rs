@@ -103,11 +103,6 @@ fn exit_with(report: ops::Report) {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    args.secrets
-        .check(&[outbox_kit::secrets::Secret::database_url(
-            "DATABASE_URL (--database-url)",
-            &args.db.database_url,
-        )])?;
     let user_kafka_config = args.kafka.kafka_config();
     outbox_relay::publisher::check_overrides(&user_kafka_config).map_err(|e| anyhow::anyhow!(e))?;
     let kafka_config = args
@@ -115,6 +110,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .security
         .settings(&user_kafka_config)
         .context("Kafka security settings")?;
+    args.secrets.check(&[
+        outbox_kit::secrets::Secret::database_url(
+            "DATABASE_URL (--database-url)",
+            &args.db.database_url,
+        ),
+        kafka_config.password_secret(),
+    ])?;
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;
     // PRODUCER spans over OTLP when the standard OTEL_* variables ask for them; off, nothing.

@@ -111,6 +111,11 @@ impl Config {
             "MARKETPLACE_SECRET (--marketplace-secret)",
             self.marketplace_secret.as_deref(),
         ));
+        // Incomplete Kafka settings are reported when the consumer is built.
+        let kafka = self.runtime_config().ok().flatten();
+        if let Some(runtime) = &kafka {
+            secrets.push(runtime.client_config.password_secret());
+        }
         self.service.check_secrets(&secrets)
     }
 

@@ -203,6 +203,15 @@ impl<'a> Secret<'a> {
         }
     }
 
+    /// A password setting (e.g. the Kafka SASL password).
+    pub fn password(setting: &'static str, value: Option<&'a str>) -> Self {
+        Self {
+            setting,
+            kind: SecretKind::Password,
+            value: value.map(Cow::Borrowed),
+        }
+    }
+
     /// The password of the PostgreSQL URL of `setting`, if the URL has one.
     pub fn database_url(setting: &'static str, url: &str) -> Secret<'static> {
         Secret {

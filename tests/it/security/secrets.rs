@@ -37,6 +37,19 @@ struct Case {
     env: Vec<(String, String)>,
 }
 
+/// SASL/SCRAM settings with `password` as the Kafka password.
+fn kafka_sasl(password: &str) -> Vec<(String, String)> {
+    [
+        ("KAFKA_SECURITY_PROTOCOL", "SASL_SSL"),
+        ("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
+        ("KAFKA_SASL_USERNAME", "svc"),
+        ("KAFKA_SASL_PASSWORD", password),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect()
+}
+
 fn db_url(password: &str) -> String {
     // Never reached: the check runs before the first connection.
     format!("postgres://svc:{password}@127.0.0.1:1/db")
@@ -73,6 +86,14 @@ fn cases(value: &str) -> Vec<Case> {
             args: vec![],
             env: base(&s, db_url(value)),
         });
+        let mut kafka = base(&s, db_url(&s));
+        kafka.extend(kafka_sasl(value));
+        out.push(Case {
+            bin,
+            setting: "KAFKA_SASL_PASSWORD",
+            args: vec![],
+            env: kafka,
+        });
         if bin == "order-service" {
             for setting in ["PAYMENT_CALLBACK_SECRET", "MARKETPLACE_SECRET"] {
                 let mut env = base(&s, db_url(&s));
@@ -96,6 +117,18 @@ fn cases(value: &str) -> Vec<Case> {
             ("KAFKA_BROKERS".to_owned(), "127.0.0.1:1".to_owned()),
             ("METRICS_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
         ],
+    });
+    let mut relay_kafka = vec![
+        ("DATABASE_URL".to_owned(), db_url(&s)),
+        ("KAFKA_BROKERS".to_owned(), "127.0.0.1:1".to_owned()),
+        ("METRICS_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
+    ];
+    relay_kafka.extend(kafka_sasl(value));
+    out.push(Case {
+        bin: "outbox-relay",
+        setting: "KAFKA_SASL_PASSWORD",
+        args: vec!["run".into()],
+        env: relay_kafka,
     });
     out.push(Case {
         bin: "mint-token",
@@ -154,10 +187,10 @@ async fn every_shipped_placeholder_secret_makes_every_service_exit_naming_the_se
         }
     }
     eprintln!(
-        "{checked} refusals checked ({} placeholders x 10 settings)",
+        "{checked} refusals checked ({} placeholders x 14 settings)",
         DEPLOY_PLACEHOLDERS.len()
     );
-    assert_eq!(checked, DEPLOY_PLACEHOLDERS.len() * 10);
+    assert_eq!(checked, DEPLOY_PLACEHOLDERS.len() * 14);
 }
 
 #[tokio::test]

@@ -204,8 +204,11 @@ impl<H: Handler> ConsumerService<H> {
         }
         let settings = &args.service;
         let only = settings.migrations == super::Migrations::Only;
-        let auth_secrets = args.auth.secrets();
-        settings.check_secrets(if only { &[] } else { &auth_secrets })?;
+        let mut secrets = vec![runtime.client_config.password_secret()];
+        if !only {
+            secrets.extend(args.auth.secrets());
+        }
+        settings.check_secrets(&secrets)?;
         let auth = if only {
             None
         } else {

@@ -24,6 +24,15 @@ impl KafkaSettings {
         }
     }
 
+    /// The SASL password among these settings (from the flag, its file or `--kafka-config
+    /// sasl.password`), for the weak-secret rule of [`outbox_process::secrets`].
+    pub fn password_secret(&self) -> outbox_process::secrets::Secret<'_> {
+        outbox_process::secrets::Secret::password(
+            "KAFKA_SASL_PASSWORD (--kafka-sasl-password, KAFKA_SASL_PASSWORD_FILE or sasl.password)",
+            self.get("sasl.password"),
+        )
+    }
+
     /// The value of property `key`, the last one set wins (as in librdkafka).
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0
