@@ -20,13 +20,18 @@ async fn main() -> anyhow::Result<()> {
             .runtime_config()
             .context("Kafka security settings")?
             .context("the dlq commands need --kafka-brokers / KAFKA_BROKERS")?;
-        return outbox_kit::consumer::dlq_cli::run(
+        // `dlq redrive` records what it sent in the service's database.
+        let pool = outbox_kit::service::connect_lazy(&config.service.database_url, 1)
+            .context("invalid DATABASE_URL")?;
+        let ran = outbox_kit::consumer::dlq_cli::run(
             command,
             &runtime,
+            &pool,
             &mut std::io::stdout().lock(),
         )
-        .await
-        .context("dlq command failed");
+        .await;
+        pool.close().await;
+        return ran.context("dlq command failed");
     }
     if config.service.migrations == outbox_kit::service::Migrations::Only {
         config.service.check_secrets(&[])?;

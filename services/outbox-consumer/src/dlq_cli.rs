@@ -8,9 +8,12 @@
 
 use std::io::Write;
 
+use std::collections::HashSet;
+
+use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::redrive::{self, DeadLetter, DlqError, Redriven, Selection};
+use super::redrive::{self, record, DeadLetter, DlqError, Redriven, Selection};
 use super::RuntimeConfig;
 
 /// Operator commands of a consuming service.
@@ -35,7 +38,8 @@ pub enum DlqCommand {
     /// Sends dead letters back to this consumer alone, through its redrive topic
     /// `<topic>.<consumer>.redrive` (original key, value and headers, without the `dlq.*`
     /// headers), and waits for the broker's acks; other consumers of the topic never see them
-    /// again. Safe to repeat: the inbox skips an event that was applied already.
+    /// again. Each redriven letter is recorded in the consumer's database (`dlq_redriven`);
+    /// `--all` never sends a recorded letter again.
     Redrive(RedriveArgs),
 }
 
@@ -46,8 +50,8 @@ pub struct RedriveArgs {
     /// The event to redrive (its newest dead letter).
     #[arg(long)]
     pub event_id: Option<Uuid>,
-    /// Every dead letter of this consumer (the newest per event; letters without an event id
-    /// are skipped).
+    /// Every dead letter of this consumer not redriven yet (the newest per event, in the order
+    /// the events were first consumed; letters without an event id are skipped).
     #[arg(long)]
     pub all: bool,
     /// One JSON document instead of text.
@@ -55,7 +59,8 @@ pub struct RedriveArgs {
     pub json: bool,
 }
 
-/// Runs `command` for the consumer of `config`, writing its output to `out`.
+/// Runs `command` for the consumer of `config` (whose database `pool` records what was
+/// redriven: `dlq_redriven`, migrated with the inbox), writing its output to `out`.
 ///
 /// # Errors
 /// A [`DlqError`]: the broker is unreachable, a read timed out, an unknown event id, or a
@@ -63,6 +68,7 @@ pub struct RedriveArgs {
 pub async fn run(
     command: &ConsumerCommand,
     config: &RuntimeConfig,
+    pool: &PgPool,
     out: &mut impl Write,
 ) -> Result<(), DlqError> {
     let ConsumerCommand::Dlq(dlq) = command;
@@ -76,13 +82,18 @@ pub async fn run(
     match dlq {
         DlqCommand::List { json } => print_list(out, config, &letters, *json),
         DlqCommand::Redrive(args) => {
-            let selection = match args.event_id {
-                Some(id) => Selection::EventId(id),
-                None => Selection::All,
+            let consumer = &config.consumer_name;
+            let (selection, redriven) = match args.event_id {
+                Some(id) => (Selection::EventId(id), HashSet::new()),
+                None => (Selection::All, record::redriven(pool, consumer).await?),
             };
-            let chosen = redrive::select(letters, selection, &config.consumer_name)?;
-            let sent = redrive::redrive(config, &chosen).await?;
-            print_redriven(out, &config.consumer_name, &sent, args.json)
+            let skipped = letters
+                .iter()
+                .filter(|l| redriven.contains(&(l.topic.clone(), l.partition, l.offset)))
+                .count();
+            let chosen = redrive::select(letters, selection, consumer, &redriven)?;
+            let sent = redrive::redrive(config, pool, &chosen).await?;
+            print_redriven(out, consumer, &sent, skipped, args.json)
         }
     }
     .map_err(DlqError::Output)
@@ -132,6 +143,7 @@ fn print_redriven(
     out: &mut impl Write,
     consumer: &str,
     sent: &[Redriven],
+    skipped: usize,
     json: bool,
 ) -> std::io::Result<()> {
     if json {
@@ -146,7 +158,11 @@ fn print_redriven(
                 })
             })
             .collect();
-        let doc = serde_json::json!({ "consumer": consumer, "redriven": redriven });
+        let doc = serde_json::json!({
+            "consumer": consumer,
+            "redriven": redriven,
+            "already_redriven": skipped,
+        });
         return writeln!(out, "{doc}");
     }
     writeln!(
@@ -154,6 +170,12 @@ fn print_redriven(
         "Redrove {} dead letter(s) of consumer {consumer} to its redrive topic(s); no other consumer receives them",
         sent.len()
     )?;
+    if skipped > 0 {
+        writeln!(
+            out,
+            "Left out {skipped} dead letter(s) redriven before (dlq_redriven)"
+        )?;
+    }
     for r in sent {
         writeln!(
             out,

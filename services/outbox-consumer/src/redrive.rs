@@ -21,15 +21,24 @@
 //! applied it already, so a redrive is safe to repeat. Kafka topics are append-only: a redriven
 //! letter stays listed.
 //!
+//! `--all` sends a letter once: what was redriven is recorded in the consumer's database
+//! (`dlq_redriven`, [`record`]), which outlives the inbox rows. Letters go back in the order
+//! their events were first consumed ([`DeadLetter::origin`]).
+//!
 //! Files: `read` (reading a consumer's letters back), `send` (choosing the letters and sending
-//! them to the redrive topic), `error` (why a dead-letter command failed).
+//! them to the redrive topic), `record` (what was redriven already), `error` (why a
+//! dead-letter command failed).
 
 mod error;
 mod read;
+pub mod record;
 mod send;
 
 pub use error::DlqError;
-pub use read::{read_dead_letters, DeadLetter};
+pub use read::{
+    read_dead_letters, DeadLetter, REDRIVE_ORIGIN_OFFSET, REDRIVE_ORIGIN_PARTITION,
+    REDRIVE_ORIGIN_TOPIC,
+};
 pub use send::{redrive, select, Redriven, Selection};
 
 #[cfg(test)]
@@ -80,21 +89,66 @@ mod tests {
             letter(Some(b), 3),
             letter(Some(a), 4),
         ];
-        let all = select(letters.clone(), Selection::All, "stock").unwrap();
+        let none = std::collections::HashSet::new();
+        let all = select(letters.clone(), Selection::All, "stock", &none).unwrap();
         let picked: Vec<(Option<Uuid>, i64)> = all.iter().map(|l| (l.event_id, l.offset)).collect();
         assert_eq!(
             picked,
-            [(Some(a), 4), (Some(b), 3)],
-            "newest per event, none without id"
+            [(Some(b), 3), (Some(a), 4)],
+            "newest per event, by source offset, none without id"
         );
-        let one = select(letters.clone(), Selection::EventId(b), "stock").unwrap();
+        let one = select(letters.clone(), Selection::EventId(b), "stock", &none).unwrap();
         assert_eq!(one.len(), 1);
         let unknown = Uuid::new_v4();
-        let err = select(letters, Selection::EventId(unknown), "stock").unwrap_err();
+        let err = select(letters, Selection::EventId(unknown), "stock", &none).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("no dead letter of consumer `stock` has event id {unknown}")
         );
+    }
+
+    #[test]
+    fn redrive_all_leaves_out_redriven_letters_and_orders_by_origin() {
+        let (a, b, c) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+        // a (source offset 5) was redriven, failed again on the redrive topic and was
+        // dead-lettered again at dlq offset 3, carrying its origin; b (offset 7) was read
+        // first; c (offset 6) was redriven already (its letter is recorded).
+        let mut b7 = letter(Some(b), 1);
+        b7.source_offset = Some(7);
+        let mut a5 = letter(Some(a), 2);
+        a5.source_offset = Some(5);
+        let mut a_again = letter(Some(a), 3);
+        a_again.source_topic = Some("t.stock.redrive".into());
+        a_again.source_offset = Some(0);
+        a_again.headers.extend([
+            (REDRIVE_ORIGIN_TOPIC.to_owned(), Some(b"t".to_vec())),
+            (REDRIVE_ORIGIN_PARTITION.to_owned(), Some(b"0".to_vec())),
+            (REDRIVE_ORIGIN_OFFSET.to_owned(), Some(b"5".to_vec())),
+        ]);
+        let mut c6 = letter(Some(c), 4);
+        c6.source_offset = Some(6);
+        let letters = vec![b7, a5, a_again, c6];
+        let picked = |redriven: &std::collections::HashSet<record::LetterId>| {
+            select(letters.clone(), Selection::All, "stock", redriven)
+                .unwrap()
+                .iter()
+                .map(|l| (l.event_id.unwrap(), l.offset))
+                .collect::<Vec<_>>()
+        };
+        let none = std::collections::HashSet::new();
+        assert_eq!(
+            picked(&none),
+            [(a, 3), (c, 4), (b, 1)],
+            "by origin offset 5, 6, 7"
+        );
+        let c_redriven = [("t.dlq".to_owned(), 0, 4)].into_iter().collect();
+        assert_eq!(picked(&c_redriven), [(a, 3), (b, 1)], "c never again");
+        // An older letter of a redriven: its newest letter is still to be redriven.
+        let a_old_redriven = [("t.dlq".to_owned(), 0, 2)].into_iter().collect();
+        assert_eq!(picked(&a_old_redriven), [(a, 3), (c, 4), (b, 1)]);
+        // --event-id sends a recorded letter again: the operator asked for it.
+        let one = select(letters.clone(), Selection::EventId(c), "stock", &c_redriven).unwrap();
+        assert_eq!(one.len(), 1);
     }
 
     #[test]
@@ -126,6 +180,9 @@ mod tests {
     #[test]
     fn redriven_messages_keep_their_headers_but_not_the_dead_letter_ones() {
         let l = letter(Some(Uuid::new_v4()), 1);
+        let mut l = l;
+        l.headers
+            .push((REDRIVE_ORIGIN_OFFSET.to_owned(), Some(b"1".to_vec())));
         let names: Vec<&str> = l.original_headers().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["event_id", "traceparent"]);
     }

@@ -13,6 +13,14 @@
 //! partitions are ours until the consumer closes), then commits the stored offsets and leaves the
 //! group.
 //!
+//! The whole shutdown is bounded by the shutdown timeout: librdkafka's final commit and close
+//! (revoke, commit, leave the group) wait for a group coordinator without any limit of their
+//! own, so with the broker gone they would hold the process until it is killed. They run on a
+//! thread of their own that the runtime waits for only until the deadline (at least
+//! [`CLOSE_GRACE`]); past it the runtime returns [`ConsumerError::Unclosed`] and the process
+//! exits without the leave. Nothing applied is lost: offsets are stored only behind committed
+//! business transactions, and what is delivered again is an inbox duplicate.
+//!
 //! Back-pressure ([`super::flow`]): the loop never waits for a worker. Each partition has a
 //! bounded queue; a partition whose queue is full, or whose worker is retrying a message, is
 //! paused (`consumer.pause`), and the messages of it fetched before the pause took effect wait
@@ -28,7 +36,6 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use sqlx::PgPool;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{consumer_client_config, RuntimeConfig};
@@ -56,7 +63,23 @@ pub enum ConsumerError {
     /// A setting the runtime's guarantees depend on was set to something else.
     #[error("{0}")]
     Setting(String),
+    /// At shutdown, the final offset commit and leaving the group did not finish within the
+    /// shutdown timeout (no broker answered): the consumer stopped without them. Safe: what
+    /// was applied is delivered again to the group's next member and skipped by the inbox.
+    #[error(
+        "Kafka consumer did not close within {waited_ms} ms at shutdown (final offset commit \
+         and group leave unfinished: broker unreachable?); events applied since the last \
+         commit will be delivered again and skipped by the inbox"
+    )]
+    Unclosed {
+        /// How long the close was waited for.
+        waited_ms: u64,
+    },
 }
+
+/// What the final commit and the close get at least, when the workers took the whole
+/// shutdown timeout: a broker that answers needs milliseconds.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// Copies a message out of librdkafka's buffer.
 fn raw_message(m: &BorrowedMessage<'_>) -> RawMessage {
@@ -217,7 +240,8 @@ pub async fn run<H: Handler>(
         dispatch(msg, &spawner);
     }
 
-    drain(&config, &consumer, &registry).await;
+    let deadline = tokio::time::Instant::now() + config.shutdown_timeout;
+    drain(&registry, deadline, config.shutdown_timeout).await;
     if let Some(r) = retention {
         r.abort();
     }
@@ -227,10 +251,11 @@ pub async fn run<H: Handler>(
     metrics.up.set(0);
     metrics.assigned_partitions.set(0);
     metrics.paused_partitions.set(0);
-    // Closing leaves the group (and commits what is stored once more); it blocks on librdkafka.
-    let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
+    let closed = close(consumer, deadline).await;
+    refusal.check()?;
+    closed?;
     tracing::info!(consumer = %config.consumer_name, "Consumer stopped");
-    Ok(refusal.check()?)
+    Ok(())
 }
 
 /// The retention rule of `consumer_name`'s inbox rows.
@@ -269,37 +294,64 @@ fn dispatch<H: Handler>(msg: RawMessage, spawner: &Spawner<'_, H>) {
     }
 }
 
-/// Shutdown: every worker finishes the event in hand (up to the deadline), then the stored
-/// offsets are committed synchronously.
+/// Shutdown: every worker finishes the event in hand, up to `deadline`; the ones still busy
+/// then are aborted (and waited for, so that none holds the consumer any more).
 async fn drain(
-    config: &RuntimeConfig,
-    consumer: &Arc<RuntimeConsumer>,
     registry: &Arc<Mutex<WorkerRegistry>>,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
 ) {
-    let handles = registry
+    let mut handles = registry
         .lock()
         .map(|mut r| r.retire_all())
         .unwrap_or_default();
-    let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
     let finished =
-        tokio::time::timeout(config.shutdown_timeout, futures::future::join_all(handles)).await;
+        tokio::time::timeout_at(deadline, futures::future::join_all(handles.iter_mut())).await;
     if finished.is_err() {
         tracing::warn!(
-            shutdown_timeout_ms = u64::try_from(config.shutdown_timeout.as_millis()).unwrap_or(u64::MAX),
+            shutdown_timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             "Events still being applied at the shutdown deadline; leaving them to be delivered again"
         );
-        for a in &aborts {
-            a.abort();
+        let busy: Vec<_> = handles.into_iter().filter(|h| !h.is_finished()).collect();
+        for h in &busy {
+            h.abort();
         }
+        let _ = futures::future::join_all(busy).await;
     }
-    let c = consumer.clone();
-    let committed =
-        tokio::task::spawn_blocking(move || c.commit_consumer_state(CommitMode::Sync)).await;
-    match committed {
-        Ok(Ok(())) | Ok(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "Final offset commit failed; the inbox skips what is delivered again")
-        }
-        Err(e) => tracing::warn!(error = %e, "Final offset commit did not run"),
+}
+
+/// Commits the stored offsets and closes `consumer` (revoke, commit once more, leave the
+/// group) on a thread of its own, waiting for it until `deadline` but at least
+/// [`CLOSE_GRACE`]. librdkafka waits for a group coordinator without a limit of its own; past
+/// the deadline the thread is left behind (it ends with the process) and
+/// [`ConsumerError::Unclosed`] is returned.
+async fn close(
+    consumer: Arc<RuntimeConsumer>,
+    deadline: tokio::time::Instant,
+) -> Result<(), ConsumerError> {
+    let bound = deadline
+        .saturating_duration_since(tokio::time::Instant::now())
+        .max(CLOSE_GRACE);
+    let (done, closed) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("kafka-close".into())
+        .spawn(move || {
+            match consumer.commit_consumer_state(CommitMode::Sync) {
+                Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+                Err(e) => tracing::warn!(error = %e, "Final offset commit failed; the inbox skips what is delivered again"),
+            }
+            drop(consumer);
+            let _ = done.send(());
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "Could not start the thread that closes the Kafka consumer");
+    } else if let Ok(Ok(())) = tokio::time::timeout(bound, closed).await {
+        return Ok(());
     }
+    let waited_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
+    tracing::error!(
+        waited_ms,
+        "Kafka consumer did not close within the shutdown timeout (final offset commit and group leave unfinished: broker unreachable?); stopping without them, what was applied since the last commit is delivered again and skipped by the inbox"
+    );
+    Err(ConsumerError::Unclosed { waited_ms })
 }

@@ -46,16 +46,19 @@ async fn listed(envs: &[(String, String)]) -> Vec<Value> {
     doc["dead_letters"].as_array().cloned().unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_fixed_dead_letter_redriven_is_applied_exactly_once() {
-    let db = e2e::db::fresh_database().await;
-    let brokers = e2e::kafka_brokers();
-    let prefix = e2e::unique_topic_prefix();
-    let topic = format!("{prefix}order");
+/// Starts `stock-consumer` on `db` (log `name`), topics under `prefix`, group
+/// `<prefix>stock`, and waits until it has partitions; returns its environment (what its `dlq`
+/// commands run with) and the process.
+async fn start_stock_consumer(
+    db: &e2e::db::TestDb,
+    brokers: &str,
+    prefix: &str,
+    name: &str,
+) -> (Vec<(String, String)>, ServiceProcess) {
     let envs: Vec<(String, String)> = [
         ("DATABASE_URL", db.url.as_str()),
-        ("KAFKA_BROKERS", brokers.as_str()),
-        ("OUTBOX_TOPIC_PREFIX", prefix.as_str()),
+        ("KAFKA_BROKERS", brokers),
+        ("OUTBOX_TOPIC_PREFIX", prefix),
         ("KAFKA_GROUP_ID", &format!("{prefix}stock")),
         ("CONSUMER_CREATE_MISSING_TOPICS", "true"),
         ("CONSUMER_TOPIC_PARTITIONS", "3"),
@@ -67,7 +70,7 @@ async fn a_fixed_dead_letter_redriven_is_applied_exactly_once() {
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
     let env_refs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let consumer = ServiceProcess::start("stock-consumer", "stock-consumer-dlq", &[], &env_refs);
+    let consumer = ServiceProcess::start("stock-consumer", name, &[], &env_refs);
     e2e::wait_for(
         "the stock consumer to be assigned its partitions",
         Duration::from_secs(90),
@@ -79,6 +82,16 @@ async fn a_fixed_dead_letter_redriven_is_applied_exactly_once() {
         },
     )
     .await;
+    (envs, consumer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fixed_dead_letter_redriven_is_applied_exactly_once() {
+    let db = e2e::db::fresh_database().await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let (envs, consumer) = start_stock_consumer(&db, &brokers, &prefix, "stock-consumer-dlq").await;
 
     // The database refuses this order's reservation until an operator fixes it.
     let order = Uuid::new_v4();
@@ -241,6 +254,7 @@ impl Handler for Noter {
 /// One consumer group running in this process.
 struct Group {
     config: RuntimeConfig,
+    pool: PgPool,
     metrics: ConsumerMetrics,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), outbox_kit::consumer::ConsumerError>>,
@@ -268,6 +282,7 @@ impl Group {
         .await;
         Self {
             config,
+            pool: pool.clone(),
             metrics,
             shutdown,
             task,
@@ -277,9 +292,14 @@ impl Group {
     /// Runs a `dlq` command as the binaries do; returns its JSON output.
     async fn dlq(&self, command: DlqCommand) -> Value {
         let mut out = Vec::new();
-        dlq_cli::run(&ConsumerCommand::Dlq(command), &self.config, &mut out)
-            .await
-            .unwrap();
+        dlq_cli::run(
+            &ConsumerCommand::Dlq(command),
+            &self.config,
+            &self.pool,
+            &mut out,
+        )
+        .await
+        .unwrap();
         let text = String::from_utf8(out).unwrap();
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
     }
@@ -471,4 +491,161 @@ async fn a_redriven_dead_letter_reaches_only_the_consumer_group_that_dead_letter
     assert_eq!(alpha.metrics.inbox_duplicates.get(), 0);
     alpha.stop().await;
     beta.stop().await;
+}
+
+/// Produces an `OrderPaid` of a new order (one `R1`) that the stock consumer's database
+/// refuses until `ALTER TABLE reservations DROP CONSTRAINT e2e_blocked`; returns its event id
+/// once `dlq list` shows it dead-lettered.
+async fn refused_order_paid(
+    db: &e2e::db::TestDb,
+    envs: &[(String, String)],
+    brokers: &str,
+    topic: &str,
+) -> Uuid {
+    let order = Uuid::new_v4();
+    sqlx::query(&format!(
+        "ALTER TABLE reservations ADD CONSTRAINT e2e_blocked CHECK (order_id <> '{order}')"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let event_id = Uuid::new_v4();
+    let paid = json!({"order_id": order, "items": [{"sku_id": "R1", "quantity": 1}]}).to_string();
+    let headers: Vec<(String, String)> = [
+        ("event_id", event_id.to_string()),
+        ("event_type", "OrderPaid".to_owned()),
+        ("aggregate_type", "order".to_owned()),
+        ("aggregate_id", order.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    tokio::task::spawn_blocking({
+        let (brokers, topic, key) = (brokers.to_owned(), topic.to_owned(), order.to_string());
+        move || produce(&brokers, &topic, &key, &paid, &headers, None)
+    })
+    .await
+    .unwrap();
+    e2e::wait_for(
+        "dlq list to show the refused event",
+        Duration::from_secs(60),
+        || async {
+            listed(envs)
+                .await
+                .iter()
+                .any(|l| l["event_id"] == event_id.to_string())
+                .then_some(())
+        },
+    )
+    .await;
+    sqlx::query("ALTER TABLE reservations DROP CONSTRAINT e2e_blocked")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    event_id
+}
+
+/// `dlq redrive --all --json`; returns the redriven letters (`event_id`, `topic`,
+/// `partition`, `offset`).
+async fn redrive_all(envs: &[(String, String)]) -> Vec<Value> {
+    let (ok, stdout, stderr) = dlq(envs, &["redrive", "--all", "--json"]).await;
+    assert!(ok, "dlq redrive --all failed: {stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    doc["redriven"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until consumer group `group` committed past every message of `redriven`: the
+/// consumer has finished them all.
+async fn wait_consumed(brokers: &str, group: &str, redriven: &[Value]) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let consumer = std::sync::Arc::new(consumer);
+    for r in redriven {
+        let topic = r["topic"].as_str().unwrap().to_owned();
+        let partition = i32::try_from(r["partition"].as_i64().unwrap()).unwrap();
+        let offset = r["offset"].as_i64().unwrap();
+        e2e::wait_for(
+            &format!("group {group} to commit past {topic}/{partition}@{offset}"),
+            Duration::from_secs(60),
+            || {
+                let (consumer, topic) = (consumer.clone(), topic.clone());
+                async move {
+                    tokio::task::spawn_blocking(move || {
+                        let mut tpl = rdkafka::TopicPartitionList::new();
+                        tpl.add_partition(&topic, partition);
+                        let committed = consumer
+                            .committed_offsets(tpl, Duration::from_secs(5))
+                            .ok()?;
+                        match committed.find_partition(&topic, partition)?.offset() {
+                            rdkafka::Offset::Offset(o) if o > offset => Some(()),
+                            _ => None,
+                        }
+                    })
+                    .await
+                    .unwrap()
+                }
+            },
+        )
+        .await;
+    }
+}
+
+/// `dlq redrive --all` never sends a letter again that it redrove before, even once the
+/// inbox row that made a second redrive a duplicate is gone (purged by retention, which keeps
+/// days; the dead-letter topic keeps letters longer): an event is dead-lettered, fixed,
+/// redriven and applied; its inbox row is deleted as retention would; another event is
+/// dead-lettered and fixed; `--all` again sends only the new one, and the first is not applied
+/// twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redrive_all_never_applies_a_letter_again_after_its_inbox_row_aged_out() {
+    let db = e2e::db::fresh_database().await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let group = format!("{prefix}stock");
+    let (envs, consumer) =
+        start_stock_consumer(&db, &brokers, &prefix, "stock-consumer-redrive-all").await;
+    sqlx::query("INSERT INTO stock (sku_id, on_hand) VALUES ('R1', 10)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let reserved = || count(&db.pool, "SELECT reserved FROM stock WHERE sku_id = 'R1'");
+
+    // Dead-lettered, fixed, redriven, applied.
+    let first = refused_order_paid(&db, &envs, &brokers, &topic).await;
+    let sent = redrive_all(&envs).await;
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["event_id"], first.to_string());
+    wait_consumed(&brokers, &group, &sent).await;
+    assert_eq!(reserved().await, 1);
+
+    // Retention forgets the inbox row (the dead-letter topic keeps the letter).
+    let purged = sqlx::query("DELETE FROM inbox WHERE event_id = $1")
+        .bind(first)
+        .execute(&db.pool)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(purged, 1, "the first event's inbox row");
+
+    // Another event dead-lettered and fixed; --all again.
+    let second = refused_order_paid(&db, &envs, &brokers, &topic).await;
+    let sent = redrive_all(&envs).await;
+    let ids: Vec<&str> = sent.iter().filter_map(|r| r["event_id"].as_str()).collect();
+    // Whatever was sent has been consumed before the state is read.
+    wait_consumed(&brokers, &group, &sent).await;
+    let first_reapplied = e2e::fulfilment::in_inbox(&db.pool, &first.to_string()).await;
+    assert_eq!(
+        ids,
+        [second.to_string()],
+        "--all sends only the letter not redriven yet (first event {first}, inbox row re-created: {first_reapplied})"
+    );
+    assert!(!first_reapplied, "the first event was applied again");
+    assert_eq!(reserved().await, 2, "one reservation per order");
+    drop(consumer);
 }

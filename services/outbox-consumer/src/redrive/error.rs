@@ -6,6 +6,10 @@ use uuid::Uuid;
 /// Why a dead-letter command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
+    /// The consumer's database (its `dlq_redriven` table, migrated with the inbox) could not
+    /// be read or written.
+    #[error("the consumer's database (table dlq_redriven)")]
+    Database(#[from] sqlx::Error),
     /// The broker could not be reached or refused a request.
     #[error("Kafka error")]
     Kafka(#[from] KafkaError),

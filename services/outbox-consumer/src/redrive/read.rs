@@ -20,6 +20,15 @@ use crate::dlq::{
     DLQ_CONSUMER, DLQ_ERROR, DLQ_REASON, DLQ_SOURCE_OFFSET, DLQ_SOURCE_PARTITION, DLQ_SOURCE_TOPIC,
 };
 
+/// Header a redriven message carries naming the topic its event was first consumed from (the
+/// dead letter's `dlq.source.topic`, or the origin a letter dead-lettered again carries on):
+/// letters are redriven in the order of their origin ([`DeadLetter::origin`]).
+pub const REDRIVE_ORIGIN_TOPIC: &str = "redrive.origin.topic";
+/// Partition of [`REDRIVE_ORIGIN_TOPIC`].
+pub const REDRIVE_ORIGIN_PARTITION: &str = "redrive.origin.partition";
+/// Offset of [`REDRIVE_ORIGIN_TOPIC`].
+pub const REDRIVE_ORIGIN_OFFSET: &str = "redrive.origin.offset";
+
 /// How long metadata and watermark requests may take.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long reading the dead-letter topics up to their high watermarks may take.
@@ -100,9 +109,39 @@ impl DeadLetter {
         }
     }
 
-    /// The headers to send it back with: the original ones, without `dlq.*`.
+    /// The headers to send it back with: the original ones, without `dlq.*` and
+    /// `redrive.origin.*` (the redrive adds [`DeadLetter::origin`] again).
     pub fn original_headers(&self) -> impl Iterator<Item = &(String, Option<Vec<u8>>)> {
-        self.headers.iter().filter(|(k, _)| !k.starts_with("dlq."))
+        self.headers
+            .iter()
+            .filter(|(k, _)| !k.starts_with("dlq.") && !k.starts_with("redrive.origin."))
+    }
+
+    /// Where its event was first consumed from: topic, partition, offset. A letter of a
+    /// redriven message (dead-lettered again from a redrive topic) carries the origin of the
+    /// letter that was redriven (`redrive.origin.*`); any other letter's origin is its
+    /// `dlq.source.*`. The letters of one aggregate (one key, one partition) are ordered by it.
+    pub fn origin(&self) -> Option<(String, i32, i64)> {
+        let text = |name: &str| {
+            self.headers
+                .iter()
+                .rev()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.as_deref())
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        match (
+            text(REDRIVE_ORIGIN_TOPIC),
+            text(REDRIVE_ORIGIN_PARTITION).and_then(|p| p.parse().ok()),
+            text(REDRIVE_ORIGIN_OFFSET).and_then(|o| o.parse().ok()),
+        ) {
+            (Some(topic), Some(partition), Some(offset)) => Some((topic, partition, offset)),
+            _ => Some((
+                self.source_topic.clone()?,
+                self.source_partition?,
+                self.source_offset?,
+            )),
+        }
     }
 
     /// Where `dlq redrive` sends it: the redrive topic of `config`'s consumer for the topic it

@@ -1,5 +1,7 @@
-//! Dead letters sent again: [`select`] picks the newest letter per event, [`redrive`] produces
-//! each, as the original message, to the redrive topic of the consumer that dead-lettered it.
+//! Dead letters sent again: [`select`] picks the newest letter per event (for `--all`, only
+//! those not redriven yet) in the order of their origin, [`redrive`] produces each, as the
+//! original message, to the redrive topic of the consumer that dead-lettered it, and records
+//! it ([`super::record`]).
 
 use std::time::Duration;
 
@@ -9,8 +11,16 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use uuid::Uuid;
 
+use std::collections::HashSet;
+
+use sqlx::PgPool;
+
 use super::error::DlqError;
-use super::read::{DeadLetter, REQUEST_TIMEOUT};
+use super::read::{
+    DeadLetter, REDRIVE_ORIGIN_OFFSET, REDRIVE_ORIGIN_PARTITION, REDRIVE_ORIGIN_TOPIC,
+    REQUEST_TIMEOUT,
+};
+use super::record::{self, LetterId};
 use crate::config::{dead_letter_producer_config, RuntimeConfig};
 
 /// How long a redriven message may wait for the broker's acknowledgement.
@@ -26,7 +36,11 @@ pub enum Selection {
     All,
 }
 
-/// The letters to redrive out of `letters` (in reading order): the newest one per event id.
+/// The letters to redrive out of `letters` (in reading order): the newest one per event id,
+/// ordered by their origin ([`DeadLetter::origin`]: the offset their event was first consumed
+/// at), so that an aggregate's events go back in the order they were first consumed. For
+/// [`Selection::All`], an event whose newest letter is in `redriven` (it was redriven
+/// already) is left out, however long ago; [`Selection::EventId`] sends it again.
 ///
 /// # Errors
 /// [`DlqError::UnknownEventId`] when an event id is asked for that no letter has.
@@ -34,6 +48,7 @@ pub fn select(
     letters: Vec<DeadLetter>,
     selection: Selection,
     consumer: &str,
+    redriven: &HashSet<LetterId>,
 ) -> Result<Vec<DeadLetter>, DlqError> {
     let mut newest: Vec<DeadLetter> = vec![];
     for letter in letters.into_iter().filter(|l| l.event_id.is_some()) {
@@ -42,8 +57,13 @@ pub fn select(
             None => newest.push(letter),
         }
     }
+    // Stable: letters without an origin keep their reading order, first.
+    newest.sort_by_cached_key(DeadLetter::origin);
     match selection {
-        Selection::All => Ok(newest),
+        Selection::All => {
+            newest.retain(|l| !redriven.contains(&(l.topic.clone(), l.partition, l.offset)));
+            Ok(newest)
+        }
         Selection::EventId(id) => {
             newest.retain(|l| l.event_id == Some(id));
             if newest.is_empty() {
@@ -72,16 +92,19 @@ pub struct Redriven {
 }
 
 /// Sends each of `letters` to `config`'s consumer's redrive topic of the topic it was consumed
-/// from ([`DeadLetter::redrive_topic`]), with its original key, value and headers, partitioned
-/// by key, through an idempotent producer, waiting for each acknowledgement in turn. Checks
-/// first that every redrive topic needed exists.
+/// from ([`DeadLetter::redrive_topic`]), with its original key, value and headers (plus its
+/// origin, `redrive.origin.*`), partitioned by key, through an idempotent producer, waiting
+/// for each acknowledgement in turn and then recording the letter as redriven in `pool`
+/// ([`record::record`]). Checks first that every redrive topic needed exists.
 ///
 /// # Errors
 /// [`DlqError::NoSourceTopic`] for a letter that does not say where it came from and
 /// [`DlqError::NoRedriveTopic`] for a redrive topic the broker does not have (nothing is sent
-/// then), [`DlqError::Kafka`] when the broker did not acknowledge a message.
+/// then), [`DlqError::Kafka`] when the broker did not acknowledge a message,
+/// [`DlqError::Database`] when a redriven letter could not be recorded (it was sent).
 pub async fn redrive(
     config: &RuntimeConfig,
+    pool: &PgPool,
     letters: &[DeadLetter],
 ) -> Result<Vec<Redriven>, DlqError> {
     let mut targets = Vec::with_capacity(letters.len());
@@ -117,15 +140,28 @@ pub async fn redrive(
                 value: v.as_deref(),
             });
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+        let origin = letter.origin();
+        if let Some((topic, partition, offset)) = &origin {
+            for (k, v) in [
+                (REDRIVE_ORIGIN_TOPIC, topic.clone()),
+                (REDRIVE_ORIGIN_PARTITION, partition.to_string()),
+                (REDRIVE_ORIGIN_OFFSET, offset.to_string()),
+            ] {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v.as_bytes()),
+                });
+            }
+        }
+        let mut message: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
         if let Some(k) = letter.key.as_deref() {
-            record = record.key(k);
+            message = message.key(k);
         }
         if let Some(v) = letter.payload.as_deref() {
-            record = record.payload(v);
+            message = message.payload(v);
         }
         let delivery = producer
-            .send(record, Timeout::After(SEND_TIMEOUT))
+            .send(message, Timeout::After(SEND_TIMEOUT))
             .await
             .map_err(|(e, _)| e)?;
         let (partition, offset) = (delivery.partition, delivery.offset);
@@ -136,12 +172,14 @@ pub async fn redrive(
             kafka.offset = offset,
             "Redrove a dead letter to its consumer's redrive topic"
         );
-        sent.push(Redriven {
+        let landed = Redriven {
             event_id: letter.event_id,
             topic: topic.clone(),
             partition,
             offset,
-        });
+        };
+        record::record(pool, &config.consumer_name, letter, &landed).await?;
+        sent.push(landed);
     }
     Ok(sent)
 }

@@ -194,15 +194,21 @@ impl<H: Handler> ConsumerService<H> {
     /// command, fatal consumer or HTTP error.
     pub async fn run(self, args: ConsumerServiceArgs) -> Result<(), ServiceError> {
         let runtime = self.runtime_config(&args)?;
+        let settings = &args.service;
         if let Some(command) = &args.command {
-            return Ok(outbox_consumer::dlq_cli::run(
+            // `dlq redrive` records what it sent in the service's database.
+            let pool = super::connect_lazy(&settings.database_url, 1)
+                .map_err(ServiceError::DatabaseUrl)?;
+            let ran = outbox_consumer::dlq_cli::run(
                 command,
                 &runtime,
+                &pool,
                 &mut std::io::stdout().lock(),
             )
-            .await?);
+            .await;
+            pool.close().await;
+            return Ok(ran?);
         }
-        let settings = &args.service;
         let only = settings.migrations == super::Migrations::Only;
         let mut secrets = vec![runtime.client_config.password_secret()];
         if !only {
