@@ -15,7 +15,7 @@
 #     maven) only when missing;
 #   - Kafka Connect $CONNECT_VERSION's jars (deploy/local/debezium/connect-pom.xml) into
 #     $CACHE/kafka-connect-<version>/libs, and Debezium $DEBEZIUM_VERSION's PostgreSQL connector
-#     with its dependencies (deploy/local/debezium/pom.xml; Kafka's own jars left to the worker)
+#     with its dependencies (deploy/local/debezium/pom.xml; Kafka's and Jackson's jars left to the worker)
 #     into $CACHE/debezium-<version>/plugins/debezium-connector-postgres, the worker's
 #     plugin.path: the harness's Debezium (deploy/local/debezium-connect.sh), each only when its
 #     jar or its `.complete` marker is missing there;
@@ -161,8 +161,17 @@ else
 fi
 
 debezium_plugin="$DEBEZIUM_PLUGIN_PATH/debezium-connector-postgres"
+# Present, complete, and without jars the worker gives (Kafka's API, Jackson): a second copy in
+# the plugin's class loader would shadow the worker's (deploy/local/debezium/pom.xml says why).
+debezium_clashes() {
+    local j
+    for j in kafka-clients connect-api jackson-core jackson-databind jackson-annotations; do
+        compgen -G "$debezium_plugin/$j-[0-9]*.jar" || true
+    done
+}
 debezium_ok() {
-    [[ -f "$debezium_plugin/debezium-connector-postgres-$DEBEZIUM_VERSION.jar" && -f "$debezium_plugin/.complete" ]]
+    [[ -f "$debezium_plugin/debezium-connector-postgres-$DEBEZIUM_VERSION.jar" && -f "$debezium_plugin/.complete" ]] &&
+        [[ -z "$(debezium_clashes)" ]]
 }
 
 if debezium_ok; then
@@ -171,10 +180,9 @@ else
     log "debezium: fetching Debezium $DEBEZIUM_VERSION's PostgreSQL connector from Maven Central into $debezium_plugin"
     mkdir -p "$DEBEZIUM_PLUGIN_PATH"
     maven_fetch debezium "$DEBEZIUM_POM" "$debezium_plugin" "debezium-connector-postgres-$DEBEZIUM_VERSION.jar"
-    # The worker gives the Kafka API: a second copy in the plugin would shadow it.
-    if compgen -G "$debezium_plugin/kafka-clients-*.jar" >/dev/null || compgen -G "$debezium_plugin/connect-api-*.jar" >/dev/null; then
+    if ! debezium_ok; then
         rm -f "$debezium_plugin/.complete"
-        die "$debezium_plugin holds Kafka's own jars: deploy/local/debezium/pom.xml must exclude them"
+        die "$debezium_plugin holds jars the worker gives ($(debezium_clashes | xargs)): deploy/local/debezium/pom.xml must exclude them"
     fi
 fi
 

@@ -31,7 +31,7 @@ KAFKA_BROKER_SH="$REPO_ROOT/deploy/local/kafka-broker.sh"
 # harness's Debezium (tests/src/debezium.rs), on the same PostgreSQL and broker.
 CONNECT_VERSION=4.1.1
 CONNECT_POM="$REPO_ROOT/deploy/local/debezium/connect-pom.xml"
-CONNECT_LOG4J="$REPO_ROOT/deploy/local/debezium/log4j2.yaml"
+CONNECT_LOG4J="$REPO_ROOT/deploy/local/debezium/log4j2.properties"
 CONNECT_LIBS="${CONNECT_LIBS:-$CACHE/kafka-connect-$CONNECT_VERSION/libs}"
 DEBEZIUM_VERSION=3.6.1.Final
 DEBEZIUM_POM="$REPO_ROOT/deploy/local/debezium/pom.xml"
