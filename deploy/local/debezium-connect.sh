@@ -119,7 +119,10 @@ converter_properties() {
 
 # The password, copied for DirectoryConfigProvider (which reads a file's whole content): the file
 # less one trailing newline, written by bash's builtins only (no command line carries it).
+# The directory exists either way: the provider refuses an allowed path that does not.
 secrets="$dir/secrets"
+(umask 077 && mkdir -p "$secrets")
+rm -f "$secrets/password"
 password_ref=""
 if [[ -n "$pg_password_file" ]]; then
     [[ -r "$pg_password_file" ]] || die "cannot read the password file $pg_password_file"
@@ -128,7 +131,7 @@ if [[ -n "$pg_password_file" ]]; then
     pw="${pw%$'\n'}"
     pw="${pw%$'\r'}"
     [[ -n "$pw" ]] || die "the password file $pg_password_file is empty"
-    (umask 077 && mkdir -p "$secrets" && printf '%s' "$pw" >"$secrets/password")
+    (umask 077 && printf '%s' "$pw" >"$secrets/password")
     unset pw
     password_ref="\${dir:$secrets:password}"
 fi
