@@ -13,6 +13,12 @@
 #     dependency plugin's copy-dependencies) into $CACHE/kafka-<version>/libs, only when the
 #     broker's jar is missing there; Java 17 and Maven are installed (Debian openjdk-17-jre-headless,
 #     maven) only when missing;
+#   - Kafka Connect $CONNECT_VERSION's jars (deploy/local/debezium/connect-pom.xml) into
+#     $CACHE/kafka-connect-<version>/libs, and Debezium $DEBEZIUM_VERSION's PostgreSQL connector
+#     with its dependencies (deploy/local/debezium/pom.xml; Kafka's and Jackson's jars left to the worker)
+#     into $CACHE/debezium-<version>/plugins/debezium-connector-postgres, the worker's
+#     plugin.path: the harness's Debezium (deploy/local/debezium-connect.sh), each only when its
+#     jar or its `.complete` marker is missing there;
 #   - mdBook (crates.io, `cargo install --locked`) into $CACHE/mdbook-<version>, for the book
 #     (deploy/local/book.sh), only when missing (about 4 minutes the first time on 2 cores);
 #   - a Python venv at $CACHE/venv with a pinned kafka-python, for
@@ -100,37 +106,84 @@ else
     did+=("installed postgresql ($PG_BIN_DIR)")
 fi
 
-# --- Apache Kafka -------------------------------------------------------------
+# --- Apache Kafka, Kafka Connect, Debezium: jars from Maven Central ------------------------
+# Java 17 and Maven, only when missing.
+need_java_and_maven() {
+    if ! command -v java >/dev/null; then
+        log "$1: java missing, installing openjdk-17-jre-headless"
+        apt_install_without_service openjdk-17-jre-headless
+    fi
+    if ! command -v mvn >/dev/null; then
+        log "$1: mvn missing, installing maven"
+        apt_install_without_service maven
+    fi
+}
+
+# maven_fetch WHAT POM DEST JAR: the runtime dependencies of POM (copy-dependencies) into DEST,
+# through a temporary directory renamed at the end, with a `.complete` marker; fails unless JAR
+# is among them. The fetch's log is $CACHE/WHAT-fetch.log.
+maven_fetch() {
+    local what="$1" pom="$2" dest="$3" jar="$4" tmp fetch_log
+    need_java_and_maven "$what"
+    tmp="$dest.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    fetch_log="$CACHE/$what-fetch.log"
+    if ! mvn -B -q -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+        -DoutputDirectory="$tmp" >"$fetch_log" 2>&1; then
+        log_tail "$fetch_log" 40
+        rm -rf "$tmp"
+        die "fetching $what's jars with maven failed"
+    fi
+    [[ -f "$tmp/$jar" ]] || die "maven finished but $jar is not in $tmp ($pom and lib.sh disagree?)"
+    touch "$tmp/.complete"
+    rm -rf "$dest"
+    mv "$tmp" "$dest"
+    did+=("fetched $what ($(find "$dest" -name '*.jar' | wc -l) jars, $(du -sh "$dest" | cut -f1)) into $dest")
+}
+
 kafka_ok() { [[ -f "$KAFKA_LIBS/kafka_2.13-$KAFKA_VERSION.jar" && -f "$KAFKA_LIBS/.complete" ]]; }
 
 if kafka_ok; then
     log "kafka: present ($KAFKA_LIBS)"
 else
-    if ! command -v java >/dev/null; then
-        log "kafka: java missing, installing openjdk-17-jre-headless"
-        apt_install_without_service openjdk-17-jre-headless
-    fi
-    if ! command -v mvn >/dev/null; then
-        log "kafka: mvn missing, installing maven"
-        apt_install_without_service maven
-    fi
     log "kafka: fetching Apache Kafka $KAFKA_VERSION from Maven Central into $KAFKA_LIBS"
-    tmp="$KAFKA_LIBS.tmp.$$"
-    rm -rf "$tmp"
-    mkdir -p "$tmp"
-    fetch_log="$CACHE/kafka-fetch.log"
-    if ! mvn -B -q -f "$KAFKA_POM" dependency:copy-dependencies -DincludeScope=runtime \
-        -DoutputDirectory="$tmp" >"$fetch_log" 2>&1; then
-        log_tail "$fetch_log" 40
-        rm -rf "$tmp"
-        die "fetching Apache Kafka's jars with maven failed"
+    maven_fetch kafka "$KAFKA_POM" "$KAFKA_LIBS" "kafka_2.13-$KAFKA_VERSION.jar"
+fi
+
+connect_ok() { [[ -f "$CONNECT_LIBS/connect-runtime-$CONNECT_VERSION.jar" && -f "$CONNECT_LIBS/.complete" ]]; }
+
+if connect_ok; then
+    log "kafka connect: present ($CONNECT_LIBS)"
+else
+    log "kafka connect: fetching Kafka Connect $CONNECT_VERSION from Maven Central into $CONNECT_LIBS"
+    maven_fetch kafka-connect "$CONNECT_POM" "$CONNECT_LIBS" "connect-runtime-$CONNECT_VERSION.jar"
+fi
+
+debezium_plugin="$DEBEZIUM_PLUGIN_PATH/debezium-connector-postgres"
+# Present, complete, and without jars the worker gives (Kafka's API, Jackson): a second copy in
+# the plugin's class loader would shadow the worker's (deploy/local/debezium/pom.xml says why).
+debezium_clashes() {
+    local j
+    for j in kafka-clients connect-api jackson-core jackson-databind jackson-annotations; do
+        compgen -G "$debezium_plugin/$j-[0-9]*.jar" || true
+    done
+}
+debezium_ok() {
+    [[ -f "$debezium_plugin/debezium-connector-postgres-$DEBEZIUM_VERSION.jar" && -f "$debezium_plugin/.complete" ]] &&
+        [[ -z "$(debezium_clashes)" ]]
+}
+
+if debezium_ok; then
+    log "debezium: present ($debezium_plugin)"
+else
+    log "debezium: fetching Debezium $DEBEZIUM_VERSION's PostgreSQL connector from Maven Central into $debezium_plugin"
+    mkdir -p "$DEBEZIUM_PLUGIN_PATH"
+    maven_fetch debezium "$DEBEZIUM_POM" "$debezium_plugin" "debezium-connector-postgres-$DEBEZIUM_VERSION.jar"
+    if ! debezium_ok; then
+        rm -f "$debezium_plugin/.complete"
+        die "$debezium_plugin holds jars the worker gives ($(debezium_clashes | xargs)): deploy/local/debezium/pom.xml must exclude them"
     fi
-    [[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ]] \
-        || die "maven finished but kafka_2.13-$KAFKA_VERSION.jar is not in $tmp (pom.xml and lib.sh disagree?)"
-    touch "$tmp/.complete"
-    rm -rf "$KAFKA_LIBS"
-    mv "$tmp" "$KAFKA_LIBS"
-    did+=("fetched Apache Kafka $KAFKA_VERSION ($(find "$KAFKA_LIBS" -name '*.jar' | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1)) into $KAFKA_LIBS")
 fi
 
 # --- mdBook ----------------------------------------------------------------------

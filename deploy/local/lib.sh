@@ -8,6 +8,9 @@
 # Settings (environment, all optional):
 #   OUTBOX_CACHE  cache for tools built/installed once  (default ~/.cache/outbox-relay)
 #   KAFKA_LIBS    Apache Kafka's jars                    (default $CACHE/kafka-$KAFKA_VERSION/libs)
+#   CONNECT_LIBS  Kafka Connect's jars                   (default $CACHE/kafka-connect-$CONNECT_VERSION/libs)
+#   DEBEZIUM_PLUGIN_PATH  Kafka Connect plugin.path holding Debezium's PostgreSQL connector
+#                 (default $CACHE/debezium-$DEBEZIUM_VERSION/plugins)
 #   PG_BIN_DIR    PostgreSQL server binaries             (default newest /usr/lib/postgresql/*/bin)
 #   PYTHON        python with kafka-python               (default $CACHE/venv/bin/python)
 
@@ -21,6 +24,19 @@ KAFKA_POM="$REPO_ROOT/deploy/local/kafka/pom.xml"
 KAFKA_LOG4J="$REPO_ROOT/deploy/local/kafka/log4j2.yaml"
 KAFKA_LIBS="${KAFKA_LIBS:-$CACHE/kafka-$KAFKA_VERSION/libs}"
 KAFKA_BROKER_SH="$REPO_ROOT/deploy/local/kafka-broker.sh"
+
+# Debezium's PostgreSQL connector and Outbox Event Router, run by a Kafka Connect standalone
+# worker of the broker's release (deploy/local/debezium-connect.sh), both from Maven Central
+# (deploy/local/debezium/connect-pom.xml and pom.xml pin the same versions): the test
+# harness's Debezium (tests/src/debezium.rs), on the same PostgreSQL and broker.
+CONNECT_VERSION=4.1.1
+CONNECT_POM="$REPO_ROOT/deploy/local/debezium/connect-pom.xml"
+CONNECT_LOG4J="$REPO_ROOT/deploy/local/debezium/log4j2.properties"
+CONNECT_LIBS="${CONNECT_LIBS:-$CACHE/kafka-connect-$CONNECT_VERSION/libs}"
+DEBEZIUM_VERSION=3.6.1.Final
+DEBEZIUM_POM="$REPO_ROOT/deploy/local/debezium/pom.xml"
+DEBEZIUM_PLUGIN_PATH="${DEBEZIUM_PLUGIN_PATH:-$CACHE/debezium-$DEBEZIUM_VERSION/plugins}"
+DEBEZIUM_CONNECT_SH="$REPO_ROOT/deploy/local/debezium-connect.sh"
 
 # mdBook builds the book in docs/ (deploy/local/book.sh), from crates.io into the cache.
 MDBOOK_VERSION=0.5.4

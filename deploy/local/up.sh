@@ -6,8 +6,8 @@
 # STATE_DIR (default
 # target/local-env under the repo root). deploy/local/down.sh stops it again.
 #
-#   - PostgreSQL (initdb + pg_ctl, trust auth, database `outbox`) is skipped
-#     when DATABASE_URL is already set;
+#   - PostgreSQL (initdb + pg_ctl, trust auth, database `outbox`, wal_level=logical for the
+#     harness's Debezium) is skipped when DATABASE_URL is already set;
 #   - Kafka (storage in STATE_DIR/kafka, kept across restarts; ready once a metadata request
 #     answers) is skipped when KAFKA_BROKERS is already set;
 #   - topics TOPICS (space separated, default `outbox.event.order`; empty: none) are created
@@ -82,8 +82,11 @@ start_postgres() {
         log "postgres: starting on 127.0.0.1:$port (log $STATE_DIR/postgres.log)"
         # Only TCP on 127.0.0.1, plus a unix socket in the data dir (the
         # default /var/run/postgresql may not exist or belong to another cluster).
+        # wal_level=logical: the harness's Debezium (tests/src/debezium.rs) streams from a
+        # logical replication slot (the defaults give 10 slots and WAL senders); it costs a
+        # little more WAL per write.
         if ! as_pg_user "$PG_BIN_DIR/pg_ctl" -D "$datadir/data" -l "$pglog" -w -t "$UP_TIMEOUT" \
-            -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$sockdir" \
+            -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$sockdir -c wal_level=logical" \
             start >"$STATE_DIR/pg_ctl.log" 2>&1; then
             cat "$STATE_DIR/pg_ctl.log" >&2
             log_tail "$pglog"

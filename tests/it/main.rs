@@ -50,6 +50,12 @@ mod publishing {
     mod wire_formats;
 }
 
+/// Compatibility with Debezium's Outbox Event Router: Debezium itself, run in the harness, as
+/// the reference for what teams coming from it have on their topics.
+mod compat {
+    mod debezium;
+}
+
 /// The services' business rules end to end: the order flow, fulfilment by the WMS and stock
 /// consumers, the marketplace channel, refunds and returns, the payment timeout.
 mod services {

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod channel;
 pub mod chaos;
 pub mod db;
+pub mod debezium;
 pub mod fulfilment;
 pub mod marketplace;
 pub mod observe;

@@ -1,5 +1,5 @@
 //! Private servers for tests that stop and restart them: a PostgreSQL cluster (initdb/pg_ctl
-//! in a temporary directory, run as `postgres` when we are root) and an Apache Kafka broker
+//! in a temporary directory, run as `postgres` when we are root, `wal_level=logical`) and an Apache Kafka broker
 //! (single-node KRaft, started by `deploy/local/kafka-broker.sh`, storage kept across
 //! restarts).
 
@@ -103,8 +103,9 @@ impl PgCluster {
         c.arg("-D")
             .arg(self.dir.join("data"))
             .arg("-o")
+            // wal_level=logical: Debezium ([`crate::debezium`]) can stream from any of them.
             .arg(format!(
-                "-p {} -k {} -c listen_addresses=127.0.0.1",
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c wal_level=logical",
                 self.port,
                 self.dir.display()
             ))
