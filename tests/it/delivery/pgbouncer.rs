@@ -120,7 +120,11 @@ async fn two_relays_and_writers_through_pgbouncer_deliver_in_order_and_fail_over
         ] {
             let hits: Vec<&str> = log
                 .lines()
-                .filter(|l| l.contains(bad) && !l.contains("librdkafka"))
+                // sqlx's "slow statement" warning says the machine was busy (a BEGIN over 1 s
+                // when CI shares two cores), nothing about PgBouncer.
+                .filter(|l| {
+                    l.contains(bad) && !l.contains("librdkafka") && !l.contains("slow statement")
+                })
                 .collect();
             assert!(hits.is_empty(), "{name} relay logged {bad:?}: {hits:#?}");
         }
