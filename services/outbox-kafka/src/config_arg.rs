@@ -4,9 +4,9 @@
 //! - A comma that is not followed by a new `KEY=` belongs to the value before it, so a
 //!   password with a comma is kept whole (a value holding `,KEY=` cannot be told from two
 //!   settings: give such a secret as a file, `KAFKA_SASL_PASSWORD_FILE`).
-//! - A property librdkafka knows by two names gets the one the checks use before anything
-//!   checks it (`sasl.mechanisms` becomes `sasl.mechanism`, `metadata.broker.list`
-//!   `bootstrap.servers`, ...), so a check of a setting cannot be bypassed by its other name.
+//! - A property librdkafka knows by two names is checked under the name the checks use
+//!   ([`canonical_key`]: `sasl.mechanisms` as `sasl.mechanism`, ...), so a check of a setting
+//!   cannot be bypassed by its other name; messages name it as the user wrote it.
 //! - No error message and no `Debug` output shows a value of a secret property; the flag's
 //!   environment value is hidden from `--help` where it is declared (`hide_env_values`).
 
@@ -74,7 +74,7 @@ pub fn parse_kafka_config(s: &str) -> Result<KafkaConfigList, String> {
     for segment in s.split(',') {
         if starts_setting(segment) {
             let (k, v) = segment.split_once('=').unwrap_or_default();
-            pairs.push((canonical_key(k.trim()).to_owned(), v.trim().to_owned()));
+            pairs.push((k.trim().to_owned(), v.trim().to_owned()));
             continue;
         }
         match pairs.last_mut() {
@@ -130,13 +130,14 @@ mod tests {
     }
 
     #[test]
-    fn aliases_become_their_canonical_names() {
+    fn other_names_are_checked_as_the_checked_name() {
+        assert_eq!(canonical_key("sasl.mechanisms"), "sasl.mechanism");
+        assert_eq!(canonical_key("metadata.broker.list"), "bootstrap.servers");
+        assert_eq!(canonical_key("linger.ms"), "linger.ms");
         assert_eq!(
-            parsed("sasl.mechanisms=PLAIN,metadata.broker.list=b:9092"),
-            vec![
-                kv("sasl.mechanism", "PLAIN"),
-                kv("bootstrap.servers", "b:9092")
-            ]
+            parsed("sasl.mechanisms=PLAIN"),
+            vec![kv("sasl.mechanisms", "PLAIN")],
+            "kept as written, for messages"
         );
     }
 

@@ -168,7 +168,7 @@ async fn relay_publishes_with_sasl_plain_over_tls_and_a_wrong_plain_password_is_
 
     // A wrong PLAIN password: the broker checks it and refuses the login; the relay stops at
     // start-up naming the cause, with nothing published and nothing marked.
-    let wrong_password = "wrong-Password-123";
+    let wrong_password = "Wr0ng-7f3a9c1e5b2d8e4f60";
     let wrong = secret_file(&pki, wrong_password).display().to_string();
     let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "relay-plain-wrong");
     args.extra = SecuredKafka::login_flags("PLAIN", &wrong, &ca);

@@ -65,7 +65,7 @@ async fn a_wrong_password_or_an_untrusted_ca_stops_relay_and_consumer_naming_the
     let db = e2e::db::fresh_database().await;
     write_five_events(&db, |i| format!("a{i}"), "Tested").await;
 
-    let wrong_password = "wrong-Password-123";
+    let wrong_password = "Wr0ng-7f3a9c1e5b2d8e4f60";
     let wrong_file = secret_file(&pki, wrong_password);
     let good_file = secret_file(&pki, KAFKA_PASSWORD);
     let other_ca = pki.path("other-ca.pem");

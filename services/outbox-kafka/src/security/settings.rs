@@ -86,10 +86,11 @@ impl KafkaSecurityArgs {
     /// [`KafkaSecurityError`]: a missing, contradicting or ignored setting; an unreadable or
     /// empty file.
     pub fn settings(&self, user: &[(String, String)]) -> Result<KafkaSettings, KafkaSecurityError> {
+        // librdkafka's other name of a property counts as the property (`sasl.mechanisms`).
         let user_value = |key: &str| {
             user.iter()
                 .rev()
-                .find(|(k, _)| k == key)
+                .find(|(k, _)| crate::config_arg::canonical_key(k) == key)
                 .map(|(_, v)| v.as_str())
         };
         let protocol = match (
