@@ -273,16 +273,13 @@ impl Debezium {
 
     /// Whether the slot became inactive (or is gone) within `timeout`.
     async fn wait_slot_inactive(&self, conn: &mut PgConnection, timeout: Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if self.slot_active(conn).await != Some(true) {
-                return true;
-            }
-            if std::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let conn = &tokio::sync::Mutex::new(conn);
+        crate::poll_until(timeout, || async move {
+            let mut conn = conn.lock().await;
+            (self.slot_active(&mut conn).await != Some(true)).then_some(())
+        })
+        .await
+        .is_some()
     }
 
     /// The worker's log file.
