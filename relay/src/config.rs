@@ -36,6 +36,26 @@ pub enum Command {
     /// Remove a parked event from the outbox into the `outbox_discarded` audit table; the
     /// later events of its aggregate then flow.
     Discard(DiscardArgs),
+    /// Publish a Debezium outbox table as Debezium's Outbox Event Router does: reads the
+    /// Kafka Connect properties Debezium runs with, refuses what the relay cannot reproduce
+    /// (naming the option), and installs a trigger on the table that copies each inserted row
+    /// into the outbox, encoded as Debezium's converters encode it. Run `migrate` first.
+    DebeziumInstall(DebeziumInstallArgs),
+}
+
+/// Settings of `outbox-relay debezium-install`.
+#[derive(Debug, Clone, Args)]
+pub struct DebeziumInstallArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// A Kafka Connect properties file: the worker's (its converters) and the connector's, in
+    /// that order (repeat the flag; a later file overrides an earlier one's keys).
+    #[arg(long = "config", required = true)]
+    pub config: Vec<std::path::PathBuf>,
+    /// Print the statements instead of running them.
+    #[arg(long)]
+    pub print: bool,
 }
 
 /// Settings shared by the operator commands.

@@ -14,10 +14,12 @@
 //! - [`failure`], [`parking`], [`topics`]: failure isolation — what a failure holds back, the
 //!   durable retry/park records and the operator's commands, topic checks.
 //! - [`metrics`], [`backlog`], [`status`], [`ops`]: what operators see and do.
+//! - [`debezium`]: a Debezium-shaped outbox table, published as Debezium's router would.
 
 pub mod backlog;
 pub mod batch;
 pub mod config;
+pub mod debezium;
 pub mod decide;
 pub mod failure;
 pub mod kafka_context;

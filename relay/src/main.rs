@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Parser;
-use outbox_relay::config::{Cli, Command, OpsArgs, RunArgs};
+use outbox_relay::config::{Cli, Command, DebeziumInstallArgs, OpsArgs, RunArgs};
 use outbox_relay::metrics::Metrics;
 use outbox_relay::ops;
 use outbox_relay::parking::{ParkPolicy, RedriveTarget};
@@ -83,7 +83,70 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         Command::Run(args) => run(*args).await?,
+        Command::DebeziumInstall(args) => debezium_install(&args).await?,
     }
+    Ok(())
+}
+
+/// `outbox-relay debezium-install`.
+async fn debezium_install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
+    use outbox_relay::debezium;
+    use sqlx::ConnectOptions;
+    let mut properties = std::collections::BTreeMap::new();
+    for path in &args.config {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        debezium::parse_properties(&text, &mut properties)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    let config = debezium::RouterConfig::from_properties(&properties)
+        .map_err(|e| anyhow::anyhow!("the Debezium configuration: {e}"))?;
+    let mut conn = outbox_kit::pg::connect_options(&args.db.database_url)
+        .context("invalid DATABASE_URL")?
+        .connect()
+        .await
+        .context("connecting to the database")?;
+    let (outbox_schema, ready): (String, bool) = sqlx::query_as(
+        "SELECT current_schema()::text, EXISTS (SELECT FROM pg_attribute              WHERE attrelid = to_regclass('outbox') AND attname = 'relay_headers' AND NOT attisdropped)              AND current_setting('standard_conforming_strings') = 'on'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .context("reading the outbox's schema")?;
+    anyhow::ensure!(
+        ready,
+        "no up-to-date outbox in schema {outbox_schema}: run `outbox-relay migrate` first          (and keep standard_conforming_strings on)"
+    );
+    let columns = debezium::table_columns(&mut conn, &config.schema, &config.table)
+        .await
+        .context("reading the table's columns")?
+        .with_context(|| format!("no table {}.{}", config.schema, config.table))?;
+    let statements = debezium::install_sql(&config, &columns, &outbox_schema)
+        .map_err(|e| anyhow::anyhow!("the Debezium table: {e}"))?;
+    if args.print {
+        for s in &statements {
+            println!("{s};\n");
+        }
+        return Ok(());
+    }
+    let mut tx = sqlx::Connection::begin(&mut conn).await?;
+    for s in &statements {
+        sqlx::query(s).execute(&mut *tx).await.with_context(|| {
+            format!(
+                "installing the trigger on {}.{}",
+                config.schema, config.table
+            )
+        })?;
+    }
+    tx.commit().await?;
+    println!(
+        "{}.{}: each inserted row is published to Kafka as Debezium's Outbox Event Router would \
+         (trigger {}; key {:?}, value {:?})",
+        config.schema,
+        config.table,
+        debezium::trigger_name(&config.table),
+        config.key_converter,
+        config.value_converter
+    );
     Ok(())
 }
 

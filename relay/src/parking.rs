@@ -458,10 +458,12 @@ impl Store {
         let copied = sqlx::query(
             "INSERT INTO outbox_discarded (event_id, outbox_id, aggregate_type, aggregate_id, \
                  event_type, payload, payload_bytes, content_type, message_key, headers, topic, \
-                 created_at, error_class, error_message, attempts, reason, discarded_by) \
+                 created_at, error_class, error_message, attempts, reason, discarded_by, \
+                 relay_headers) \
              SELECT o.event_id, o.id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
                     o.payload_bytes, o.content_type, o.message_key, o.headers, o.topic, \
-                    o.created_at, f.error_class, f.error_message, f.attempts, $2, $3 \
+                    o.created_at, f.error_class, f.error_message, f.attempts, $2, $3, \
+                    o.relay_headers \
              FROM outbox o JOIN outbox_failure f ON f.outbox_id = o.id \
              WHERE o.id = $1 AND f.parked_at IS NOT NULL",
         )

@@ -100,6 +100,8 @@ impl DebeziumOptions {
 /// A running Debezium connector on one test database; stopped and cleaned up when dropped.
 #[derive(Debug)]
 pub struct Debezium {
+    /// One Debezium at a time in this test process: each is a JVM on two shared cores.
+    _turn: tokio::sync::OwnedMutexGuard<()>,
     worker: Option<ServiceProcess>,
     dir: PathBuf,
     database_url: String,
@@ -132,10 +134,18 @@ impl Debezium {
     /// When the server's `wal_level` is not `logical`, the set-up statements fail, or the
     /// connector is not streaming within 180 s (with the worker's log).
     pub async fn start(database_url: &str, brokers: &str, options: &DebeziumOptions) -> Self {
+        static TURN: std::sync::OnceLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
+            std::sync::OnceLock::new();
+        let turn = TURN
+            .get_or_init(Default::default)
+            .clone()
+            .lock_owned()
+            .await;
         let id = format!("{:08x}", rand::random::<u32>());
         let url = url::Url::parse(database_url).expect("a PostgreSQL URL");
         let dbname = url.path().trim_start_matches('/').to_owned();
         let mut me = Self {
+            _turn: turn,
             worker: None,
             dir: std::env::temp_dir().join(format!("outbox-debezium-{id}")),
             database_url: database_url.to_owned(),
@@ -280,6 +290,16 @@ impl Debezium {
         })
         .await
         .is_some()
+    }
+
+    /// The Kafka Connect properties the worker runs with: the worker's file (its converters)
+    /// and the connector's, in the order `outbox-relay debezium-install --config` takes them.
+    pub fn properties_files(&self) -> [PathBuf; 2] {
+        let connect = self.dir.join("connect");
+        [
+            connect.join("worker.properties"),
+            connect.join("connector.properties"),
+        ]
     }
 
     /// The worker's log file.

@@ -31,6 +31,10 @@ pub struct Record {
     /// Value bytes in hex, `None` for a tombstone ([`dump_bytes`] only).
     #[serde(default)]
     pub value_hex: Option<String>,
+    /// Headers in order, each value's bytes in hex, `None` for a header without a value
+    /// ([`dump_bytes`] only).
+    #[serde(default)]
+    pub header_list: Vec<(String, Option<String>)>,
     /// The message as the cloudevents SDK reads it ([`dump_cloudevents`] only).
     #[serde(default)]
     pub cloudevent: Option<serde_json::Value>,

@@ -25,8 +25,10 @@ Subcommands:
         {"topic", "partition", "offset", "key", "headers": {name: value},
          "value", "timestamp"}
       key, header values and value are decoded as UTF-8 (invalid bytes become
-      U+FFFD; a null key/value/header value is JSON null); timestamp is in ms.
-      --bytes adds "key_hex" and "value_hex" (the exact bytes, null when absent);
+      U+FFFD; a null key/value is JSON null, a header without a value reads as "");
+      timestamp is in ms.
+      --bytes adds "key_hex" and "value_hex" (the exact bytes, null when absent) and
+      "header_list" ([name, hex or null] in the message's order);
       --cloudevents adds "cloudevent": the message as the cloudevents SDK's Kafka
       binding reads it in binary mode ({"attributes", "data_hex", "problems"},
       or {"error"} when the SDK refuses it).
@@ -293,7 +295,9 @@ def cmd_dump(args):
                         "partition": rec.partition,
                         "offset": rec.offset,
                         "key": decode(rec.key),
-                        "headers": {k: decode(v) for k, v in (rec.headers or [])},
+                        # A header without a value reads as "" here; --bytes gives
+                        # header_list, in order, with null for it.
+                        "headers": {k: decode(v) or "" for k, v in (rec.headers or [])},
                         "value": decode(rec.value),
                         "timestamp": rec.timestamp,
                     }
@@ -302,6 +306,10 @@ def cmd_dump(args):
                         record["value_hex"] = (
                             None if rec.value is None else bytes(rec.value).hex()
                         )
+                        record["header_list"] = [
+                            [k, None if v is None else bytes(v).hex()]
+                            for k, v in (rec.headers or [])
+                        ]
                     if args.cloudevents:
                         record["cloudevent"] = cloudevent_of(rec)
                     emit(record)

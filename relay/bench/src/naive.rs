@@ -85,6 +85,7 @@ pub async fn run(
             headers: r.get("headers"),
             topic: r.get("topic"),
             created_at: r.get("created_at"),
+            relay_headers: true,
         };
         let record = FutureRecord::to(&topic)
             .key(&row.aggregate_id)

@@ -521,12 +521,7 @@ impl Publisher {
             traceparent,
         };
         row.for_each_header(options, |key, value| {
-            headers = headers.take().map(|h| {
-                h.insert(Header {
-                    key,
-                    value: Some(value),
-                })
-            });
+            headers = headers.take().map(|h| h.insert(Header { key, value }));
         });
         // A tombstone is a record without a value (not an empty one).
         let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, opaque)

@@ -175,12 +175,12 @@ impl Store {
         let sql = format!(
             "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
                     o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at, \
-                    o.attempts, o.payload_bytes, o.content_type, o.message_key \
+                    o.attempts, o.payload_bytes, o.content_type, o.message_key, o.relay_headers \
              FROM (SELECT {LEASE_HELD} AS held) l \
              LEFT JOIN LATERAL ( \
                  SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
                         o.headers, o.topic, o.created_at, {attempts} AS attempts, \
-                        o.payload_bytes, o.content_type, o.message_key \
+                        o.payload_bytes, o.content_type, o.message_key, o.relay_headers \
                  FROM outbox o {join} \
                  WHERE l.held {range} {exclusion} \
                  ORDER BY o.id LIMIT $4 \
@@ -253,6 +253,7 @@ impl Store {
                         headers,
                         topic: r.try_get_unchecked(8)?,
                         created_at: r.try_get_unchecked::<DateTime<Utc>, _>(9)?,
+                        relay_headers: r.try_get_unchecked(14)?,
                     }),
                     Err(e) => Err(Box::new(Undecodable {
                         id,
@@ -299,6 +300,7 @@ fn check_claim_types(row: &sqlx::postgres::PgRow) -> Result<(), sqlx::Error> {
         })
     }
     is::<bool>(row, 0)?;
+    is::<bool>(row, 14)?;
     is::<i64>(row, 1)?;
     is::<Uuid>(row, 2)?;
     for text in [3, 4, 5, 6, 7, 8, 12, 13] {

@@ -301,6 +301,7 @@ mod properties {
                         topic: None,
                         created_at: chrono::DateTime::from_timestamp(1_700_000_000, 123_456_000)
                             .unwrap(),
+                        relay_headers: true,
                     }
                 },
             )
@@ -328,7 +329,7 @@ mod properties {
                 cloudevents_source: cloudevents.then_some("/orders"),
                 traceparent: None,
             };
-            row.for_each_header(options, |k, v| headers.push((k.to_owned(), Some(v.to_vec()))));
+            row.for_each_header(options, |k, v| headers.push((k.to_owned(), v.map(<[u8]>::to_vec))));
             let msg = RawMessage {
                 topic: row.topic("p."),
                 partition: 0,

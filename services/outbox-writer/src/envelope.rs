@@ -119,6 +119,10 @@ pub struct EventEnvelope {
     pub topic: Option<String>,
     /// When the event was written (its transaction's start time).
     pub created_at: DateTime<Utc>,
+    /// The relay's own headers go on the message (the `relay_headers` column, true but for
+    /// rows copied from a Debezium-shaped table: their message carries the row's `headers`
+    /// only, as Debezium's router sends them).
+    pub relay_headers: bool,
 }
 
 impl EventEnvelope {
@@ -151,7 +155,18 @@ impl EventEnvelope {
 
     /// Calls `f` with each message header in contract order (see [`EventEnvelope::kafka_headers`])
     /// without allocating per header: the relay's hot path.
-    pub fn for_each_header(&self, options: HeaderOptions<'_>, mut f: impl FnMut(&str, &[u8])) {
+    /// A header without a value (`None`) comes only from a JSON null in the row's `headers`
+    /// of a row without the relay's headers (a NULL column Debezium placed as a header).
+    pub fn for_each_header(
+        &self,
+        options: HeaderOptions<'_>,
+        mut f: impl FnMut(&str, Option<&[u8]>),
+    ) {
+        if !self.relay_headers {
+            self.for_each_row_header(&mut f);
+            return;
+        }
+        let mut f = |k: &str, v: &[u8]| f(k, Some(v));
         let mut id = Uuid::encode_buffer();
         let id = self.event_id.hyphenated().encode_lower(&mut id).as_bytes();
         f("id", id);
@@ -208,15 +223,34 @@ impl EventEnvelope {
         }
     }
 
+    /// The row's `headers` alone, `id` first (Debezium's order: the event id, then the placed
+    /// columns); a JSON null is a header without a value, other non-strings their JSON text.
+    fn for_each_row_header(&self, f: &mut impl FnMut(&str, Option<&[u8]>)) {
+        let serde_json::Value::Object(headers) = &self.headers else {
+            return;
+        };
+        let mut keys: Vec<&String> = headers.keys().collect();
+        keys.sort_by_key(|k| (k.as_str() != "id", k.as_str()));
+        for k in keys {
+            match &headers[k] {
+                serde_json::Value::Null => f(k, None),
+                serde_json::Value::String(s) => f(k, Some(s.as_bytes())),
+                other => f(k, Some(other.to_string().as_bytes())),
+            }
+        }
+    }
+
     /// The message headers in contract order: `id`, `event_id`, `event_type`,
     /// `aggregate_type`, `aggregate_id`, `occurred_at`, `content-type` (of a binary payload;
     /// of every payload with CloudEvents on), the CloudEvents attributes (`ce_specversion`,
     /// `ce_id`, `ce_source`, `ce_type`, `ce_subject`, `ce_time`) when they are on, then each key
     /// of the row's `headers` (sorted by key) that does not collide with a header set before.
+    /// A header without a value reads as the empty string.
     pub fn kafka_headers(&self, options: HeaderOptions<'_>) -> Vec<(String, String)> {
         let mut out = Vec::with_capacity(8);
         self.for_each_header(options, |k, v| {
-            out.push((k.to_owned(), String::from_utf8_lossy(v).into_owned()));
+            let v = v.map(String::from_utf8_lossy).unwrap_or_default();
+            out.push((k.to_owned(), v.into_owned()));
         });
         out
     }
@@ -274,6 +308,7 @@ mod tests {
             headers: serde_json::json!({"traceparent": "00-abc-01", "retries": 3, "id": "evil"}),
             topic: None,
             created_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
+            relay_headers: true,
         }
     }
 
@@ -339,6 +374,27 @@ mod tests {
         assert_eq!(h[5].1, "2026-01-02T03:04:05.000000Z");
         assert_eq!(h[6].1, "3", "non-string values are sent as JSON text");
         assert_eq!(h[7].1, "00-abc-01");
+    }
+
+    #[test]
+    fn without_the_relays_headers_only_the_rows_go_out_id_first_null_without_value() {
+        let mut e = sample();
+        e.relay_headers = false;
+        e.headers =
+            serde_json::json!({"eventType": "OrderPaid", "id": "e-1", "n": 7, "tenant": null});
+        let mut seen = Vec::new();
+        e.for_each_header(HeaderOptions::default(), |k, v| {
+            seen.push((k.to_owned(), v.map(<[u8]>::to_vec)));
+        });
+        assert_eq!(
+            seen,
+            [
+                ("id".to_owned(), Some(b"e-1".to_vec())),
+                ("eventType".to_owned(), Some(b"OrderPaid".to_vec())),
+                ("n".to_owned(), Some(b"7".to_vec())),
+                ("tenant".to_owned(), None),
+            ]
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! with kafka-python. What teams coming from Debezium have on their topics today, the reference
 //! the relay's Debezium compatibility is held against.
 
-use e2e::debezium::{create_outbox_table, Debezium, DebeziumOptions};
-use serde_json::json;
+use e2e::debezium::{create_outbox_table, Converter, Debezium, DebeziumOptions};
+use e2e::proc::{relay_cli, RelayArgs, RelayProcess};
+use serde_json::{json, Value};
 use uuid::Uuid;
 
 /// Debezium's outbox table of this test's own schema.
@@ -101,4 +102,295 @@ async fn debezium_routes_each_row_keyed_by_aggregate_id_with_the_payload_text_in
             assert_eq!(r.partition, got[0].partition, "one partition per key");
         }
     }
+}
+
+/// The rows every comparison writes, per transaction: (aggregate id, event type, tenant, payload
+/// as JSON text or NULL, deleted in its own transaction right after the insert).
+type Written = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    bool,
+);
+
+/// JSON with nested objects, nulls, empty arrays and objects, numbers as written, text beyond
+/// ASCII and beyond the Basic Multilingual Plane, quotes, a backslash and an escaped control
+/// character; a NULL payload; a NULL placed column; a row deleted in the transaction that
+/// inserted it (Quarkus' `remove-after-insert`), next to another row of that transaction.
+const TRANSACTIONS: [&[Written]; 4] = [
+    &[(
+        "order-1",
+        "OrderCreated",
+        Some("acme"),
+        Some(
+            r#"{"order_id": "order-1", "customer": {"name": "Zoë Ångström", "city": "Malmö"}, "lines": [{"sku": "ランプ", "qty": 2, "note": "☃ \"fragile\" \\ 📦 \u0001"}], "tags": [], "extra": {}, "coupon": null, "amount": 99.50}"#,
+        ),
+        false,
+    )],
+    &[
+        ("order-2", "OrderCreated", None, Some(r#"[]"#), false),
+        ("order-1", "OrderDeleted", Some("acme"), None, false),
+    ],
+    &[
+        (
+            "order-3",
+            "OrderCreated",
+            Some("bolt"),
+            Some(r#"{"removed": "right after insert", "big": 12345678901234567890}"#),
+            true,
+        ),
+        (
+            "order-2",
+            "OrderPaid",
+            Some("acme"),
+            Some(r#""just a JSON string""#),
+            false,
+        ),
+    ],
+    &[(
+        "order-1",
+        "OrderCreated",
+        Some("acme"),
+        Some(r#"{"again": true}"#),
+        false,
+    )],
+];
+
+/// Writes [`TRANSACTIONS`] into Debezium's table (with a `tenant` column); returns the event
+/// ids in commit order.
+async fn write_debezium_rows(pool: &sqlx::PgPool) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    for tx_rows in TRANSACTIONS {
+        let mut tx = pool.begin().await.unwrap();
+        for (aggregate_id, event_type, tenant, payload, delete) in tx_rows {
+            let id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload, tenant) \
+                 VALUES ($1, 'order', $2, $3, $4::jsonb, $5)",
+            )
+            .bind(id)
+            .bind(aggregate_id)
+            .bind(event_type)
+            .bind(payload)
+            .bind(tenant)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+            if *delete {
+                let deleted = sqlx::query("DELETE FROM dbz.outbox WHERE id = $1")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap()
+                    .rows_affected();
+                assert_eq!(deleted, 1, "the writer deletes the row it just inserted");
+            }
+            ids.push(id);
+        }
+        tx.commit().await.unwrap();
+    }
+    ids
+}
+
+/// The message's `id` header (Debezium's event id).
+fn id_header(r: &e2e::verify::Record) -> String {
+    r.headers.get("id").cloned().unwrap_or_default()
+}
+
+/// Headers as (name, hex or None), sorted, without Debezium's `__debezium.context.*` (they name
+/// the connector instance: its name, task and run id; the relay does not reproduce them).
+fn router_headers(r: &e2e::verify::Record) -> Vec<(String, Option<String>)> {
+    let mut h: Vec<_> = r
+        .header_list
+        .iter()
+        .filter(|(k, _)| !k.starts_with("__debezium.context."))
+        .cloned()
+        .collect();
+    h.sort();
+    h
+}
+
+/// What a consumer written like Debezium's outbox example consumer makes of a message: the
+/// `eventType` header is required; the value is read as a string and parsed as JSON, unwrapped
+/// from JsonConverter's `{"schema", "payload"}` envelope and (JsonConverter's `json`) from the
+/// JSON string holding the payload's text. `None` for a message without a value.
+fn example_consumer(
+    r: &e2e::verify::Record,
+    json: bool,
+) -> Result<(String, Option<Value>), String> {
+    let event_type = r
+        .headers
+        .get("eventType")
+        .filter(|t| !t.is_empty())
+        .ok_or("no eventType header")?
+        .clone();
+    let Some(text) = &r.value else {
+        return Ok((event_type, None));
+    };
+    let mut v: Value = serde_json::from_str(text).map_err(|e| format!("{text}: {e}"))?;
+    if v.get("schema").is_some() && v.get("payload").is_some() {
+        v = v["payload"].take();
+    }
+    if let (true, Value::String(s)) = (json, &v) {
+        v = serde_json::from_str(s).map_err(|e| format!("{s}: {e}"))?;
+    }
+    Ok((event_type, Some(v)))
+}
+
+/// Debezium (with `converter`, `route.tombstone.on.empty.payload=tombstones`) and the relay
+/// (installed from Debezium's own properties files, routed to another topic) publish the same
+/// rows; kafka-python reads both topics, and each pair of messages must have the same key
+/// bytes, value bytes, router headers and partition, in the same order per key, and the
+/// example consumer must make the same of both.
+async fn relay_matches_debezium(converter: Converter, tombstones: bool) {
+    let db = e2e::db::fresh_database().await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    sqlx::query("ALTER TABLE dbz.outbox ADD COLUMN tenant text")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.converter = converter;
+    options.router.extend([
+        (
+            "table.fields.additional.placement".to_owned(),
+            "type:header:eventType,tenant:header:tenant".to_owned(),
+        ),
+        (
+            "route.tombstone.on.empty.payload".to_owned(),
+            tombstones.to_string(),
+        ),
+    ]);
+    let debezium = Debezium::start(&db.url, &brokers, &options).await;
+
+    // The relay reads the same properties; only its topics differ, so both can be compared.
+    let ours = std::env::temp_dir().join(format!(
+        "relay-topic-{:08x}.properties",
+        rand::random::<u32>()
+    ));
+    std::fs::write(
+        &ours,
+        format!("transforms.outbox.route.topic.replacement={prefix}relay.${{routedByValue}}\n"),
+    )
+    .unwrap();
+    let [worker, connector] = debezium.properties_files();
+    let out = relay_cli(&[
+        "debezium-install",
+        "--database-url",
+        &db.url,
+        "--config",
+        worker.to_str().unwrap(),
+        "--config",
+        connector.to_str().unwrap(),
+        "--config",
+        ours.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "debezium-install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_file(&ours);
+    let ids = write_debezium_rows(&db.pool).await;
+    let _relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-dbz"));
+
+    let n = ids.len();
+    let json = converter != Converter::String;
+    let theirs_topic = format!("{prefix}order");
+    let ours_topic = format!("{prefix}relay.order");
+    let mut theirs = e2e::verify::dump_bytes(&brokers, std::slice::from_ref(&theirs_topic), n);
+    let mut ours = e2e::verify::dump_bytes(&brokers, std::slice::from_ref(&ours_topic), n);
+    assert_eq!(
+        theirs.len(),
+        n,
+        "Debezium's {n} messages ({}): {theirs:?}",
+        debezium.log_path().display()
+    );
+    assert_eq!(ours.len(), n, "the relay's {n} messages: {ours:?}");
+    theirs.sort_by_key(|r| (r.partition, r.offset));
+    ours.sort_by_key(|r| (r.partition, r.offset));
+    for id in &ids {
+        let id = id.to_string();
+        let t = theirs
+            .iter()
+            .find(|r| id_header(r) == id)
+            .unwrap_or_else(|| panic!("Debezium sent {id}: {theirs:?}"));
+        let o = ours
+            .iter()
+            .find(|r| id_header(r) == id)
+            .unwrap_or_else(|| panic!("the relay sent {id}: {ours:?}"));
+        assert_eq!(
+            o.key_hex, t.key_hex,
+            "{converter:?} {id}: key bytes ({:?} vs Debezium's {:?})",
+            o.key, t.key
+        );
+        assert_eq!(
+            o.value_hex, t.value_hex,
+            "{converter:?} {id}: value bytes ({:?} vs Debezium's {:?})",
+            o.value, t.value
+        );
+        assert_eq!(
+            router_headers(o),
+            router_headers(t),
+            "{converter:?} {id}: headers"
+        );
+        assert_eq!(o.partition, t.partition, "{converter:?} {id}: partition");
+        assert_eq!(
+            example_consumer(o, json),
+            example_consumer(t, json),
+            "{converter:?} {id}: what the example consumer makes of it"
+        );
+        assert!(
+            example_consumer(o, json).is_ok(),
+            "{converter:?} {id}: {:?}",
+            example_consumer(o, json)
+        );
+    }
+    for key in ["order-1", "order-2", "order-3"] {
+        let order = |records: &[e2e::verify::Record]| -> Vec<String> {
+            records
+                .iter()
+                .filter(|r| example_key(r) == key)
+                .map(id_header)
+                .collect()
+        };
+        assert_eq!(
+            order(&ours),
+            order(&theirs),
+            "{converter:?}: {key}'s events in the same order"
+        );
+    }
+    assert!(
+        ours.iter().all(|r| !r.headers.contains_key("event_id")),
+        "none of the relay's own headers: {ours:?}"
+    );
+}
+
+/// The aggregate a message is about, whatever the key converter: `order-N` inside the key.
+fn example_key(r: &e2e::verify::Record) -> &'static str {
+    let key = r.key.as_deref().unwrap_or_default();
+    ["order-1", "order-2", "order-3"]
+        .into_iter()
+        .find(|k| key.contains(k))
+        .unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_string_converters_the_relay_sends_debeziums_bytes_headers_and_partitions() {
+    relay_matches_debezium(Converter::String, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_json_converters_and_schemas_the_relay_sends_debeziums_bytes_headers_and_partitions() {
+    relay_matches_debezium(Converter::Json, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_schemaless_json_converters_and_tombstones_the_relay_sends_debeziums_bytes_headers_and_partitions(
+) {
+    relay_matches_debezium(Converter::JsonSchemaless, true).await;
 }

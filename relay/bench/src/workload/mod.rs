@@ -253,6 +253,7 @@ impl Workload {
                 headers: serde_json::json!({}),
                 topic: None,
                 created_at: now,
+                relay_headers: true,
             })
             .collect()
     }
