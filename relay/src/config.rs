@@ -56,6 +56,16 @@ pub struct DebeziumInstallArgs {
     /// Print the statements instead of running them.
     #[arg(long)]
     pub print: bool,
+    /// Debezium's replication slot (its `slot.name`): once the trigger is in place, wait until
+    /// the slot confirms the position of that moment, i.e. Debezium published every row
+    /// committed before the trigger. Start the relay after that (the cutover: README, "Coming
+    /// from Debezium"). Debezium confirms positions as it publishes rows (or heartbeats), so
+    /// writers (or `heartbeat.interval.ms`) must be active.
+    #[arg(long)]
+    pub slot: Option<String>,
+    /// How long to wait for the slot, in seconds.
+    #[arg(long, default_value_t = 600)]
+    pub slot_timeout_secs: u64,
 }
 
 /// Settings shared by the operator commands.

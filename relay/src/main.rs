@@ -138,6 +138,9 @@ async fn debezium_install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
         })?;
     }
     tx.commit().await?;
+    if let Some(slot) = &args.slot {
+        wait_for_slot(&mut conn, slot, args.slot_timeout_secs).await?;
+    }
     println!(
         "{}.{}: each inserted row is published to Kafka as Debezium's Outbox Event Router would \
          (trigger {}; key {:?}, value {:?})",
@@ -148,6 +151,50 @@ async fn debezium_install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
         config.value_converter
     );
     Ok(())
+}
+
+/// Waits until replication slot `slot` confirmed the current WAL position (every transaction
+/// committed before now is published by the slot's consumer).
+async fn wait_for_slot(
+    conn: &mut sqlx::PgConnection,
+    slot: &str,
+    timeout_secs: u64,
+) -> anyhow::Result<()> {
+    let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(&mut *conn)
+        .await?;
+    println!("waiting until slot {slot} confirmed {lsn} (Debezium published every row committed before the trigger)");
+    let conn = &tokio::sync::Mutex::new(conn);
+    let confirmed = outbox_kit::poll::poll_every(
+        std::time::Duration::from_millis(500),
+        std::time::Duration::from_secs(timeout_secs),
+        || async {
+            let mut conn = conn.lock().await;
+            let row: Result<Option<(bool, Option<String>)>, _> = sqlx::query_as(
+                "SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false), confirmed_flush_lsn::text \
+                 FROM pg_replication_slots WHERE slot_name = $2",
+            )
+            .bind(&lsn)
+            .bind(slot)
+            .fetch_optional(&mut **conn)
+            .await;
+            match row {
+                Ok(Some((true, _))) => Some(Ok(())),
+                Ok(Some(_)) => None,
+                Ok(None) => Some(Err(anyhow::anyhow!("no replication slot {slot}"))),
+                Err(e) => Some(Err(e.into())),
+            }
+        },
+    )
+    .await;
+    match confirmed {
+        Some(result) => result,
+        None => anyhow::bail!(
+            "slot {slot} did not confirm {lsn} within {timeout_secs} s: is Debezium running, and \
+             are rows (or heartbeats) flowing? The trigger is installed; run again with --slot \
+             to wait again"
+        ),
+    }
 }
 
 fn ops_store(args: &OpsArgs) -> anyhow::Result<Store> {

@@ -394,3 +394,223 @@ async fn with_schemaless_json_converters_and_tombstones_the_relay_sends_debezium
 ) {
     relay_matches_debezium(Converter::JsonSchemaless, true).await;
 }
+
+/// One event the cutover's writer committed.
+#[derive(Debug, Clone)]
+struct Committed {
+    id: Uuid,
+    aggregate: usize,
+    seq: u64,
+    /// Committed surely before the trigger was installed, or surely after Debezium stopped:
+    /// exactly one copy may be on the topic.
+    once: bool,
+}
+
+/// The cutover phases the writer reads: 0 before the install started, 1 until Debezium is
+/// stopped, 2 after.
+static PHASE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Writes one event at a time, round robin over `aggregates`, each with its sequence number in
+/// the payload, until `stop`; a few milliseconds apart (a steady writer, not a flood).
+async fn cutover_writer(
+    pool: sqlx::PgPool,
+    aggregates: usize,
+    stop: tokio_util::sync::CancellationToken,
+    written: std::sync::Arc<std::sync::Mutex<Vec<Committed>>>,
+) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut seqs = vec![0u64; aggregates];
+    let mut i = 0usize;
+    while !stop.is_cancelled() {
+        let aggregate = i % aggregates;
+        i += 1;
+        seqs[aggregate] += 1;
+        let seq = seqs[aggregate];
+        let id = Uuid::new_v4();
+        let before = PHASE.load(SeqCst);
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', $2, 'Step', jsonb_build_object('seq', $3::bigint))",
+        )
+        .bind(id)
+        .bind(format!("agg-{aggregate}"))
+        .bind(seq as i64)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let after = PHASE.load(SeqCst);
+        written.lock().unwrap().push(Committed {
+            id,
+            aggregate,
+            seq,
+            once: after == 0 || before == 2,
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(4)).await;
+    }
+}
+
+/// The cutover of README "Coming from Debezium", with a writer that never stops: Debezium
+/// publishes; `debezium-install --slot` puts the trigger in and waits until Debezium published
+/// everything committed before it; the relay starts on the same topic; Debezium is stopped.
+/// On the combined topic (kafka-python): every event, each aggregate's first occurrences in
+/// commit order, and duplicates only of events committed between the install and Debezium's
+/// stop.
+#[tokio::test(flavor = "multi_thread")]
+async fn cutover_from_a_running_debezium_loses_nothing_and_keeps_each_aggregates_order() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let db = e2e::db::fresh_database().await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.converter = Converter::Json;
+    let debezium = Debezium::start(&db.url, &brokers, &options).await;
+    let slot = debezium.slot.clone();
+    let [worker, connector] = debezium.properties_files();
+
+    let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writer = tokio::spawn(cutover_writer(
+        db.pool.clone(),
+        12,
+        stop.clone(),
+        written.clone(),
+    ));
+    let count = || written.lock().unwrap().len();
+    let wait_written = |n: usize, what: &'static str| {
+        let written = written.clone();
+        async move {
+            e2e::wait_for(what, std::time::Duration::from_secs(120), || {
+                let written = written.clone();
+                async move { (written.lock().unwrap().len() >= n).then_some(()) }
+            })
+            .await
+        }
+    };
+    wait_written(150, "150 events written under Debezium").await;
+
+    PHASE.store(1, SeqCst);
+    let install = {
+        let (db_url, worker, connector, slot) = (
+            db.url.clone(),
+            worker.clone(),
+            connector.clone(),
+            slot.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            relay_cli(&[
+                "debezium-install",
+                "--database-url",
+                &db_url,
+                "--config",
+                worker.to_str().unwrap(),
+                "--config",
+                connector.to_str().unwrap(),
+                "--slot",
+                &slot,
+                "--slot-timeout-secs",
+                "120",
+            ])
+        })
+        .await
+        .unwrap()
+    };
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&install.stdout),
+        String::from_utf8_lossy(&install.stderr)
+    );
+    assert!(install.status.success(), "debezium-install --slot: {said}");
+    assert!(
+        said.contains(&format!("waiting until slot {slot} confirmed")),
+        "{said}"
+    );
+    let _relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-cutover"));
+    let n = count();
+    wait_written(n + 150, "150 more events while both publish").await;
+
+    drop(debezium);
+    PHASE.store(2, SeqCst);
+    let n = count();
+    wait_written(n + 150, "150 more events after Debezium stopped").await;
+    stop.cancel();
+    writer.await.unwrap();
+    e2e::wait_for(
+        "the relay drained the outbox",
+        std::time::Duration::from_secs(120),
+        || async { (e2e::db::backlog(&db.pool).await.unwrap() == 0).then_some(()) },
+    )
+    .await;
+
+    let written = written.lock().unwrap().clone();
+    let topic = format!("{prefix}order");
+    let records = {
+        let (brokers, topic, n) = (brokers.clone(), topic.clone(), written.len());
+        tokio::task::spawn_blocking(move || e2e::verify::dump_bytes(&brokers, &[topic], n))
+            .await
+            .unwrap()
+    };
+    let mut records = records;
+    records.sort_by_key(|r| (r.partition, r.offset));
+    let mut copies: std::collections::HashMap<String, usize> = Default::default();
+    for r in &records {
+        *copies.entry(id_header(r)).or_default() += 1;
+    }
+    let mut duplicated = 0;
+    for e in &written {
+        let c = copies.get(&e.id.to_string()).copied().unwrap_or(0);
+        assert!(
+            c >= 1,
+            "event {} (agg-{} #{}) was lost in the cutover",
+            e.id,
+            e.aggregate,
+            e.seq
+        );
+        assert!(c <= 2, "event {} arrived {c} times", e.id);
+        if c == 2 {
+            duplicated += 1;
+            assert!(
+                !e.once,
+                "event {} (agg-{} #{}) was committed outside the cutover window, yet arrived twice",
+                e.id, e.aggregate, e.seq
+            );
+        }
+    }
+    for aggregate in 0..12 {
+        let key = format!("agg-{aggregate}");
+        let mine: Vec<&e2e::verify::Record> = records
+            .iter()
+            .filter(|r| {
+                r.key
+                    .as_deref()
+                    .is_some_and(|k| k.contains(&format!("\"{key}\"")))
+            })
+            .collect();
+        assert!(
+            mine.windows(2).all(|w| w[0].partition == w[1].partition),
+            "{key}: one partition"
+        );
+        let mut seen = std::collections::HashSet::new();
+        let firsts: Vec<u64> = mine
+            .iter()
+            .filter(|r| seen.insert(id_header(r)))
+            .map(|r| {
+                // JsonConverter with schemas: the payload's text in the envelope's payload.
+                let value: Value = serde_json::from_str(r.value.as_deref().unwrap()).unwrap();
+                let payload: Value =
+                    serde_json::from_str(value["payload"].as_str().unwrap()).unwrap();
+                payload["seq"].as_u64().unwrap()
+            })
+            .collect();
+        let expected: Vec<u64> = (1..=firsts.len() as u64).collect();
+        assert_eq!(
+            firsts, expected,
+            "{key}: first occurrences in commit order, none missing"
+        );
+    }
+    eprintln!(
+        "cutover: {} events, {} messages, {duplicated} duplicated (committed between the install and Debezium's stop)",
+        written.len(),
+        records.len()
+    );
+}
