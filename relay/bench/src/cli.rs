@@ -229,6 +229,11 @@ pub enum Phase {
     /// Opt-in (minutes): the relay's `--transactions` off and on, alternating for `--repeat`
     /// rounds: the drain, then the latency phase; the figures and their ratios on / off.
     Transactions,
+    /// Opt-in (minutes, needs Kafka Connect and Debezium from `install-deps.sh` and
+    /// `wal_level=logical`): Debezium's Outbox Event Router and the relay on the same Debezium
+    /// table, backlog (`--events`) and broker, one after the other: drain, CPU per event, peak
+    /// RSS, and commit → seen under `--load-rate` for `--load-seconds`.
+    Debezium,
 }
 
 impl Phase {
@@ -237,7 +242,10 @@ impl Phase {
     /// of disk), `topics` (minutes: 1 000 topics of 6 partitions each) and `transactions`
     /// (minutes: two drains and two latency runs a round) are opt-in.
     pub fn in_default_run(self) -> bool {
-        !matches!(self, Self::Backlog | Self::Topics | Self::Transactions)
+        !matches!(
+            self,
+            Self::Backlog | Self::Topics | Self::Transactions | Self::Debezium
+        )
     }
 }
 

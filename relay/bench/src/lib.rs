@@ -15,12 +15,15 @@
 //!   topics grow;
 //! - [`transactions`]: opt-in, the drain and the latency phase with the relay's
 //!   `--transactions` off and on, alternating;
+//! - [`debezium`]: opt-in, Debezium's Outbox Event Router and the relay on the same Debezium
+//!   table and backlog, one after the other;
 //! - [`report`]: the JSON report and the table.
 
 pub mod backlog;
 pub mod cli;
 pub mod cpu;
 pub mod db;
+pub mod debezium;
 pub mod drain;
 pub mod failures;
 pub mod growth;
@@ -287,6 +290,25 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         transactions::run(&infra, &w, &drain_spec, &load_spec, args.repeat),
     )
     .await;
+    let debezium_spec = debezium::DebeziumSpec {
+        events: sizes.events,
+        aggregates: args.aggregates,
+        payload_bytes: args.payload_bytes,
+        rate: args.load_rate,
+        seconds: sizes.load_seconds,
+        binary: &relay_bin,
+        batch_size: args.batch_size,
+        extra: &args.relay_args,
+        timeout: Duration::from_secs(args.drain_timeout_secs),
+        log_dir: &log_dir,
+    };
+    let debezium = phase(
+        args,
+        Phase::Debezium,
+        &mut errors,
+        debezium::run(&infra, &debezium_spec),
+    )
+    .await;
     for e in transactions.iter().flat_map(|t| &t.errors) {
         errors.push(format!("phase transactions: {e}"));
     }
@@ -342,6 +364,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         sizes: growth_sizes,
         topics: growth_topics,
         transactions,
+        debezium,
         rounds,
         ratios: Ratios::default(),
         serial_model: None,

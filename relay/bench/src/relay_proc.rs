@@ -58,6 +58,26 @@ pub struct Memory {
     pub hwm_kb: u64,
 }
 
+impl Memory {
+    /// Process `pid`'s memory now, from `/proc/<pid>/status`.
+    pub fn of(pid: u32) -> Option<Self> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| -> Option<u64> {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        };
+        Some(Self {
+            rss_kb: field("VmRSS:")?,
+            hwm_kb: field("VmHWM:")?,
+        })
+    }
+}
+
 impl RelayProc {
     /// Starts the relay.
     ///
@@ -121,20 +141,7 @@ impl RelayProc {
 
     /// Its memory now.
     pub fn memory(&self) -> Option<Memory> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let field = |name: &str| -> Option<u64> {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()
-        };
-        Some(Memory {
-            rss_kb: field("VmRSS:")?,
-            hwm_kb: field("VmHWM:")?,
-        })
+        Memory::of(self.pid())
     }
 
     /// Waits until it holds the lease (`outbox_relay_leader 1`).

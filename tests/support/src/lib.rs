@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod db;
+pub mod debezium;
 pub mod metrics;
 #[cfg(feature = "order-api")]
 pub mod order_api;

@@ -21,21 +21,21 @@ use crate::workload::{Workload, AGGREGATE_TYPE, EVENT_TYPE};
 
 /// An event as the consumer saw it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Seen {
-    pub(super) at_ms: f64,
-    pub(super) create_ms: Option<i64>,
+pub(crate) struct Seen {
+    pub(crate) at_ms: f64,
+    pub(crate) create_ms: Option<i64>,
 }
 
 /// An event as its writer committed it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Committed {
-    pub(super) id: Uuid,
-    pub(super) begin_ms: f64,
-    pub(super) commit_ms: f64,
+pub(crate) struct Committed {
+    pub(crate) id: Uuid,
+    pub(crate) begin_ms: f64,
+    pub(crate) commit_ms: f64,
 }
 
 /// Milliseconds since the Unix epoch: the one clock both ends stamp with.
-fn wall_ms() -> f64 {
+pub(crate) fn wall_ms() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -44,7 +44,7 @@ fn wall_ms() -> f64 {
 }
 
 /// One event in its own transaction; returns its id and wall-clock begin and commit times.
-pub(super) async fn write_one(pool: &PgPool, w: &Workload, i: u64) -> anyhow::Result<Committed> {
+pub(crate) async fn write_one(pool: &PgPool, w: &Workload, i: u64) -> anyhow::Result<Committed> {
     let id = Uuid::new_v4();
     let text = w.payload(i);
     let payload: serde_json::Value = serde_json::from_str(&text)?;
@@ -73,7 +73,7 @@ pub(super) async fn write_one(pool: &PgPool, w: &Workload, i: u64) -> anyhow::Re
 }
 
 /// Waits until the consumer has seen every event of `ids`.
-pub(super) async fn wait_seen(
+pub(crate) async fn wait_seen(
     seen: &Mutex<HashMap<Uuid, Seen>>,
     ids: &[Committed],
     count: &mut watch::Receiver<usize>,
@@ -97,12 +97,14 @@ pub(super) async fn wait_seen(
     }
 }
 
-/// A consumer reading every partition of `topic` from the beginning into `seen`. It reads
+/// A consumer reading every partition of `topic` from the beginning into `seen`, each message
+/// known by the event id in its header `id_header` (`event_id`; Debezium's `id`). It reads
 /// `read_committed` (librdkafka's default, set explicitly): with `--transactions` an event
 /// counts as seen only once its batch's transaction is committed.
-pub(super) fn spawn_consumer(
+pub(crate) fn spawn_consumer(
     infra: &Infra,
     topic: &str,
+    id_header: &'static str,
     seen: Arc<Mutex<HashMap<Uuid, Seen>>>,
     count: watch::Sender<usize>,
     mut stop: oneshot::Receiver<()>,
@@ -136,7 +138,7 @@ pub(super) fn spawn_consumer(
             let at_ms = wall_ms();
             let id = m.headers().and_then(|h| {
                 h.iter()
-                    .find(|h| h.key == "event_id")
+                    .find(|h| h.key == id_header)
                     .and_then(|h| h.value)
                     .and_then(|v| std::str::from_utf8(v).ok())
                     .and_then(|s| Uuid::parse_str(s).ok())

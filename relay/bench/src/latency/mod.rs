@@ -28,7 +28,7 @@ use crate::relay_proc::{RelayProc, RelaySpec};
 use crate::stats::{self, Percentiles};
 use crate::workload::{Workload, AGGREGATE_TYPE};
 
-mod ends;
+pub(crate) mod ends;
 
 use ends::{spawn_consumer, wait_seen, write_one, Committed, Seen};
 
@@ -177,7 +177,7 @@ pub async fn run(
     let seen: Arc<Mutex<HashMap<Uuid, Seen>>> = Arc::default();
     let (count_tx, mut count_rx) = watch::channel(0usize);
     let (stop_tx, stop_rx) = oneshot::channel();
-    let consumer = spawn_consumer(infra, &topic, seen.clone(), count_tx, stop_rx)?;
+    let consumer = spawn_consumer(infra, &topic, "event_id", seen.clone(), count_tx, stop_rx)?;
 
     // Warm-up: one event all the way through, so connections are up before the clock runs.
     let warm = write_one(&db.pool, w, 0).await?;

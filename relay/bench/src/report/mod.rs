@@ -133,6 +133,8 @@ pub struct Report {
     pub topics: Option<GrowthFigures>,
     /// The relay's `--transactions` off and on (opt-in).
     pub transactions: Option<TransactionsFigures>,
+    /// Debezium and the relay on the same Debezium table (opt-in).
+    pub debezium: Option<crate::debezium::DebeziumFigures>,
     /// Every round's rate; the phase figures above are the best round.
     pub rounds: Rounds,
     /// Ratios of phase 3 to phases 1, 2 and 4.

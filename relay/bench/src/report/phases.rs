@@ -98,7 +98,10 @@ pub(super) fn insert_table(o: &mut String, i: &InsertFigures) {
     let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
     for (name, s) in [
         ("A: per-aggregate lock on (default)", &i.locked),
-        ("B: SET outbox.aggregate_lock = 'off'", &i.unlocked),
+        (
+            "B: outbox_aggregate_lock_off() in each transaction",
+            &i.unlocked,
+        ),
     ] {
         let _ = writeln!(
             o,
@@ -428,6 +431,96 @@ pub(super) fn transactions_table(o: &mut String, t: &TransactionsFigures, s: &su
         o,
         "  (best drain round and lowest-p99 latency round shown; on = the relay arguments plus {}; with transactions both the ack histogram and \"seen\" include the commit)",
         crate::transactions::TRANSACTIONS_ON
+    );
+}
+
+/// The `debezium` phase: Debezium and the relay side by side, and relay / Debezium.
+pub(super) fn debezium_table(o: &mut String, d: &crate::debezium::DebeziumFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<58} {:>10} {:>10} {:>8}",
+        format!(
+            "debezium: {} events, {} aggregates, ~{} B, {}",
+            group(d.events as f64),
+            group(d.aggregates as f64),
+            d.payload_bytes,
+            d.converters
+        ),
+        "Debezium",
+        "relay",
+        "relay/D"
+    );
+    type Get = fn(&crate::debezium::Side) -> Option<f64>;
+    let rows: [(&str, Get, usize); 10] = [
+        ("drain, events/s", |s| s.drain_events_per_s, 0),
+        (
+            "drain CPU µs/event: publisher (JVM | relay)",
+            |s| s.drain_cpu.and_then(|c| c.relay_us_per_event),
+            2,
+        ),
+        (
+            "drain CPU µs/event: PostgreSQL",
+            |s| s.drain_cpu.and_then(|c| c.postgres_us_per_event),
+            2,
+        ),
+        (
+            "drain CPU µs/event: both",
+            |s| s.drain_total_us_per_event,
+            2,
+        ),
+        (
+            "load: commit → seen p50, ms",
+            |s| s.commit_to_seen_ms.map(|p| p.p50),
+            1,
+        ),
+        (
+            "load: commit → seen p99, ms",
+            |s| s.commit_to_seen_ms.map(|p| p.p99),
+            1,
+        ),
+        (
+            "load: CPU µs/event: publisher",
+            |s| s.load_cpu.and_then(|c| c.relay_us_per_event),
+            1,
+        ),
+        (
+            "load: CPU µs/event: PostgreSQL",
+            |s| s.load_cpu.and_then(|c| c.postgres_us_per_event),
+            1,
+        ),
+        ("load: CPU µs/event: both", |s| s.load_total_us_per_event, 1),
+        (
+            "peak RSS of the publisher, MiB",
+            |s| s.peak_rss_kb.map(|k| k as f64 / 1024.0),
+            1,
+        ),
+    ];
+    let f = |v: Option<f64>, p: usize| match (v, p) {
+        (Some(v), 0) => group(v),
+        (Some(v), p) => format!("{v:.p$}"),
+        (None, _) => "-".to_owned(),
+    };
+    for (name, get, p) in rows {
+        let (a, b) = (get(&d.debezium), get(&d.relay));
+        let ratio = a.zip(b).map(|(a, b)| b / a);
+        let _ = writeln!(
+            o,
+            "  {:<56} {:>10} {:>10} {:>8}",
+            if name.starts_with("load") {
+                format!("{name} ({} ev/s, {} s)", d.rate, d.seconds)
+            } else {
+                name.to_owned()
+            },
+            f(a, p),
+            f(b, p),
+            f(ratio, 2)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  (not seen under load: Debezium {}, relay {}; PostgreSQL = the whole server: the WAL sender for Debezium, the relay's claims and deletes for the relay)",
+        d.debezium.not_seen, d.relay.not_seen
     );
 }
 

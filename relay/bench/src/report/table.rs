@@ -316,6 +316,9 @@ impl Report {
         if let Some(t) = &self.transactions {
             transactions_table(&mut o, t, s);
         }
+        if let Some(d) = &self.debezium {
+            super::phases::debezium_table(&mut o, d);
+        }
         if let Some(d) = &self.relay_drain {
             let _ = writeln!(o);
             let range = d.rss_range_kb.map_or("-".to_owned(), |(a, b)| {
