@@ -31,6 +31,12 @@ async fn main() -> anyhow::Result<()> {
             outbox_kit::schema::migrate(store.pool())
                 .await
                 .context("applying the outbox schema")?;
+            if let Some(problem) = outbox_kit::schema::id_sequence_problem(store.pool())
+                .await
+                .context("checking the outbox's id sequence")?
+            {
+                anyhow::bail!(problem);
+            }
             println!("outbox schema is up to date");
         }
         Command::Status(args) => {

@@ -160,6 +160,19 @@ impl Relay {
         ));
         tracing::info!(instance = %s.instance_id, lease.name = %s.lease_name, "Relay started");
         while let Some((token, acquired_at)) = self.wait_for_lease(&shutdown).await {
+            // What per-aggregate order rests on, checked before anything is published (a
+            // database error here is an outage: the lease's first batch meets it too).
+            match outbox_kit::schema::id_sequence_problem(self.store.pool()).await {
+                Ok(Some(problem)) => {
+                    if let Err(e) = self.store.release_lease(&token).await {
+                        tracing::warn!(error = %e, "Could not release the lease");
+                    }
+                    helpers.cancel();
+                    anyhow::bail!(problem);
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "Could not check the outbox's id sequence"),
+            }
             tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, "Acquired the relay lease; publishing");
             self.metrics.leader.set(1);
             self.metrics.lease_epoch.set(token.epoch);

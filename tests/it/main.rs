@@ -17,6 +17,7 @@ mod delivery {
     mod failover;
     mod fencing;
     mod guarded_settings;
+    mod insert_lock;
     mod lease;
     mod outages;
     mod pgbouncer;

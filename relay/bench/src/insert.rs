@@ -1,8 +1,9 @@
 //! Phase `insert` (issue 20, item 4): what the per-aggregate lock trigger
 //! (`20260101000003_aggregate_order.sql`) costs a writer. `W` connections each commit
 //! single-row `INSERT` transactions (plain SQL, as a producer in any language would) for `T`
-//! seconds, the trigger's lock on (A, the default) or off for the session (B, `SET
-//! outbox.aggregate_lock = 'off'` once per connection), interleaved A B B A (a linear drift
+//! seconds, the trigger's lock on (A, the default) or off (B, each statement's transaction
+//! calls `outbox_aggregate_lock_off()` in the same statement: only a transaction-local opt-out
+//! counts), interleaved A B B A (a linear drift
 //! of the machine's load then costs both alike; A B A B would favour B) on an emptied
 //! outbox, after an untimed one-second warm-up. Then one bulk `INSERT ... SELECT generate_series` with and without the lock.
 
@@ -57,7 +58,7 @@ pub struct BulkFigures {
     pub locked_seconds: Option<f64>,
     /// Why the locked insert failed (e.g. PostgreSQL's lock table full).
     pub locked_error: Option<String>,
-    /// Seconds with `SET LOCAL outbox.aggregate_lock = 'off'`.
+    /// Seconds with `outbox_aggregate_lock_off()`.
     pub unlocked_seconds: f64,
 }
 
@@ -176,13 +177,7 @@ async fn writers_run(
 ) -> anyhow::Result<InsertRun> {
     let mut conns = Vec::new();
     for _ in 0..writers {
-        let mut c = crate::infra::connect(&db.url).await?;
-        if !locked {
-            sqlx::query("SET outbox.aggregate_lock = 'off'")
-                .execute(&mut c)
-                .await?;
-        }
-        conns.push(c);
+        conns.push(crate::infra::connect(&db.url).await?);
     }
     let payload = w.payload(1);
     let cpu0 = infra.cpu.snapshot();
@@ -200,10 +195,15 @@ async fn writers_run(
                     // Writers take turns over the aggregates: rarely the same one at once.
                     let aggregate = ((n * writers + k as u64) % aggregates).to_string();
                     let t0 = Instant::now();
-                    sqlx::query(
+                    // Unlocked: the statement's own transaction opts out (only a
+                    // transaction-local opt-out counts), in the same round trip.
+                    sqlx::query(if locked {
                         "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
-                         VALUES ($1, $2, $3, $4::jsonb)",
-                    )
+                         VALUES ($1, $2, $3, $4::jsonb)"
+                    } else {
+                        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+                         SELECT $1, $2, $3, $4::jsonb FROM (SELECT outbox_aggregate_lock_off()) off"
+                    })
                     .bind(AGGREGATE_TYPE)
                     .bind(&aggregate)
                     .bind(EVENT_TYPE)

@@ -53,3 +53,28 @@ pub fn ledger_migrator() -> sqlx::migrate::Migrator {
 pub async fn migrate_ledger(pool: &sqlx::PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     ledger_migrator().run(pool).await
 }
+
+/// What is wrong with the outbox's id sequence for the insert lock, if anything: a cache above
+/// 1 hands each session a block of ids, so ids stop following commit order and an aggregate's
+/// events could be published out of order (migration `20260101000006`). `None` when the
+/// sequence is fine or there is no outbox yet.
+///
+/// # Errors
+/// Database errors.
+pub async fn id_sequence_problem(pool: &sqlx::PgPool) -> Result<Option<String>, sqlx::Error> {
+    let row: Option<(String, i64)> = sqlx::query_as(
+        "SELECT s.seqrelid::regclass::text, s.seqcache FROM pg_sequence s \
+         WHERE s.seqrelid = to_regclass(pg_get_serial_sequence('outbox', 'id'))",
+    )
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.and_then(|(name, cache)| {
+        (cache > 1).then(|| {
+            format!(
+                "the outbox's id sequence {name} has CACHE {cache}: each session takes ids in \
+                 blocks of {cache}, so ids stop following commit order and an aggregate's \
+                 events could be published out of order. Fix: ALTER SEQUENCE {name} CACHE 1"
+            )
+        })
+    }))
+}

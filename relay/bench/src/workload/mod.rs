@@ -343,12 +343,13 @@ impl Workload {
 }
 
 /// Turns the per-aggregate insert lock (migration `20260101000003_aggregate_order.sql`) off
-/// for the rest of the current transaction.
+/// for the rest of the current transaction (`outbox_aggregate_lock_off()`, migration
+/// `20260101000006`).
 ///
 /// # Errors
 /// Database errors.
 pub async fn aggregate_lock_off(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-    sqlx::query("SET LOCAL outbox.aggregate_lock = 'off'")
+    sqlx::query("SELECT outbox_aggregate_lock_off()")
         .execute(conn)
         .await?;
     Ok(())
