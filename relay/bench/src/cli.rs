@@ -110,6 +110,11 @@ pub struct Args {
     #[arg(long = "relay-arg", allow_hyphen_values = true)]
     pub relay_args: Vec<String>,
 
+    /// A Debezium connector option for the `debezium` phase (repeatable, `KEY=VALUE`), e.g.
+    /// `poll.interval.ms=10`; none: Debezium's defaults.
+    #[arg(long = "debezium-config", value_parser = parse_key_value)]
+    pub debezium_config: Vec<(String, String)>,
+
     /// The relay binary [default: target/release/outbox-relay of this workspace].
     #[arg(long, env = "OUTBOX_RELAY_BIN")]
     pub relay_bin: Option<PathBuf>,
@@ -337,6 +342,14 @@ pub fn target_dir() -> PathBuf {
             let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
             std::fs::canonicalize(&p).unwrap_or(p)
         })
+}
+
+/// `KEY=VALUE`.
+fn parse_key_value(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s}: give it as KEY=VALUE"))
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@
 //! 3. The relay drains the copies (Debezium stopped again): from its start until its topic holds
 //!    the backlog. CPU: the relay, and the PostgreSQL server.
 //! 4. Latency at the offered load, the relay first (Debezium stopped), then Debezium (the relay
-//!    stopped; Debezium first publishes what the relay's run wrote, then the measured events):
+//!    stopped; Debezium first publishes what the relay's run wrote, then the measured events),
+//!    each after a `VACUUM ANALYZE` of both tables and a checkpoint (a steady state):
 //!    writers commit one row per transaction into the Debezium table on a fixed schedule, a
 //!    consumer notes when each event id (the `id` header) arrives; commit → seen. CPU per event
 //!    over the load as above.
@@ -62,6 +63,8 @@ pub struct DebeziumSpec<'a> {
     pub timeout: Duration,
     /// Directory of the logs.
     pub log_dir: &'a Path,
+    /// Connector options beyond Debezium's defaults.
+    pub connector: &'a [(String, String)],
 }
 
 /// One publisher's figures.
@@ -76,12 +79,18 @@ pub struct Side {
     pub drain_cpu: Option<CpuFigures>,
     /// Publisher + PostgreSQL CPU per drained event, µs.
     pub drain_total_us_per_event: Option<f64>,
+    /// CPU of the publisher's own PostgreSQL backends per drained event (Debezium's WAL
+    /// sender; the relay's connections), µs: the part of the server's CPU that is the
+    /// publisher's, without the writers' and the server's housekeeping.
+    pub drain_backends_us_per_event: Option<f64>,
     /// Commit → seen by a consumer under the offered load, ms.
     pub commit_to_seen_ms: Option<Percentiles>,
     /// CPU under the offered load, per event.
     pub load_cpu: Option<CpuFigures>,
     /// Publisher + PostgreSQL CPU per event under the load, µs.
     pub load_total_us_per_event: Option<f64>,
+    /// CPU of the publisher's own PostgreSQL backends per event under the load, µs.
+    pub load_backends_us_per_event: Option<f64>,
     /// Events committed under the load that the consumer did not see.
     pub not_seen: u64,
     /// Peak resident memory of the publisher process, KiB.
@@ -103,6 +112,8 @@ pub struct DebeziumFigures {
     pub seconds: u64,
     /// The converters both publish with.
     pub converters: &'static str,
+    /// Debezium's connector options beyond its defaults.
+    pub debezium_config: Vec<(String, String)>,
     /// Debezium.
     pub debezium: Side,
     /// The relay.
@@ -138,6 +149,7 @@ async fn run_in(
     options.converter = Converter::Json;
     options.topic_partitions = infra.partitions() as u32;
     options.log = spec.log_dir.join("debezium.log");
+    options.connector = spec.connector.to_vec();
     let debezium = Debezium::start(&db.url, infra.brokers(), &options).await;
     let jvm = debezium.worker_pid();
     let theirs = format!("{prefix}order");
@@ -151,12 +163,15 @@ async fn run_in(
 
     // Debezium drains.
     let cpu = &infra.cpu;
+    let slot = Backends::Slot(debezium.slot.clone());
+    let b0 = slot.seconds(infra, &db.pool).await?;
     let (start, jvm0) = (cpu.snapshot(), cpu.process_seconds(jvm, false));
     let t0 = Instant::now();
     signal(jvm, "CONT");
     wait_messages(infra, &theirs, spec.events, spec.timeout, "Debezium").await?;
     let wall = t0.elapsed().as_secs_f64();
     let (end, jvm1) = (cpu.snapshot(), cpu.process_seconds(jvm, false));
+    let b1 = slot.seconds(infra, &db.pool).await?;
     signal(jvm, "STOP");
     let mut dbz = Side {
         name: "debezium",
@@ -167,13 +182,20 @@ async fn run_in(
             spec.events,
             jvm0.zip(jvm1).map(|(a, b)| b - a),
         )),
+        drain_backends_us_per_event: Some(Backends::delta(&b0, &b1) * 1e6 / spec.events as f64),
         ..Side::default()
     };
 
     // The relay drains the same rows (their copies in the outbox).
+    // The relay's connections are known by their application_name.
+    let relay_url = format!(
+        "{}{}application_name={RELAY_APPLICATION}",
+        db.url,
+        if db.url.contains('?') { '&' } else { '?' }
+    );
     let relay_spec = |log: &str| RelaySpec {
         binary: spec.binary,
-        database_url: &db.url,
+        database_url: &relay_url,
         brokers: infra.brokers(),
         topic_prefix: &prefix,
         batch_size: spec.batch_size,
@@ -187,23 +209,40 @@ async fn run_in(
     let wall = t0.elapsed().as_secs_f64();
     let relay_s = cpu.process_seconds(relay.pid(), false);
     let end = cpu.snapshot();
+    let relay_backends = Backends::Application(RELAY_APPLICATION);
+    let b1 = relay_backends.seconds(infra, &db.pool).await?;
     let mut mine = Side {
         name: "relay",
         drain_events_per_s: Some(spec.events as f64 / wall),
         drain_cpu: Some(CpuFigures::between(&start, &end, spec.events, relay_s)),
+        drain_backends_us_per_event: Some(
+            Backends::delta(&HashMap::new(), &b1) * 1e6 / spec.events as f64,
+        ),
         peak_rss_kb: relay.memory().map(|m| m.hwm_kb),
         ..Side::default()
     };
     relay.stop().await?;
 
-    // Latency: the relay, then Debezium, on the same offered load.
+    // Latency: the relay, then Debezium, on the same offered load, each from a steady state:
+    // the drains left 200 000 dead rows in the outbox (and WAL to recycle); vacuumed and
+    // checkpointed before each run, as autovacuum would have done in time.
+    settle(infra, db).await?;
     let mut relay = RelayProc::spawn(&relay_spec("relay-dbz-latency.log"))?;
     relay
         .wait_until_leading(Duration::from_secs(30))
         .await
         .context("the relay before its latency run")?;
     let before = spec.events;
-    let load = under_load(infra, db, spec, &ours, before, || relay.pid()).await?;
+    let load = under_load(
+        infra,
+        db,
+        spec,
+        &ours,
+        before,
+        || relay.pid(),
+        &relay_backends,
+    )
+    .await?;
     relay.check_running()?;
     mine.peak_rss_kb = mine.peak_rss_kb.max(relay.memory().map(|m| m.hwm_kb));
     relay.stop().await?;
@@ -220,7 +259,8 @@ async fn run_in(
         "Debezium catching up",
     )
     .await?;
-    let load = under_load(infra, db, spec, &theirs, written, || jvm).await?;
+    settle(infra, db).await?;
+    let load = under_load(infra, db, spec, &theirs, written, || jvm, &slot).await?;
     load.fill(&mut dbz);
     dbz.peak_rss_kb = Memory::of(jvm).map(|m| m.hwm_kb);
     drop(debezium);
@@ -240,9 +280,22 @@ async fn run_in(
         rate: spec.rate,
         seconds: spec.seconds,
         converters: "JsonConverter, schemas.enable=true (key and value)",
+        debezium_config: spec.connector.to_vec(),
         debezium: dbz,
         relay: mine,
     })
+}
+
+/// `VACUUM ANALYZE` of both tables, then a checkpoint.
+async fn settle(infra: &Infra, db: &BenchDb) -> anyhow::Result<()> {
+    for table in ["outbox", TABLE] {
+        sqlx::query(&format!("VACUUM ANALYZE {table}"))
+            .execute(&db.pool)
+            .await
+            .with_context(|| format!("vacuuming {table}"))?;
+    }
+    infra.checkpoint().await;
+    Ok(())
 }
 
 /// `kill -SIG pid`.
@@ -347,6 +400,7 @@ struct Load {
     committed: u64,
     seen: Option<Percentiles>,
     cpu: CpuFigures,
+    backends_s: f64,
     not_seen: u64,
 }
 
@@ -354,7 +408,59 @@ impl Load {
     fn fill(&self, side: &mut Side) {
         side.commit_to_seen_ms = self.seen;
         side.load_cpu = Some(self.cpu);
+        side.load_backends_us_per_event =
+            Some(self.backends_s * 1e6 / self.committed.max(1) as f64);
         side.not_seen = self.not_seen;
+    }
+}
+
+/// `application_name` of the relay's connections in this phase.
+const RELAY_APPLICATION: &str = "relay-bench-relay";
+
+/// A publisher's own PostgreSQL backends.
+enum Backends {
+    /// The WAL sender of a replication slot (Debezium).
+    Slot(String),
+    /// The connections with this `application_name` (the relay).
+    Application(&'static str),
+}
+
+impl Backends {
+    /// CPU seconds of each of these backends now, by pid.
+    async fn seconds(
+        &self,
+        infra: &Infra,
+        pool: &sqlx::PgPool,
+    ) -> anyhow::Result<HashMap<u32, f64>> {
+        let pids: Vec<i32> = match self {
+            Self::Slot(slot) => {
+                sqlx::query_scalar(
+                    "SELECT active_pid FROM pg_replication_slots \
+                 WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                )
+                .bind(slot)
+                .fetch_all(pool)
+                .await?
+            }
+            Self::Application(name) => {
+                sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+                    .bind(name)
+                    .fetch_all(pool)
+                    .await?
+            }
+        };
+        Ok(pids
+            .into_iter()
+            .filter_map(|p| Some((p as u32, infra.cpu.process_seconds(p as u32, false)?)))
+            .collect())
+    }
+
+    /// CPU seconds spent between two readings (a backend new since `start` from its start; one
+    /// gone by `end` is not counted).
+    fn delta(start: &HashMap<u32, f64>, end: &HashMap<u32, f64>) -> f64 {
+        end.iter()
+            .map(|(pid, s)| s - start.get(pid).copied().unwrap_or(0.0))
+            .sum()
     }
 }
 
@@ -368,6 +474,7 @@ async fn under_load(
     topic: &str,
     already: u64,
     publisher: impl Fn() -> u32,
+    backends: &Backends,
 ) -> anyhow::Result<Load> {
     let seen: Arc<Mutex<HashMap<Uuid, Seen>>> = Arc::default();
     let (count_tx, mut count_rx) = watch::channel(0usize);
@@ -382,6 +489,7 @@ async fn under_load(
         let _ = tokio::time::timeout(Duration::from_millis(200), count_rx.changed()).await;
     }
     let cpu = &infra.cpu;
+    let b0 = backends.seconds(infra, &db.pool).await?;
     let (start, p0) = (cpu.snapshot(), cpu.process_seconds(publisher(), false));
     let writers = 4u64;
     let total = spec.rate * spec.seconds;
@@ -442,6 +550,7 @@ async fn under_load(
         let _ = tokio::time::timeout(Duration::from_millis(200), count_rx.changed()).await;
     }
     let (end, p1) = (cpu.snapshot(), cpu.process_seconds(publisher(), false));
+    let b1 = backends.seconds(infra, &db.pool).await?;
     let _ = stop_tx.send(());
     let _ = consumer.await;
     let seen = seen.lock().unwrap();
@@ -458,6 +567,7 @@ async fn under_load(
             committed.len() as u64,
             p0.zip(p1).map(|(a, b)| b - a),
         ),
+        backends_s: Backends::delta(&b0, &b1),
         not_seen: (committed.len() - latencies.len()) as u64,
     })
 }

@@ -301,6 +301,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         extra: &args.relay_args,
         timeout: Duration::from_secs(args.drain_timeout_secs),
         log_dir: &log_dir,
+        connector: &args.debezium_config,
     };
     let debezium = phase(
         args,

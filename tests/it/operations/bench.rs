@@ -28,7 +28,7 @@ fn run_bench(dir: &Path, deadline: Duration) -> Value {
         .arg(&out)
         .args([
             "--phases",
-            "produce,db,drain,naive,latency,isolation,insert,failures,backlog,sizes,topics",
+            "produce,db,drain,naive,latency,isolation,insert,failures,backlog,sizes,topics,debezium",
             "--events",
             &EVENTS.to_string(),
             "--naive-events",
@@ -266,6 +266,18 @@ async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event
         for claim in size["claims"].as_array().unwrap() {
             assert!(!claim["ms"].as_array().unwrap().is_empty(), "{claim}");
         }
+    }
+
+    // Debezium and the relay on the same Debezium table: both drained the backlog and saw
+    // every event of their load, each figure measured.
+    let debezium = &report["debezium"];
+    for side in ["debezium", "relay"] {
+        let s = &debezium[side];
+        measured(s, "drain_events_per_s");
+        measured(s, "drain_total_us_per_event");
+        measured(s, "commit_to_seen_ms.p99");
+        assert_eq!(num(s, "not_seen"), 0.0, "{side}: {s}");
+        measured(s, "peak_rss_kb");
     }
 
     // The backlog, and the growth phases (payload sizes, topic counts) against raw produce.

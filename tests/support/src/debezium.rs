@@ -77,6 +77,9 @@ pub struct DebeziumOptions {
     /// The Outbox Event Router's options (`transforms.outbox.<key>`), e.g.
     /// `("route.topic.replacement", "<prefix>${routedByValue}")`.
     pub router: Vec<(String, String)>,
+    /// More connector options (`KEY=VALUE` of the connector's properties, e.g.
+    /// `poll.interval.ms`), after the script's own.
+    pub connector: Vec<(String, String)>,
     /// Partitions of the topics the worker creates.
     pub topic_partitions: u32,
     /// The worker's log file.
@@ -95,6 +98,7 @@ impl DebeziumOptions {
                 format!("{topic_prefix}${{routedByValue}}"),
             )],
             topic_partitions: 3,
+            connector: Vec::new(),
             log: workspace_root().join("target/e2e-logs").join(format!(
                 "debezium-{:06x}.log",
                 rand::random::<u32>() & 0xff_ffff
@@ -194,6 +198,16 @@ impl Debezium {
         }
         for (k, v) in &options.router {
             cmd.arg("--router").arg(format!("{k}={v}"));
+        }
+        if !options.connector.is_empty() {
+            let extra = me.dir.join("connector-extra.properties");
+            let text: String = options
+                .connector
+                .iter()
+                .map(|(k, v)| format!("{k}={v}\n"))
+                .collect();
+            std::fs::write(&extra, text).unwrap();
+            cmd.arg("--connector-config").arg(extra);
         }
         if let Some(dir) = options.log.parent() {
             std::fs::create_dir_all(dir).unwrap();

@@ -290,6 +290,15 @@ pub(super) fn growth_table(o: &mut String, g: &GrowthFigures) {
     );
 }
 
+/// A figure with `p` decimals (0: digits grouped), `-` when absent.
+fn figure(v: Option<f64>, p: usize) -> String {
+    match (v, p) {
+        (Some(v), 0) => group(v),
+        (Some(v), p) => format!("{v:.p$}"),
+        (None, _) => "-".to_owned(),
+    }
+}
+
 /// A row of the `transactions` table: name, the figure of a variant, the ratio on / off,
 /// decimals (0: digits grouped).
 type TxRow<'a> = (
@@ -314,11 +323,7 @@ pub(super) fn transactions_table(o: &mut String, t: &TransactionsFigures, s: &su
         "on",
         "on/off"
     );
-    let f = |v: Option<f64>, p: usize| match (v, p) {
-        (Some(v), 0) => group(v),
-        (Some(v), p) => format!("{v:.p$}"),
-        (None, _) => "-".to_owned(),
-    };
+    let f = figure;
     let drain =
         |g: fn(&DrainFigures) -> Option<f64>| move |v: &TxVariant| v.drain.as_ref().and_then(g);
     let lat = |g: fn(&LatencyRound) -> Option<f64>| {
@@ -452,7 +457,7 @@ pub(super) fn debezium_table(o: &mut String, d: &crate::debezium::DebeziumFigure
         "relay/D"
     );
     type Get = fn(&crate::debezium::Side) -> Option<f64>;
-    let rows: [(&str, Get, usize); 10] = [
+    let rows: [(&str, Get, usize); 13] = [
         ("drain, events/s", |s| s.drain_events_per_s, 0),
         (
             "drain CPU µs/event: publisher (JVM | relay)",
@@ -467,6 +472,16 @@ pub(super) fn debezium_table(o: &mut String, d: &crate::debezium::DebeziumFigure
         (
             "drain CPU µs/event: both",
             |s| s.drain_total_us_per_event,
+            2,
+        ),
+        (
+            "drain CPU µs/event: publisher's own PG backends",
+            |s| s.drain_backends_us_per_event,
+            2,
+        ),
+        (
+            "drain CPU µs/event: publisher + own backends",
+            |s| Some(s.drain_cpu?.relay_us_per_event? + s.drain_backends_us_per_event?),
             2,
         ),
         (
@@ -491,16 +506,17 @@ pub(super) fn debezium_table(o: &mut String, d: &crate::debezium::DebeziumFigure
         ),
         ("load: CPU µs/event: both", |s| s.load_total_us_per_event, 1),
         (
+            "load: CPU µs/event: publisher + own backends",
+            |s| Some(s.load_cpu?.relay_us_per_event? + s.load_backends_us_per_event?),
+            1,
+        ),
+        (
             "peak RSS of the publisher, MiB",
             |s| s.peak_rss_kb.map(|k| k as f64 / 1024.0),
             1,
         ),
     ];
-    let f = |v: Option<f64>, p: usize| match (v, p) {
-        (Some(v), 0) => group(v),
-        (Some(v), p) => format!("{v:.p$}"),
-        (None, _) => "-".to_owned(),
-    };
+    let f = figure;
     for (name, get, p) in rows {
         let (a, b) = (get(&d.debezium), get(&d.relay));
         let ratio = a.zip(b).map(|(a, b)| b / a);
@@ -519,8 +535,18 @@ pub(super) fn debezium_table(o: &mut String, d: &crate::debezium::DebeziumFigure
     }
     let _ = writeln!(
         o,
-        "  (not seen under load: Debezium {}, relay {}; PostgreSQL = the whole server: the WAL sender for Debezium, the relay's claims and deletes for the relay)",
-        d.debezium.not_seen, d.relay.not_seen
+        "  (not seen under load: Debezium {}, relay {}; PostgreSQL = the whole server, writers included; own backends = Debezium's WAL sender, the relay's connections; Debezium options: {})",
+        d.debezium.not_seen,
+        d.relay.not_seen,
+        if d.debezium_config.is_empty() {
+            "its defaults".to_owned()
+        } else {
+            d.debezium_config
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
     );
 }
 
