@@ -195,12 +195,18 @@ impl RouterConfig {
     /// A message naming the first option the relay cannot reproduce, or a missing one.
     pub fn from_properties(p: &BTreeMap<String, String>) -> Result<Self, String> {
         for (key, value) in p {
-            if let Some((_, why)) = REFUSED_CONNECTOR_OPTIONS
+            if let Some((prefix, why)) = REFUSED_CONNECTOR_OPTIONS
                 .iter()
                 .find(|(prefix, _)| key.starts_with(prefix))
             {
                 if !value.trim().is_empty() {
-                    return Err(format!("{key} is not supported by the relay: {why}"));
+                    // Named by its family: a key may hold a secret (column.mask.hash's salt).
+                    let family = if prefix.ends_with('.') {
+                        format!("{prefix}*")
+                    } else {
+                        (*prefix).to_owned()
+                    };
+                    return Err(format!("{family} is not supported by the relay: {why}"));
                 }
             }
         }
@@ -449,9 +455,8 @@ fn converter_of(p: &BTreeMap<String, String>, which: &str) -> Result<Converter, 
             _ => false,
         };
         if !ok {
-            return Err(format!(
-                "{prefix}{option}={value} is not supported by the relay"
-            ));
+            // The key only: a converter option may hold a credential.
+            return Err(format!("{prefix}{option} is not supported by the relay"));
         }
     }
     Ok(converter)
@@ -874,7 +879,7 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
             ("value.converter=io.confluent.connect.avro.AvroConverter", "value.converter"),
             ("key.converter.schema.content={}", "key.converter.schema.content"),
             ("header.converter=org.apache.kafka.connect.json.JsonConverter", "header.converter"),
-            ("column.mask.with.4.chars=dbz.outbox.payload", "column.mask.with.4.chars"),
+            ("column.mask.with.4.chars=dbz.outbox.payload", "column.*"),
             ("predicates=p", "predicates"),
             ("binary.handling.mode=base64", "binary.handling.mode"),
             ("table.include.list=dbz.outbox,dbz.other", "table.include.list"),
@@ -886,6 +891,28 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
         }
         let err = RouterConfig::from_properties(&props("table.include.list=a.b\ntransforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n")).unwrap_err();
         assert!(err.contains("key.converter is not set"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_option_is_named_without_its_value() {
+        let err = RouterConfig::from_properties(&props(&format!(
+            "{BASE}value.converter.basic.auth.user.info=alice:s3cret-Passw0rd\n"
+        )))
+        .unwrap_err();
+        assert!(
+            err.contains("value.converter.basic.auth.user.info"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "no value in the message: {err}");
+        let err = RouterConfig::from_properties(&props(&format!(
+            "{BASE}column.mask.hash.SHA-256.with.salt.s3cret=dbz.outbox.payload\n"
+        )))
+        .unwrap_err();
+        assert!(err.contains("column.*"), "{err}");
+        assert!(
+            !err.contains("s3cret") && !err.contains("dbz.outbox.payload"),
+            "{err}"
+        );
     }
 
     #[test]
