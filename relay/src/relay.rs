@@ -295,6 +295,8 @@ impl Relay {
             kafka,
             failures_known: true,
             prefetched: None,
+            batches: 0,
+            replaced: false,
         };
         loop {
             if shutdown.is_cancelled() {

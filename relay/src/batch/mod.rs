@@ -89,12 +89,20 @@ pub struct Batcher<'a> {
     pub failures_known: bool,
     /// The next batch, claimed while the last one was in flight (see [`Prefetched`]).
     pub prefetched: Option<Prefetched>,
+    /// Batches run in this term (the current one's number, in the producer replacement's log
+    /// line).
+    pub batches: u64,
+    /// The current batch has started a new producer session already: a batch replaces its
+    /// producer once, whichever step saw the failure.
+    pub replaced: bool,
 }
 
 impl Batcher<'_> {
     /// Runs one batch.
     pub async fn run(&mut self, shutdown: &CancellationToken) -> BatchEnd {
         let started = Instant::now();
+        self.batches += 1;
+        self.replaced = false;
         let prefetched = self.prefetched.take();
         let asked = self.row_limit;
         let filter = match self.failure_filter().await {
@@ -208,7 +216,9 @@ impl Batcher<'_> {
                 .with_label_values(&[reason])
                 .inc_by(*n);
         }
-        if plan.relay_failures > 0 || self.publisher.must_replace() {
+        // Producer-scope failures end the session, unless the publish step started a new one
+        // already (a fatal error seen there).
+        if self.publisher.must_replace() || (plan.relay_failures > 0 && !self.replaced) {
             self.replace_producer();
         }
         if plan.relay_failures == 0 {

@@ -191,7 +191,9 @@ impl Batcher<'_> {
 
     /// Starts a new producer session after the producer stopped (a refused or failed batch).
     pub(super) fn replace_producer(&mut self) {
+        self.replaced = true;
         tracing::info!(
+            batch = self.batches,
             "Kafka producer stopped (a refused or failed batch, or events withdrawn after the send timeout); starting a new producer session and resending from the outbox"
         );
         if let Err(e) = self.publisher.replace() {

@@ -118,12 +118,27 @@ async fn refused_record_batch(extra: &[&str]) {
     let attempts = events[0]["attempts"].as_i64().unwrap();
     assert!((1..=2).contains(&attempts), "{blocked}");
 
-    // The refusal stopped the producer (gapless guarantee): the relay started a new session.
-    let replaced = relay
-        .log_text()
-        .matches("starting a new producer session")
-        .count();
+    // The refusal stopped the producer (gapless guarantee): the relay started a new session,
+    // once per batch (issue 35: the publish step and the reaction to the batch's failures each
+    // replaced it).
+    let log = relay.log_text();
+    let batches: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("starting a new producer session"))
+        .map(|l| {
+            l.split_whitespace()
+                .find(|w| w.starts_with("batch="))
+                .unwrap_or("batch=?")
+        })
+        .collect();
+    let replaced = batches.len();
     assert!(replaced >= 1, "the refused batch's producer was replaced");
+    let distinct: std::collections::BTreeSet<&&str> = batches.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        replaced,
+        "one new producer session per batch at most: {batches:?}"
+    );
     eprintln!(
         "broker refusal: {} messages on the broker, {} held, producer sessions replaced {replaced} times",
         records.len(),
