@@ -162,7 +162,7 @@ impl Relay {
         while let Some((token, acquired_at)) = self.wait_for_lease(&shutdown).await {
             // What per-aggregate order rests on, checked before anything is published (a
             // database error here is an outage: the lease's first batch meets it too).
-            match outbox_kit::schema::id_sequence_problem(self.store.pool()).await {
+            match self.store.id_sequence_problem().await {
                 Ok(Some(problem)) => {
                     if let Err(e) = self.store.release_lease(&token).await {
                         tracing::warn!(error = %e, "Could not release the lease");

@@ -113,6 +113,18 @@ impl Store {
         crate::session::Session::transaction(&self.pool, self.pgbouncer).await
     }
 
+    /// What is wrong with the outbox's id sequence, if anything
+    /// ([`outbox_kit::schema::id_sequence_problem`]), in a session safe behind PgBouncer.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn id_sequence_problem(&self) -> Result<Option<String>, sqlx::Error> {
+        let mut session = self.session().await?;
+        let problem = outbox_kit::schema::id_sequence_problem(session.conn()).await?;
+        session.finish().await?;
+        Ok(problem)
+    }
+
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool

@@ -61,12 +61,14 @@ pub async fn migrate_ledger(pool: &sqlx::PgPool) -> Result<(), sqlx::migrate::Mi
 ///
 /// # Errors
 /// Database errors.
-pub async fn id_sequence_problem(pool: &sqlx::PgPool) -> Result<Option<String>, sqlx::Error> {
+pub async fn id_sequence_problem<'e>(
+    db: impl sqlx::PgExecutor<'e>,
+) -> Result<Option<String>, sqlx::Error> {
     let row: Option<(String, i64)> = sqlx::query_as(
         "SELECT s.seqrelid::regclass::text, s.seqcache FROM pg_sequence s \
          WHERE s.seqrelid = to_regclass(pg_get_serial_sequence('outbox', 'id'))",
     )
-    .fetch_optional(pool)
+    .fetch_optional(db)
     .await?;
     Ok(row.and_then(|(name, cache)| {
         (cache > 1).then(|| {
