@@ -256,47 +256,55 @@ impl Debezium {
     /// Waits until the REST API says RUNNING for the connector and its task and the slot is
     /// active; fails at once when the worker exits or the task FAILED.
     async fn wait_streaming(&mut self) {
-        let addr = format!("127.0.0.1:{}", self.rest_port);
-        let path = format!("/connectors/{}/status", self.name);
+        let addr = &format!("127.0.0.1:{}", self.rest_port);
+        let path = &format!("/connectors/{}/status", self.name);
         let started = std::time::Instant::now();
-        let mut conn = connect(&self.database_url).await;
-        loop {
-            if let Some(status) = self.worker.as_mut().unwrap().try_wait() {
-                panic!(
-                    "the Kafka Connect worker exited ({status}) before Debezium ran:\n{}",
-                    self.log_tail()
-                );
+        let conn = &tokio::sync::Mutex::new(connect(&self.database_url).await);
+        let worker_cell = std::sync::Mutex::new(self.worker.take());
+        let worker = &worker_cell;
+        let last = &std::sync::Mutex::new(None::<serde_json::Value>);
+        let this = &*self;
+        // Some(Err) ends the wait at once: the worker exited or the task failed.
+        let ready = outbox_process::poll::poll_until(READY_TIMEOUT, || async move {
+            let exited = worker
+                .lock()
+                .unwrap()
+                .as_mut()
+                .and_then(ChildProcess::try_wait);
+            if let Some(status) = exited {
+                return Some(Err(format!(
+                    "the Kafka Connect worker exited ({status}) before Debezium ran"
+                )));
             }
-            let state = crate::process::http_get(&addr, &path)
+            let state = crate::process::http_get(addr, path)
                 .await
                 .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
-            if let Some(s) = &state {
-                let task = &s["tasks"][0];
-                assert_ne!(
-                    task["state"],
-                    "FAILED",
-                    "Debezium's task failed: {}\n{}",
-                    task["trace"],
-                    self.log_tail()
-                );
-                let running = s["connector"]["state"] == "RUNNING" && task["state"] == "RUNNING";
-                if running && self.slot_active(&mut conn).await == Some(true) {
-                    eprintln!(
-                        "debezium: connector {} streaming from slot {} after {} ms",
-                        self.name,
-                        self.slot,
-                        started.elapsed().as_millis()
-                    );
-                    return;
-                }
+            last.lock().unwrap().clone_from(&state);
+            let s = state?;
+            let task = &s["tasks"][0];
+            if task["state"] == "FAILED" {
+                return Some(Err(format!("Debezium's task failed: {}", task["trace"])));
             }
-            assert!(
-                started.elapsed() < READY_TIMEOUT,
-                "Debezium was not streaming within {} s (status {state:?}):\n{}",
+            let running = s["connector"]["state"] == "RUNNING" && task["state"] == "RUNNING";
+            (running && this.slot_active(&mut *conn.lock().await).await == Some(true))
+                .then_some(Ok(()))
+        })
+        .await;
+        let last = last.lock().unwrap().take();
+        self.worker = worker_cell.into_inner().unwrap();
+        match ready {
+            Some(Ok(())) => eprintln!(
+                "debezium: connector {} streaming from slot {} after {} ms",
+                self.name,
+                self.slot,
+                started.elapsed().as_millis()
+            ),
+            Some(Err(why)) => panic!("{why}:\n{}", self.log_tail()),
+            None => panic!(
+                "Debezium was not streaming within {} s (status {last:?}):\n{}",
                 READY_TIMEOUT.as_secs(),
                 self.log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            ),
         }
     }
 
