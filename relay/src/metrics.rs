@@ -37,6 +37,9 @@ pub struct Metrics {
     /// Events sent alone (through the relay's second producer) per batch that had any
     /// suspect: bounded by [`crate::batch::LONE_SENDS_PER_BATCH`].
     pub lone_sends: Histogram,
+    /// How late the relay's runtime woke a 50 ms timer: the time during which no other task
+    /// of the process (lease renewal, `/metrics`, the listener) could run.
+    pub runtime_stall: Histogram,
     /// Batches claimed while the previous one was in flight, by what became of them (`sent`,
     /// `dropped`: the previous batch did not end clean, or the rows below filled a batch).
     pub claimed_ahead: IntCounterVec,
@@ -144,6 +147,14 @@ impl Metrics {
             .buckets(vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
         )
         .unwrap();
+        let runtime_stall = Histogram::with_opts(
+            HistogramOpts::new(
+                "outbox_relay_runtime_stall_seconds",
+                "How late the relay's runtime woke a 50 ms timer: a stall during which no task of the process ran (lease renewal, /metrics); should stay far below a third of --lease-ttl-ms",
+            )
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+        )
+        .unwrap();
         let claimed_ahead = IntCounterVec::new(
             Opts::new(
                 "outbox_batches_claimed_ahead_total",
@@ -242,6 +253,7 @@ impl Metrics {
             Box::new(batch_size.clone()),
             Box::new(batch_stage.clone()),
             Box::new(lone_sends.clone()),
+            Box::new(runtime_stall.clone()),
             Box::new(claimed_ahead.clone()),
             Box::new(late_rows.clone()),
             Box::new(leader.clone()),
@@ -270,6 +282,7 @@ impl Metrics {
             batch_size,
             batch_stage,
             lone_sends,
+            runtime_stall,
             claimed_ahead,
             late_rows,
             leader,

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{BatchEnd, Batcher};
+use crate::batch::{BatchEnd, Batcher, ClaimFloor};
 use crate::lease::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::outage::Outage;
@@ -146,6 +146,12 @@ impl Relay {
             self.metrics.clone(),
             helpers.clone(),
         ));
+        let stalls = tokio::spawn(watch_stalls(self.metrics.clone(), helpers.clone()));
+        let sweeper = tokio::spawn(forget_orphan_failures(
+            self.store.clone(),
+            self.metrics.clone(),
+            helpers.clone(),
+        ));
 
         let mut db = Outage::new("database");
         let mut kafka = Outage::new("kafka publish");
@@ -224,6 +230,8 @@ impl Relay {
             let _ = listener.await;
         }
         let _ = refresher.await;
+        let _ = sweeper.await;
+        let _ = stalls.await;
         let _ = retention.await;
         tracing::info!("Relay stopped");
         Ok(())
@@ -297,6 +305,7 @@ impl Relay {
             prefetched: None,
             batches: 0,
             replaced: false,
+            floor: ClaimFloor::default(),
         };
         loop {
             if shutdown.is_cancelled() {
@@ -363,10 +372,47 @@ async fn listen_for_wakeups(store: Store, wake: Arc<Notify>, stop: CancellationT
     }
 }
 
+/// Observes how late the runtime wakes a 50 ms timer (`outbox_relay_runtime_stall_seconds`):
+/// the relay runs on one thread, so anything that blocks it delays the lease's renewal.
+async fn watch_stalls(metrics: Metrics, stop: CancellationToken) {
+    const TICK: Duration = Duration::from_millis(50);
+    loop {
+        let asleep = Instant::now();
+        if !sleep_unless(TICK, &stop).await {
+            return;
+        }
+        metrics
+            .runtime_stall
+            .observe(asleep.elapsed().saturating_sub(TICK).as_secs_f64());
+    }
+}
+
+/// How often the leader forgets failure records of events that are gone (one deleted by hand
+/// holds its aggregate back until then).
+pub const ORPHAN_SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// Forgets failure records of events no longer in the outbox, every [`ORPHAN_SWEEP_EVERY`]
+/// while leading: a task of its own, so the gauges' refresh (slower over a large backlog)
+/// does not stretch it.
+async fn forget_orphan_failures(store: Store, metrics: Metrics, stop: CancellationToken) {
+    loop {
+        if metrics.leader.get() == 1 {
+            if let Ok(n @ 1..) = store.forget_orphan_failures().await {
+                tracing::info!(
+                    records = n,
+                    "Forgot failure records of events no longer in the outbox"
+                );
+            }
+        }
+        if !sleep_unless(ORPHAN_SWEEP_EVERY, &stop).await {
+            return;
+        }
+    }
+}
+
 /// Refreshes the backlog (per topic), oldest-transaction and parking gauges every few
-/// seconds, and forgets failure records of events that are gone.
+/// seconds.
 async fn refresh_backlog(store: Store, prefix: String, metrics: Metrics, stop: CancellationToken) {
-    let mut round = 0u64;
     let mut topics = crate::backlog::TopicSeries::default();
     loop {
         let started = Instant::now();
@@ -379,15 +425,6 @@ async fn refresh_backlog(store: Store, prefix: String, metrics: Metrics, stop: C
         if let Ok(p) = store.parking_stats().await {
             metrics.set_parking(&p);
         }
-        if round.is_multiple_of(12) && metrics.leader.get() == 1 {
-            if let Ok(n @ 1..) = store.forget_orphan_failures().await {
-                tracing::debug!(
-                    records = n,
-                    "Forgot failure records of events no longer in the outbox"
-                );
-            }
-        }
-        round += 1;
         // Every 5 s, or ten times as long as the queries took: over a backlog of millions of
         // rows the per-topic count takes seconds, and the gauges must not keep PostgreSQL
         // busy for more than a tenth of the time.

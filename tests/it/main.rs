@@ -29,6 +29,7 @@ mod isolation {
     mod held_back_claims;
     mod lone_sends;
     mod operator_races;
+    mod parked_backlog;
     mod parking;
     mod record_batches;
     mod unwritable_partition;

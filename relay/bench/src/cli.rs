@@ -170,6 +170,15 @@ pub struct Args {
     #[arg(long)]
     pub backlog_events: Option<u64>,
 
+    /// Events of the parked aggregate behind its parked event in the `parked` phase
+    /// [default: 1 000 000; --quick: 100 000].
+    #[arg(long)]
+    pub parked_behind: Option<u64>,
+
+    /// Healthy events timed on each side of the `parked` phase.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub parked_samples: u64,
+
     /// Payload sizes of the `sizes` phase, bytes, comma separated.
     #[arg(long, value_delimiter = ',', default_values_t = [100u64, 1_024, 16_384, 262_144],
           value_parser = clap::value_parser!(u64).range(100..=900_000))]
@@ -234,6 +243,9 @@ pub enum Phase {
     /// Opt-in (minutes): the relay's `--transactions` off and on, alternating for `--repeat`
     /// rounds: the drain, then the latency phase; the figures and their ratios on / off.
     Transactions,
+    /// One event parked with `--parked-behind` events of its aggregate behind it: healthy
+    /// events' commit → published latency against the same relay without that backlog.
+    Parked,
     /// Opt-in (minutes, needs Kafka Connect and Debezium from `install-deps.sh` and
     /// `wal_level=logical`): Debezium's Outbox Event Router and the relay on the same Debezium
     /// table, backlog (`--events`) and broker, one after the other: drain, CPU per event, peak
@@ -271,6 +283,8 @@ pub struct Sizes {
     pub failure_outbox_rows: u64,
     /// Events of the backlog phase.
     pub backlog_events: u64,
+    /// Events behind the parked one in the parked phase.
+    pub parked_behind: u64,
     /// Payload bytes each `sizes` run moves at most.
     pub size_budget_bytes: u64,
     /// Events of each `topics` run.
@@ -307,6 +321,11 @@ impl Args {
             insert_seconds: self.insert_seconds.unwrap_or(insert_s),
             failure_outbox_rows: self.failure_outbox_rows.unwrap_or(failure_rows),
             backlog_events: self.backlog_events.unwrap_or(backlog),
+            parked_behind: self.parked_behind.unwrap_or(if self.quick {
+                100_000
+            } else {
+                1_000_000
+            }),
         }
     }
 

@@ -32,6 +32,7 @@ pub mod insert;
 pub mod isolation;
 pub mod latency;
 pub mod naive;
+pub mod parked;
 pub mod produce;
 pub mod relay_proc;
 pub mod report;
@@ -258,6 +259,23 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         ),
     )
     .await;
+    let parked = phase(
+        args,
+        Phase::Parked,
+        &mut errors,
+        parked::run(
+            &infra,
+            &parked::ParkedSpec {
+                behind: sizes.parked_behind,
+                samples: usize::try_from(args.parked_samples)?,
+                binary: &relay_bin,
+                batch_size: args.batch_size,
+                extra: &args.relay_args,
+                log_dir: &log_dir,
+            },
+        ),
+    )
+    .await;
     let growth_sizes = phase(
         args,
         Phase::Sizes,
@@ -362,6 +380,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         insert,
         failures,
         backlog,
+        parked,
         sizes: growth_sizes,
         topics: growth_topics,
         transactions,

@@ -89,6 +89,38 @@ impl Batcher<'_> {
         }
     }
 
+    /// Claims from the outbox's head: above the term's floor while failures hold events back
+    /// and the failure table is small (see [`super::floor`]), else as [`Batcher::claim`].
+    pub(super) async fn claim_from_head(
+        &mut self,
+        filter: FailureFilter,
+    ) -> Result<Claimed, BatchEnd> {
+        if filter != FailureFilter::Hashed {
+            self.floor.reset();
+            return self.claim(filter, IdRange::ALL).await;
+        }
+        let asked = self.row_limit;
+        let claimed = self
+            .store
+            .claim_above(self.token, asked, self.limits.bytes, self.floor.query())
+            .await;
+        let (rows, cut, seen) = match claimed {
+            Ok((ClaimedBatch::Rows(rows, cut), seen)) => (rows, cut, seen),
+            Ok((ClaimedBatch::LeaseLost, _)) => return Err(BatchEnd::LeaseLost),
+            Err(e) => return Err(self.db_failed(&e)),
+        };
+        let full = cut || rows.len() as i64 >= asked;
+        let last = rows.last().map(ClaimedRow::id);
+        if let Some(upto) = self.floor.claimed(&seen, last, full) {
+            // Taken after the claim's snapshot: later than every transaction that could still
+            // commit a row at or below `upto`. Without it there is no candidate this time.
+            if let Ok(xid) = self.store.new_transaction_id().await {
+                self.floor.noted(upto, xid);
+            }
+        }
+        self.claimed(rows, cut)
+    }
+
     /// Claims the next rows; with them, the attempts so far of those that failed before.
     pub(super) async fn claim(
         &mut self,
@@ -102,23 +134,26 @@ impl Batcher<'_> {
             ..self.limits
         };
         match self.store.claim(self.token, limits).await {
-            Ok(ClaimedBatch::Rows(rows, cut)) => {
-                self.set_row_limit(rows.len(), cut);
-                self.db.recovered();
-                self.metrics.set_healthy(!self.kafka.is_failing());
-                let retrying = rows
-                    .iter()
-                    .filter_map(|r| Some((r.id(), r.attempts?)))
-                    .collect();
-                Ok(Claimed {
-                    rows,
-                    retrying,
-                    cut,
-                })
-            }
+            Ok(ClaimedBatch::Rows(rows, cut)) => self.claimed(rows, cut),
             Ok(ClaimedBatch::LeaseLost) => Err(BatchEnd::LeaseLost),
             Err(e) => Err(self.db_failed(&e)),
         }
+    }
+
+    /// The claimed rows, with the attempts so far of those that failed before.
+    fn claimed(&mut self, rows: Vec<ClaimedRow>, cut: bool) -> Result<Claimed, BatchEnd> {
+        self.set_row_limit(rows.len(), cut);
+        self.db.recovered();
+        self.metrics.set_healthy(!self.kafka.is_failing());
+        let retrying = rows
+            .iter()
+            .filter_map(|r| Some((r.id(), r.attempts?)))
+            .collect();
+        Ok(Claimed {
+            rows,
+            retrying,
+            cut,
+        })
     }
 
     /// Large events: ask for about twice what fit next time, so PostgreSQL renders few rows

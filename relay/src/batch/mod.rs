@@ -30,10 +30,12 @@ use crate::store::{
 use crate::topics::TopicCatalog;
 
 mod claim;
+mod floor;
 mod mark;
 mod publish;
 
 pub use claim::Prefetched;
+pub use floor::ClaimFloor;
 pub use publish::LONE_SENDS_PER_BATCH;
 
 use claim::Claimed;
@@ -95,6 +97,8 @@ pub struct Batcher<'a> {
     /// The current batch has started a new producer session already: a batch replaces its
     /// producer once, whichever step saw the failure.
     pub replaced: bool,
+    /// Where claims start while failures hold events back (see [`ClaimFloor`]).
+    pub floor: ClaimFloor,
 }
 
 impl Batcher<'_> {
@@ -110,19 +114,25 @@ impl Batcher<'_> {
             Err(end) => return end,
         };
         let claimed = match prefetched {
-            Some(p) if filter == FailureFilter::Off => self.below(p).await,
+            Some(p) if filter == FailureFilter::Off => {
+                self.floor.reset();
+                self.below(p).await
+            }
             Some(_) => {
                 self.ahead("dropped");
-                self.claim(filter, IdRange::ALL).await
+                self.claim_from_head(filter).await
             }
-            None => self.claim(filter, IdRange::ALL).await,
+            None => self.claim_from_head(filter).await,
         };
         let Claimed {
             rows,
             retrying,
             cut,
         } = match claimed {
-            Ok(c) if c.rows.is_empty() => return BatchEnd::Empty,
+            Ok(c) if c.rows.is_empty() => {
+                self.floor.batch_ended(true);
+                return BatchEnd::Empty;
+            }
             Ok(c) => c,
             Err(end) => return end,
         };
@@ -188,6 +198,8 @@ impl Batcher<'_> {
                 .observe_stage(BatchStage::Mark, marking.elapsed());
         }
         let end = self.react(&rows, &plan);
+        self.floor
+            .batch_ended(end == (BatchEnd::Done { clean: true }) && plan.mark.len() == rows.len());
         // A failed prefetch is simply not used: the next batch claims from the head.
         if let Some(Ok(ClaimedBatch::Rows(rows, cut))) = next {
             if rows.is_empty() {

@@ -153,6 +153,52 @@ impl Store {
         lease: &LeaseToken,
         limits: ClaimLimits,
     ) -> Result<ClaimedBatch, sqlx::Error> {
+        Ok(self.claim_rows(lease, limits, None).await?.0)
+    }
+
+    /// [`Store::claim`] from the outbox's head with the [`FailureFilter::Hashed`] filter,
+    /// starting above `floor` while every failure row of `floor.held` still exists (else from
+    /// the head), and the failed events at or below it that are due for a retry; with the
+    /// figures the relay moves its floor by ([`FloorSeen`], read in the claim's snapshot).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn claim_above(
+        &self,
+        lease: &LeaseToken,
+        rows: i64,
+        bytes: i64,
+        floor: FloorQuery<'_>,
+    ) -> Result<(ClaimedBatch, FloorSeen), sqlx::Error> {
+        let limits = ClaimLimits {
+            rows,
+            bytes,
+            failures: FailureFilter::Hashed,
+            ids: IdRange::ALL,
+        };
+        let (batch, seen) = self.claim_rows(lease, limits, Some(floor)).await?;
+        Ok((batch, seen.unwrap_or_default()))
+    }
+
+    /// A new transaction id: larger than that of every transaction that had one before.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn new_transaction_id(&self) -> Result<i64, sqlx::Error> {
+        let mut s = self.session().await?;
+        let xid: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+            .fetch_one(s.conn())
+            .await?;
+        s.finish().await?;
+        Ok(xid)
+    }
+
+    async fn claim_rows(
+        &self,
+        lease: &LeaseToken,
+        limits: ClaimLimits,
+        floor: Option<FloorQuery<'_>>,
+    ) -> Result<(ClaimedBatch, Option<FloorSeen>), sqlx::Error> {
         use futures::TryStreamExt;
         // One round trip: the lateral join yields one all-NULL row when the lease is held and
         // the outbox is empty, and nothing from the outbox when the lease is lost.
@@ -172,27 +218,65 @@ impl Store {
             (None, Some(b)) => format!("AND o.id < {b}"),
             (Some(a), Some(b)) => format!("AND o.id > {a} AND o.id < {b}"),
         };
-        let sql = format!(
-            "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
-                    o.payload::text AS payload, o.headers::text AS headers, o.topic, o.created_at, \
-                    o.attempts, o.payload_bytes, o.content_type, o.message_key, o.relay_headers \
-             FROM (SELECT {LEASE_HELD} AS held) l \
-             LEFT JOIN LATERAL ( \
-                 SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, \
-                        o.headers, o.topic, o.created_at, {attempts} AS attempts, \
-                        o.payload_bytes, o.content_type, o.message_key, o.relay_headers \
-                 FROM outbox o {join} \
-                 WHERE l.held {range} {exclusion} \
-                 ORDER BY o.id LIMIT $4 \
-             ) o ON true"
-        );
+        const COLUMNS: &str = "o.id, o.event_id, o.aggregate_type, o.aggregate_id, \
+             o.event_type, o.payload, o.headers, o.topic, o.created_at, f.attempts AS attempts, \
+             o.payload_bytes, o.content_type, o.message_key, o.relay_headers";
+        let outer = "SELECT l.held, o.id, o.event_id, o.aggregate_type, o.aggregate_id, \
+                o.event_type, o.payload::text AS payload, o.headers::text AS headers, o.topic, \
+                o.created_at, o.attempts, o.payload_bytes, o.content_type, o.message_key, \
+                o.relay_headers";
+        let sql = match floor {
+            None => format!(
+                "{outer} \
+                 FROM (SELECT {LEASE_HELD} AS held) l \
+                 LEFT JOIN LATERAL ( \
+                     SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.event_type, \
+                            o.payload, o.headers, o.topic, o.created_at, {attempts} AS attempts, \
+                            o.payload_bytes, o.content_type, o.message_key, o.relay_headers \
+                     FROM outbox o {join} \
+                     WHERE l.held {range} {exclusion} \
+                     ORDER BY o.id LIMIT $4 \
+                 ) o ON true"
+            ),
+            // Above the floor (an index condition: the rows below are never read) as usual;
+            // at or below it only the failed events due for a retry, found from the failure
+            // table. The floor holds while every failure row it was set under exists: a
+            // redrive, a discard or a published retry deletes one, and this claim then starts
+            // at the head. `xmin` and `failed` are of this statement's snapshot.
+            Some(_) => format!(
+                "{outer}, l.applied, l.top, l.failed, l.xmin \
+                 FROM (SELECT {LEASE_HELD} AS held, \
+                         (SELECT count(*) FROM outbox_failure WHERE outbox_id = ANY($5)) \
+                             = cardinality($5::bigint[]) AS applied, \
+                         (SELECT max(id) FROM outbox) AS top, \
+                         ARRAY(SELECT outbox_id FROM outbox_failure ORDER BY outbox_id) AS failed, \
+                         pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) l \
+                 LEFT JOIN LATERAL ( \
+                     SELECT * FROM ( \
+                         (SELECT {COLUMNS} FROM outbox o {join} \
+                          WHERE l.held AND o.id > (CASE WHEN l.applied THEN $6 ELSE {min} END) \
+                                {exclusion} \
+                          ORDER BY o.id LIMIT $4) \
+                         UNION ALL \
+                         (SELECT {COLUMNS} FROM outbox_failure f JOIN outbox o ON o.id = f.outbox_id \
+                          WHERE l.held AND l.applied AND o.id <= $6 \
+                                AND f.parked_at IS NULL AND f.retry_at <= now()) \
+                     ) u ORDER BY u.id LIMIT $4 \
+                 ) o ON true",
+                min = i64::MIN,
+            ),
+        };
         let mut session = self.session().await?;
-        let mut rows = sqlx::query(&sql)
+        let mut query = sqlx::query(&sql)
             .bind(&lease.name)
             .bind(&lease.holder)
             .bind(lease.epoch)
-            .bind(limits.rows)
-            .fetch(session.conn());
+            .bind(limits.rows);
+        if let Some(f) = floor {
+            query = query.bind(f.held).bind(f.id.unwrap_or(i64::MIN));
+        }
+        let mut rows = query.fetch(session.conn());
+        let mut seen = None;
         let mut out = Vec::new();
         let mut held = false;
         let mut bytes = 0i64;
@@ -205,6 +289,14 @@ impl Store {
             if !checked {
                 check_claim_types(&r)?;
                 checked = true;
+                if floor.is_some() {
+                    seen = Some(FloorSeen {
+                        applied: r.try_get::<Option<bool>, _>(15)?.unwrap_or(false),
+                        top: r.try_get(16)?,
+                        failed: r.try_get(17)?,
+                        xmin: r.try_get(18)?,
+                    });
+                }
             }
             held = r.try_get_unchecked::<bool, _>(0)?;
             let Some(id) = r.try_get_unchecked::<Option<i64>, _>(1)? else {
@@ -268,10 +360,32 @@ impl Store {
         drop(rows);
         session.finish().await?;
         if !held {
-            return Ok(ClaimedBatch::LeaseLost);
+            return Ok((ClaimedBatch::LeaseLost, seen));
         }
-        Ok(ClaimedBatch::Rows(out, cut))
+        Ok((ClaimedBatch::Rows(out, cut), seen))
     }
+}
+
+/// Where a floored claim starts ([`Store::claim_above`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FloorQuery<'a> {
+    /// Start above this `id`; `None`: at the head.
+    pub id: Option<i64>,
+    /// The failure rows (outbox ids) the floor was set under: it holds while all exist.
+    pub held: &'a [i64],
+}
+
+/// What a floored claim saw, in its own snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FloorSeen {
+    /// Every failure row of [`FloorQuery::held`] existed: the claim started above the floor.
+    pub applied: bool,
+    /// The largest `id` in the outbox (`None`: empty).
+    pub top: Option<i64>,
+    /// The outbox ids of every failure row, ascending.
+    pub failed: Vec<i64>,
+    /// The oldest transaction id still running (every older one had ended).
+    pub xmin: i64,
 }
 
 /// Checks the claim's columns (by position, as its SELECT lists them) against the types the

@@ -22,7 +22,9 @@ mod lease;
 mod mark;
 
 pub use backlog::Backlog;
-pub use claim::{ClaimLimits, ClaimedBatch, ClaimedRow, IdRange, Undecodable};
+pub use claim::{
+    ClaimLimits, ClaimedBatch, ClaimedRow, FloorQuery, FloorSeen, IdRange, Undecodable,
+};
 pub use failures::{discarded_rule, FailureFilter, SMALL_FAILURE_TABLE};
 pub use lease::{LeaseInfo, LeaseToken};
 pub use mark::Marked;

@@ -299,3 +299,82 @@ async fn a_column_of_another_type_than_the_migrations_fails_the_claim_by_name() 
     };
     assert!(named.contains("INT8"), "{named}");
 }
+
+#[tokio::test]
+async fn a_floored_claim_skips_what_its_failures_hold_below_it_until_one_of_them_goes() {
+    use outbox_relay::store::FloorQuery;
+    let (db, store, token) = leased("claim-floor").await;
+    // parked-1: parked, 30 events behind it. due-1: failed, due now, 2 behind it.
+    let parked = event(&db.pool, "parked-1").await;
+    failure(&db.pool, parked, "parked-1", "parked").await;
+    let due = event(&db.pool, "due-1").await;
+    failure(&db.pool, due, "due-1", "due").await;
+    for _ in 0..30 {
+        event(&db.pool, "parked-1").await;
+    }
+    for _ in 0..2 {
+        event(&db.pool, "due-1").await;
+    }
+    let below = event(&db.pool, "parked-1").await.0;
+    let above: Vec<i64> = {
+        let mut v = Vec::new();
+        for i in 0..3 {
+            v.push(event(&db.pool, &format!("healthy-{i}")).await.0);
+        }
+        v
+    };
+    let claim = |floor: Option<i64>, held: Vec<i64>| {
+        let store = store.clone();
+        let token = token.clone();
+        async move {
+            let (batch, seen) = store
+                .claim_above(
+                    &token,
+                    1_000,
+                    1 << 30,
+                    FloorQuery {
+                        id: floor,
+                        held: &held,
+                    },
+                )
+                .await
+                .unwrap();
+            let ClaimedBatch::Rows(rows, _) = batch else {
+                panic!("lease lost")
+            };
+            (rows.iter().map(|r| r.id()).collect::<Vec<_>>(), seen)
+        }
+    };
+
+    // From the head: the due event and the healthy ones; the figures of the snapshot.
+    let (ids, seen) = claim(None, vec![]).await;
+    assert_eq!(ids, [vec![due.0], above.clone()].concat());
+    assert!(seen.applied);
+    assert_eq!(seen.failed, vec![parked.0, due.0]);
+    assert_eq!(seen.top, above.last().copied());
+    assert!(seen.xmin > 0);
+
+    // Above a floor set under both failures: the due event still comes (from the failure
+    // table), the healthy ones above the floor too.
+    let (ids, seen) = claim(Some(below), vec![parked.0, due.0]).await;
+    assert!(seen.applied);
+    assert_eq!(ids, [vec![due.0], above.clone()].concat());
+    // A floor above a healthy row leaves it out: the relay sets it only once such rows are
+    // published (this shows the claim starts above it, not that it reads everything).
+    let (ids, _) = claim(Some(above[0]), vec![parked.0, due.0]).await;
+    assert_eq!(ids, [vec![due.0], above[1..].to_vec()].concat());
+
+    // The parked event's failure row goes (a redrive): the floor no longer holds, the claim
+    // starts at the head and the parked aggregate flows again, in id order.
+    sqlx::query("DELETE FROM outbox_failure WHERE outbox_id = $1")
+        .bind(parked.0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (ids, seen) = claim(Some(above[0]), vec![parked.0, due.0]).await;
+    assert!(!seen.applied, "a failure row of the floor's set is gone");
+    assert_eq!(ids.first(), Some(&parked.0));
+    assert_eq!(ids.len(), 1 + 1 + 31 + 3, "{ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]));
+    assert!(ids.contains(&below) && ids.contains(&above[0]));
+}

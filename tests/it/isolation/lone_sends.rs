@@ -28,6 +28,23 @@ async fn retrying(pool: &PgPool) -> i64 {
         .unwrap()
 }
 
+/// Records event `id` as the relay records each event of a record batch the broker refused:
+/// `broker_rejected`, to be retried alone at once.
+async fn seed_refused(pool: &PgPool, (id, event_id): (i64, uuid::Uuid), aggregate: &str) {
+    sqlx::query(
+        "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
+             error_class, error_message, attempts, retry_at) \
+         VALUES ($1, $2, 'order', $3, 'broker_rejected', \
+                 'delivery failed: Broker: Message size too large', 1, now())",
+    )
+    .bind(id)
+    .bind(event_id)
+    .bind(aggregate)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
     let prefix = e2e::unique_topic_prefix();
@@ -51,18 +68,7 @@ async fn suspects_sent_alone_never_hold_back_the_healthy_aggregates() {
                 .put(&db.pool, &agg, &payload.to_string(), "{}", None)
                 .await;
             if n == 0 {
-                sqlx::query(
-                    "INSERT INTO outbox_failure (outbox_id, event_id, aggregate_type, aggregate_id, \
-                         error_class, error_message, attempts, retry_at) \
-                     VALUES ($1, $2, 'order', $3, 'broker_rejected', \
-                             'delivery failed: Broker: Message size too large', 1, now())",
-                )
-                .bind(id)
-                .bind(event_id)
-                .bind(&agg)
-                .execute(&db.pool)
-                .await
-                .unwrap();
+                seed_refused(&db.pool, (id, event_id), &agg).await;
             }
         }
     }
@@ -227,4 +233,83 @@ async fn sigterm_during_a_lone_send_to_a_stalled_broker_stops_the_relay_and_rele
         .await
         .unwrap();
     assert_eq!(left, 1, "the unacknowledged event stays to be sent again");
+}
+
+/// The longest stall `outbox_relay_runtime_stall_seconds` recorded: the smallest bucket bound
+/// that holds every observation (`None`: beyond the largest bound, or no metrics).
+fn longest_stall(metrics: &str) -> Option<f64> {
+    let count = metric_value(metrics, "outbox_relay_runtime_stall_seconds_count")?;
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
+        .into_iter()
+        .find(|le: &f64| {
+            test_support::metrics::metric_sample(
+                metrics,
+                "outbox_relay_runtime_stall_seconds_bucket",
+                &[("le", &le.to_string())],
+            ) == Some(count)
+        })
+}
+
+/// Sixteen lone sends refused by the broker in one batch replace the lone producer sixteen
+/// times; the relay's single-threaded runtime must not stall on them (the old producers are
+/// torn down off it), or the lease's renewals slip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_producer_replacements_in_one_batch_do_not_stall_the_relay() {
+    let prefix = e2e::unique_topic_prefix();
+    let brokers = crate::common::topic_refusing_poison(&prefix);
+    let db = e2e::db::fresh_database().await;
+    let mut ledger = Ledger::default();
+    crate::common::create_topic_by_publishing(&db, &brokers, &prefix, &mut ledger).await;
+    let culprits = outbox_relay::batch::LONE_SENDS_PER_BATCH;
+    for i in 0..culprits {
+        let agg = format!("c-{i}");
+        let payload = crate::common::poison_payload(i).to_string();
+        let (id, event_id) = ledger.put(&db.pool, &agg, &payload, "{}", None).await;
+        seed_refused(&db.pool, (id, event_id), &agg).await;
+    }
+    // The relay that created the topic held the lease before.
+    let epoch_before: i64 = sqlx::query_scalar("SELECT epoch FROM outbox_relay_lease")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "replacements");
+    args.extra = ["--lease-ttl-ms", "1500"].map(String::from).to_vec();
+    let relay = RelayProcess::start(&args);
+    e2e::wait_for(
+        "every culprit to be parked",
+        Duration::from_secs(120),
+        || async {
+            let parked: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM outbox_failure WHERE parked_at IS NOT NULL",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .ok()?;
+            (parked == culprits as i64).then_some(())
+        },
+    )
+    .await;
+    let metrics = relay.metrics().await.expect("the relay's metrics");
+    // One batch sent all sixteen alone, each refused: sixteen new lone producers.
+    assert_eq!(
+        metric_value(&metrics, "outbox_batch_lone_sends_sum"),
+        Some(culprits as f64),
+        "{metrics}"
+    );
+    assert_eq!(
+        metric_value(&metrics, "outbox_batch_lone_sends_count"),
+        Some(1.0)
+    );
+    let stall = longest_stall(&metrics);
+    eprintln!("longest runtime stall over {culprits} producer replacements: ≤ {stall:?} s");
+    // Renewals every third of the 1.5 s lease: a stall of 0.25 s or more would let them slip.
+    assert!(
+        stall.is_some_and(|s| s <= 0.1),
+        "the runtime stalled for up to {stall:?} s (bucket bound) while replacing producers"
+    );
+    assert_eq!(
+        metric_value(&metrics, "outbox_relay_lease_epoch"),
+        Some((epoch_before + 1) as f64),
+        "the relay took the lease once and kept it"
+    );
 }

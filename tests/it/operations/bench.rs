@@ -28,7 +28,7 @@ fn run_bench(dir: &Path, deadline: Duration) -> Value {
         .arg(&out)
         .args([
             "--phases",
-            "produce,db,drain,naive,latency,isolation,insert,failures,backlog,sizes,topics,debezium",
+            "produce,db,drain,naive,latency,isolation,insert,failures,backlog,parked,sizes,topics,debezium",
             "--events",
             &EVENTS.to_string(),
             "--naive-events",
@@ -57,6 +57,10 @@ fn run_bench(dir: &Path, deadline: Duration) -> Value {
             &BACKLOG.to_string(),
             "--backlog-probe-secs",
             "1",
+            "--parked-behind",
+            "2000",
+            "--parked-samples",
+            "5",
             "--size-payloads",
             "100,16384",
             "--size-budget-mb",
@@ -267,6 +271,16 @@ async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event
             assert!(!claim["ms"].as_array().unwrap().is_empty(), "{claim}");
         }
     }
+
+    // A parked aggregate's backlog beside healthy events: both sides timed.
+    let parked = &report["parked"];
+    assert_eq!(num(parked, "behind"), 2_000.0);
+    for side in ["without_ms", "with_ms"] {
+        assert_eq!(num(parked, &format!("{side}.count")), 5.0, "{parked}");
+        measured(parked, &format!("{side}.p50"));
+    }
+    measured(parked, "p50_ratio");
+    measured(parked, "first_after_backlog_ms");
 
     // Debezium and the relay on the same Debezium table: both drained the backlog and saw
     // every event of their load, each figure measured.

@@ -103,6 +103,54 @@ pub async fn fresh_database() -> TestDb {
     fresh_database_on(&admin_url()).await
 }
 
+/// Waits, checking every 2 ms (a latency of a few milliseconds must not be rounded up to a
+/// coarser poll), until outbox row `id` is gone: the relay deletes a row once the broker
+/// acknowledged its message. `false` when `timeout` passed first.
+pub async fn await_published(pool: &PgPool, id: i64, timeout: std::time::Duration) -> bool {
+    let gone =
+        outbox_process::poll::poll_every(std::time::Duration::from_millis(2), timeout, || async {
+            let left: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM outbox WHERE id = $1)")
+                    .bind(id)
+                    .fetch_one(pool)
+                    .await
+                    .unwrap_or(true);
+            (!left).then_some(())
+        })
+        .await;
+    gone.is_some()
+}
+
+/// Commits one event of aggregate (`order`, `aggregate_id`) with the NOTIFY the writers'
+/// library sends, and waits until it is published ([`await_published`]): the time from its
+/// commit, `None` when `timeout` passed first.
+///
+/// # Errors
+/// Database errors of the insert.
+pub async fn commit_to_published(
+    pool: &PgPool,
+    aggregate_id: &str,
+    timeout: std::time::Duration,
+) -> Result<Option<std::time::Duration>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('order', $1, 'E', '{}') RETURNING id",
+    )
+    .bind(aggregate_id)
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(outbox_writer::outbox::NOTIFY_CHANNEL)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    let committed = std::time::Instant::now();
+    Ok(await_published(pool, id, timeout)
+        .await
+        .then(|| committed.elapsed()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;

@@ -127,6 +127,8 @@ pub struct Report {
     pub failures: Option<FailuresFigures>,
     /// The large backlog (opt-in).
     pub backlog: Option<BacklogFigures>,
+    /// Healthy latency beside a parked aggregate's backlog.
+    pub parked: Option<crate::parked::ParkedFigures>,
     /// Payload sizes (opt-in).
     pub sizes: Option<GrowthFigures>,
     /// Topic counts (opt-in).

@@ -197,6 +197,42 @@ pub(super) fn failures_table(o: &mut String, f: &FailuresFigures) {
     );
 }
 
+/// The `parked` phase: healthy latency with and without a parked aggregate's backlog.
+pub(super) fn parked_table(o: &mut String, p: &crate::parked::ParkedFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "parked: one parked event, {} events of its aggregate behind it (inserted in {:.1} s)",
+        group(p.behind as f64),
+        p.insert_seconds
+    );
+    let _ = writeln!(
+        o,
+        "{:<52} {:>9} {:>9} {:>9} {:>7}",
+        "commit → published, ms", "p50", "p99", "max", "n"
+    );
+    for (name, v) in [
+        ("without the backlog", &p.without_ms),
+        ("with the backlog", &p.with_ms),
+    ] {
+        let _ = writeln!(
+            o,
+            "{name:<52} {:>9.2} {:>9.2} {:>9.2} {:>7}",
+            v.p50, v.p99, v.max, v.count
+        );
+    }
+    let _ = writeln!(
+        o,
+        "{:<52} {:>9.2} {:>9.2}",
+        "with / without", p.p50_ratio, p.p99_ratio
+    );
+    let _ = writeln!(
+        o,
+        "first event after the backlog's insert: {:.1} ms (the claims until the floor is set read the whole backlog)",
+        p.first_after_backlog_ms
+    );
+}
+
 pub(super) fn backlog_table(o: &mut String, b: &BacklogFigures) {
     let d = &b.drain;
     let _ = writeln!(o);

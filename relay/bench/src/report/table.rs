@@ -310,6 +310,9 @@ impl Report {
         if let Some(b) = &self.backlog {
             backlog_table(&mut o, b);
         }
+        if let Some(p) = &self.parked {
+            super::phases::parked_table(&mut o, p);
+        }
         for g in [&self.sizes, &self.topics].into_iter().flatten() {
             growth_table(&mut o, g);
         }
