@@ -179,6 +179,13 @@ pub struct KafkaArgs {
     #[arg(long, env = "OUTBOX_TOPIC_REPLICATION_FACTOR", value_parser = clap::value_parser!(i32).range(1..))]
     pub topic_replication_factor: Option<i32>,
 
+    /// `min.insync.replicas` of topics created by `--create-missing-topics` [default: a
+    /// majority of the replication factor, as Kafka recommends: 1 → 1, 2 → 2, 3 → 2, 5 → 3].
+    /// The relay also warns, for every topic it publishes to, when more than one replica
+    /// takes writes its leader alone acknowledged (`min.insync.replicas` 1).
+    #[arg(long, env = "OUTBOX_TOPIC_MIN_INSYNC_REPLICAS", value_parser = clap::value_parser!(i32).range(1..))]
+    pub topic_min_insync_replicas: Option<i32>,
+
     /// Publish every event as a CloudEvent (Kafka protocol binding, binary mode): headers
     /// `ce_specversion` 1.0, `ce_id` (the event id), `ce_source` (`--cloudevents-source`),
     /// `ce_type` (the event type), `ce_subject` (the aggregate id), `ce_time` (the row's

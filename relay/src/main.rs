@@ -233,6 +233,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         kafka_config.password_secret(),
     ])?;
+    if let (Some(rf), Some(n)) = (
+        args.kafka.topic_replication_factor,
+        args.kafka.topic_min_insync_replicas,
+    ) {
+        anyhow::ensure!(
+            n <= rf,
+            "--topic-min-insync-replicas {n} is above --topic-replication-factor {rf}: the created topics would refuse every write"
+        );
+    }
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;
     // PRODUCER spans over OTLP when the standard OTEL_* variables ask for them; off, nothing.
@@ -246,6 +255,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             outbox_relay::topics::TopicSpec {
                 partitions: args.kafka.topic_partitions,
                 replication: args.kafka.topic_replication_factor,
+                min_insync_replicas: args.kafka.topic_min_insync_replicas,
             },
         ),
         limits: args.claim_limits(),

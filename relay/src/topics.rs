@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use outbox_kit::kafka::PolledProducer;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -24,6 +24,15 @@ pub struct TopicSpec {
     /// Replication factor; `None`: the broker's default (`default.replication.factor`, asked
     /// for with -1, KIP-464).
     pub replication: Option<i32>,
+    /// `min.insync.replicas`; `None`: a majority of the replicas ([`majority`]).
+    pub min_insync_replicas: Option<i32>,
+}
+
+/// The `min.insync.replicas` Kafka recommends for a replication factor: a majority of the
+/// replicas (replication 3 → 2), so an acknowledged write is on more than one broker whenever
+/// there is more than one.
+pub fn majority(replication: i32) -> i32 {
+    replication.max(1) / 2 + 1
 }
 
 /// Why a topic cannot take messages now.
@@ -35,10 +44,15 @@ pub struct TopicProblem {
     pub detail: String,
 }
 
-/// Topics known to exist, and the admin client that creates missing ones.
+/// Topics known to exist, and the admin client that checks their durability settings and
+/// creates missing ones.
 pub struct TopicCatalog {
     known: HashSet<String>,
-    creator: Option<(AdminClient<RelayContext>, TopicSpec)>,
+    admin: AdminClient<RelayContext>,
+    create: Option<TopicSpec>,
+    /// The broker's `default.replication.factor`, once asked (for topics created without
+    /// `--topic-replication-factor`).
+    default_replication: Option<i32>,
 }
 
 impl std::fmt::Debug for TopicCatalog {
@@ -61,24 +75,19 @@ impl TopicCatalog {
         extra: &[(String, String)],
         create: Option<TopicSpec>,
     ) -> Result<Self, KafkaError> {
-        let creator = match create {
-            None => None,
-            Some(spec) => {
-                let mut cfg = ClientConfig::new();
-                cfg.set("bootstrap.servers", brokers);
-                cfg.set("enable.metrics.push", "false");
-                // Only connection-level settings of the user's producer config apply to the
-                // admin client (security, trust, sockets, client id); producer-only keys would
-                // be rejected.
-                for (k, v) in outbox_kit::kafka::connection_settings(extra) {
-                    cfg.set(k, v);
-                }
-                Some((cfg.create_with_context(RelayContext::default())?, spec))
-            }
-        };
+        let mut cfg = ClientConfig::new();
+        cfg.set("bootstrap.servers", brokers);
+        cfg.set("enable.metrics.push", "false");
+        // Only connection-level settings of the user's producer config apply to the admin
+        // client (security, trust, sockets, client id); producer-only keys would be rejected.
+        for (k, v) in outbox_kit::kafka::connection_settings(extra) {
+            cfg.set(k, v);
+        }
         Ok(Self {
             known: HashSet::new(),
-            creator,
+            admin: cfg.create_with_context(RelayContext::default())?,
+            create,
+            default_replication: None,
         })
     }
 
@@ -116,16 +125,18 @@ impl TopicCatalog {
         }
         let mut missing = Vec::new();
         for topic in unknown {
-            if exists(producer, &topic).await? {
-                self.known.insert(topic);
-            } else {
-                missing.push(topic);
+            match replicas(producer, &topic).await? {
+                Some(replication) => {
+                    self.warn_if_leader_alone(&topic, replication).await;
+                    self.known.insert(topic);
+                }
+                None => missing.push(topic),
             }
         }
         if missing.is_empty() {
             return Ok(problems);
         }
-        let Some((admin, spec)) = &self.creator else {
+        let Some(spec) = self.create else {
             for t in missing {
                 problems.insert(
                     t.clone(),
@@ -139,21 +150,41 @@ impl TopicCatalog {
             }
             return Ok(problems);
         };
+        let replication = match spec.replication {
+            Some(r) => Some(r),
+            None => self.default_replication(producer).await,
+        };
+        // Without the broker's default replication factor (not allowed to ask), the broker's
+        // own `min.insync.replicas` applies, unless the flag sets one.
+        let min_insync = spec
+            .min_insync_replicas
+            .or(replication.map(majority))
+            .map(|n| n.to_string());
         let new: Vec<NewTopic<'_>> = missing
             .iter()
             .map(|t| {
-                NewTopic::new(
+                let topic = NewTopic::new(
                     t,
                     spec.partitions,
                     TopicReplication::Fixed(spec.replication.unwrap_or(-1)),
-                )
+                );
+                match &min_insync {
+                    Some(n) => topic.set("min.insync.replicas", n),
+                    None => topic,
+                }
             })
             .collect();
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-        for r in admin.create_topics(&new, &opts).await? {
+        for r in self.admin.create_topics(&new, &opts).await? {
             match r {
                 Ok(name) => {
-                    tracing::info!(topic = %name, partitions = spec.partitions, "Created missing topic");
+                    tracing::info!(
+                        topic = %name,
+                        partitions = spec.partitions,
+                        replication = replication.unwrap_or(-1),
+                        min.insync.replicas = min_insync.as_deref().unwrap_or("broker default"),
+                        "Created missing topic"
+                    );
                     self.known.insert(name);
                 }
                 Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => {
@@ -175,11 +206,95 @@ impl TopicCatalog {
     }
 }
 
+impl TopicCatalog {
+    /// Warns when `topic` (with `replication` replicas) takes writes its leader alone
+    /// acknowledged: `min.insync.replicas` 1 with more than one replica, so an acknowledged
+    /// event (the relay then deletes its row) can be lost with that one broker. Once per
+    /// topic; a topic whose settings the relay may not read is not checked.
+    async fn warn_if_leader_alone(&self, topic: &str, replication: usize) {
+        if replication <= 1 {
+            return;
+        }
+        let opts = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+        let Ok(results) = self
+            .admin
+            .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts)
+            .await
+        else {
+            return;
+        };
+        let min_insync = results
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.get("min.insync.replicas")?.value.clone())
+            .find_map(|v| v.parse::<i32>().ok());
+        match min_insync {
+            Some(n) if n <= 1 => tracing::warn!(
+                topic,
+                replication,
+                min.insync.replicas = n,
+                "Topic accepts writes acknowledged by its leader alone: an event the relay saw acknowledged (and deleted) can be lost with that broker; set its min.insync.replicas to {}",
+                majority(i32::try_from(replication).unwrap_or(i32::MAX))
+            ),
+            Some(_) => {}
+            None => tracing::debug!(topic, "Could not read the topic's min.insync.replicas"),
+        }
+    }
+
+    /// The broker's `default.replication.factor` (asked once); `None` when it cannot be read
+    /// (no DESCRIBE_CONFIGS on the cluster).
+    async fn default_replication(
+        &mut self,
+        producer: &PolledProducer<RelayContext>,
+    ) -> Option<i32> {
+        if self.default_replication.is_none() {
+            let broker = any_broker(producer).await?;
+            let opts = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+            let results = self
+                .admin
+                .describe_configs(&[ResourceSpecifier::Broker(broker)], &opts)
+                .await
+                .ok()?;
+            self.default_replication = results
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.get("default.replication.factor")?.value.clone())
+                .find_map(|v| v.parse().ok());
+        }
+        self.default_replication
+    }
+}
+
+/// The id of a broker of the cluster (`None`: no broker answered).
+async fn any_broker(producer: &PolledProducer<RelayContext>) -> Option<i32> {
+    use rdkafka::producer::Producer;
+    let producer = producer.shared();
+    tokio::task::spawn_blocking(move || {
+        let md = producer
+            .client()
+            .fetch_metadata(None, METADATA_TIMEOUT)
+            .ok()?;
+        md.brokers().first().map(|b| b.id())
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 /// Asks the broker whether `topic` exists (an error: no broker answered in time).
 pub(crate) async fn exists(
     producer: &PolledProducer<RelayContext>,
     topic: &str,
 ) -> Result<bool, KafkaError> {
+    Ok(replicas(producer, topic).await?.is_some())
+}
+
+/// The replication factor of `topic` (its first partition's replicas), `None` when the broker
+/// does not have it (an error: no broker answered in time).
+pub(crate) async fn replicas(
+    producer: &PolledProducer<RelayContext>,
+    topic: &str,
+) -> Result<Option<usize>, KafkaError> {
     use rdkafka::producer::Producer;
     let producer = producer.shared();
     let topic = topic.to_owned();
@@ -190,7 +305,8 @@ pub(crate) async fn exists(
         Ok(md
             .topics()
             .iter()
-            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions()[0].replicas().len()))
     })
     .await
     .map_err(|_| KafkaError::Canceled)?

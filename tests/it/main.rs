@@ -49,6 +49,7 @@ mod consumers {
 
 /// What goes on the wire: binary payloads, tombstones, keys, CloudEvents.
 mod publishing {
+    mod topic_durability;
     mod wire_formats;
 }
 
