@@ -9,6 +9,14 @@
 -- written, after this trigger took the id; so the trigger now takes the transaction id first
 -- (`pg_current_xact_id()`, free for a transaction that already has one). Otherwise unchanged
 -- from 20260101000006.
+--
+-- The table is locked against writers while the function is replaced, so that no insert that
+-- ran the old body (an outbox id before its transaction id) is still open when a relay of
+-- this version starts: the migration waits for the writers' open transactions (at most
+-- `lock_timeout`, then it fails and can be run again), and writers wait for it (briefly).
+
+SET LOCAL lock_timeout = '30s';
+LOCK TABLE outbox IN SHARE MODE;
 
 CREATE OR REPLACE FUNCTION outbox_order_by_aggregate() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER AS $$

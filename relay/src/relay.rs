@@ -305,7 +305,7 @@ impl Relay {
             prefetched: None,
             batches: 0,
             replaced: false,
-            floor: ClaimFloor::default(),
+            floor: ClaimFloor::new(crate::batch::CANDIDATE_EVERY),
         };
         loop {
             if shutdown.is_cancelled() {

@@ -110,7 +110,7 @@ impl Batcher<'_> {
             Err(e) => return Err(self.db_failed(&e)),
         };
         let full = cut || rows.len() as i64 >= asked;
-        let last = rows.last().map(ClaimedRow::id);
+        let last = rows.iter().map(ClaimedRow::id).max();
         if let Some(upto) = self.floor.claimed(&seen, last, full) {
             // Taken after the claim's snapshot: later than every transaction that could still
             // commit a row at or below `upto`. Without it there is no candidate this time.

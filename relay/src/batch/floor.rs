@@ -21,15 +21,25 @@
 //!    `id`, a new transaction id); a later claim whose snapshot's `xmin` is past that
 //!    transaction id has seen every row at or below the candidate.
 //! 2. **That later claim read up to the candidate and left nothing behind.** Its rows up to
-//!    the candidate must all be published (its batch marked every row), and what it left out
-//!    was held back by the failure rows of its own snapshot: those become the new floor's set.
+//!    the candidate must all be published (its batch marked every one of them), and what it
+//!    left out was held back by a failure row of its own snapshot, one of the row's aggregate
+//!    with a smaller `id` (the insert lock orders an aggregate's ids as its commits): the
+//!    failure rows at or below the candidate become the new floor's set.
 //!
-//! The floor trails the head by about one claim. A transaction that stays open (one that
+//! Each candidate takes a transaction id, so one is noted at most every [`CANDIDATE_EVERY`]:
+//! the floor trails the head by a second or two. A transaction that stays open (one that
 //! wrote, so it has a transaction id) keeps `xmin` back and with it the floor: claims then read
 //! from the last floor, as they did from the head before; they never skip a row they should
-//! send.
+//! send. Each floored claim also checks the premises (the trigger, enabled; the sequence's
+//! cache of 1): without them it reads from the head and the floor is forgotten.
+
+use std::time::{Duration, Instant};
 
 use crate::store::{FloorQuery, FloorSeen};
+
+/// Shortest time between two candidates: each takes a transaction id (and writes a commit
+/// record), so not one per claim; the floor then trails the head by about this much.
+pub const CANDIDATE_EVERY: Duration = Duration::from_secs(1);
 
 /// A leadership term's claim floor (see the module's documentation).
 #[derive(Debug, Default)]
@@ -38,8 +48,12 @@ pub struct ClaimFloor {
     current: Option<Floor>,
     /// An `id` that may become the floor once `xid` is older than every running transaction.
     candidate: Option<Candidate>,
-    /// Becomes the floor once the batch that found it marked every row it claimed.
+    /// Becomes the floor once the batch that found it marked every row it claimed up to it.
     pending: Option<Floor>,
+    /// When the last candidate was noted.
+    noted_at: Option<Instant>,
+    /// [`CANDIDATE_EVERY`] (zero in the unit tests).
+    candidate_every: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +69,14 @@ struct Candidate {
 }
 
 impl ClaimFloor {
+    /// No floor yet; candidates at most every `candidate_every`.
+    pub fn new(candidate_every: Duration) -> Self {
+        Self {
+            candidate_every,
+            ..Self::default()
+        }
+    }
+
     /// Where the next claim starts.
     pub fn query(&self) -> FloorQuery<'_> {
         match &self.current {
@@ -71,9 +93,12 @@ impl ClaimFloor {
         self.current.as_ref().map(|f| f.id)
     }
 
-    /// Forgets everything (the claim is not floored: no failure rows, or too many).
+    /// Forgets the floor and its candidates (the claim is not floored: no failure rows, too
+    /// many, or the floor's premises do not hold).
     pub fn reset(&mut self) {
-        *self = Self::default();
+        self.current = None;
+        self.candidate = None;
+        self.pending = None;
     }
 
     /// After a floored claim that saw `seen` and returned rows up to `last` (`None`: no rows);
@@ -81,6 +106,10 @@ impl ClaimFloor {
     /// Returns the `id` to note as a candidate, if one is wanted: the caller takes a new
     /// transaction id and passes both to [`ClaimFloor::noted`].
     pub fn claimed(&mut self, seen: &FloorSeen, last: Option<i64>, full: bool) -> Option<i64> {
+        if !seen.sound {
+            self.reset();
+            return None;
+        }
         if !seen.applied {
             self.current = None;
         }
@@ -92,14 +121,25 @@ impl ClaimFloor {
             if seen.xmin > c.xid && read >= c.upto {
                 self.candidate = None;
                 if c.upto > floor {
+                    // What this claim left out at or below the candidate was held back by a
+                    // failure of its aggregate with a smaller id (the insert lock orders an
+                    // aggregate's ids as its commits): the floor holds while those exist.
                     self.pending = Some(Floor {
                         id: c.upto,
-                        held: seen.failed.clone(),
+                        held: seen
+                            .failed
+                            .iter()
+                            .copied()
+                            .filter(|&f| f <= c.upto)
+                            .collect(),
                     });
                 }
             }
         }
-        if self.candidate.is_some() {
+        let due = self
+            .noted_at
+            .is_none_or(|t| t.elapsed() >= self.candidate_every);
+        if self.candidate.is_some() || !due {
             return None;
         }
         // A candidate must be a row this claim saw committed.
@@ -110,14 +150,16 @@ impl ClaimFloor {
     /// Notes a candidate: `upto`, seen by the last claim, and a transaction id taken after it.
     pub fn noted(&mut self, upto: i64, xid: i64) {
         self.candidate = Some(Candidate { upto, xid });
+        self.noted_at = Some(Instant::now());
     }
 
-    /// After the batch: a pending floor takes effect if every claimed row was marked
-    /// published (a row left unsent, or failed now with a failure row the floor's set does not
+    /// After the batch, given the lowest claimed `id` it did not mark published (`None`: it
+    /// marked every row): a pending floor takes effect if every claimed row at or below it was
+    /// marked (a row left unsent, or failed now with a failure row the floor's set does not
     /// have, would be below it).
-    pub fn batch_ended(&mut self, every_row_marked: bool) {
+    pub fn batch_ended(&mut self, lowest_unmarked: Option<i64>) {
         match self.pending.take() {
-            Some(p) if every_row_marked => self.current = Some(p),
+            Some(p) if lowest_unmarked.is_none_or(|u| u > p.id) => self.current = Some(p),
             _ => {}
         }
     }
@@ -133,34 +175,35 @@ mod tests {
             top,
             failed: failed.to_vec(),
             xmin,
+            sound: true,
         }
     }
 
     #[test]
     fn a_candidate_becomes_the_floor_once_older_transactions_ended_and_the_batch_is_marked() {
-        let mut f = ClaimFloor::default();
+        let mut f = ClaimFloor::new(Duration::ZERO);
         // First claim: no floor; rows up to 900, more left (full).
         assert_eq!(
             f.claimed(&seen(true, Some(2_000), &[5], 100), Some(900), true),
             Some(900)
         );
         f.noted(900, 120);
-        f.batch_ended(true);
+        f.batch_ended(None);
         assert_eq!(f.id(), None, "a candidate is not a floor");
         // Second claim: a transaction older than 120 still runs: not yet.
         assert_eq!(
             f.claimed(&seen(true, Some(2_000), &[5], 110), Some(1_500), true),
             None
         );
-        f.batch_ended(true);
+        f.batch_ended(None);
         assert_eq!(f.id(), None);
         // Third: every older transaction ended and the claim read past 900; a row failed.
         assert_eq!(
             f.claimed(&seen(true, Some(2_500), &[5, 7], 130), Some(1_800), true),
             Some(1_800)
         );
-        f.batch_ended(false);
-        assert_eq!(f.id(), None, "not every row was marked");
+        f.batch_ended(Some(850));
+        assert_eq!(f.id(), None, "a row below the candidate was not marked");
         // The candidate was used up; the new one (1 800) takes its place.
         f.noted(1_800, 140);
         assert_eq!(
@@ -168,7 +211,8 @@ mod tests {
             Some(2_500)
         );
         f.noted(2_500, 150);
-        f.batch_ended(true);
+        // A row above the new floor failed: no matter.
+        f.batch_ended(Some(1_900));
         assert_eq!(f.id(), Some(1_800));
         assert_eq!(
             f.query().held,
@@ -179,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_claim_that_stopped_short_of_the_candidate_does_not_raise_the_floor() {
-        let mut f = ClaimFloor::default();
+        let mut f = ClaimFloor::new(Duration::ZERO);
         f.claimed(&seen(true, Some(5_000), &[1], 10), Some(3_000), true);
         f.noted(3_000, 20);
         // Read only up to 2 000 (the byte bound): rows up to 3 000 were not all seen.
@@ -187,17 +231,17 @@ mod tests {
             f.claimed(&seen(true, Some(5_000), &[1], 30), Some(2_000), true),
             None
         );
-        f.batch_ended(true);
+        f.batch_ended(None);
         assert_eq!(f.id(), None);
     }
 
     #[test]
     fn a_floor_whose_failure_row_went_is_dropped() {
-        let mut f = ClaimFloor::default();
+        let mut f = ClaimFloor::new(Duration::ZERO);
         f.claimed(&seen(true, Some(100), &[1], 10), None, false);
         f.noted(100, 20);
         f.claimed(&seen(true, Some(100), &[1], 30), None, false);
-        f.batch_ended(true);
+        f.batch_ended(None);
         assert_eq!(f.id(), Some(100));
         // The claim found a failure row of the set gone (it read from the head).
         f.claimed(&seen(false, Some(100), &[], 40), None, false);
@@ -206,8 +250,58 @@ mod tests {
     }
 
     #[test]
+    fn the_floors_set_is_the_failures_at_or_below_it() {
+        let mut f = ClaimFloor::new(Duration::ZERO);
+        f.claimed(&seen(true, Some(100), &[3], 10), None, false);
+        f.noted(100, 20);
+        f.claimed(&seen(true, Some(300), &[3, 150, 200], 30), None, false);
+        f.batch_ended(None);
+        assert_eq!(f.id(), Some(100));
+        assert_eq!(
+            f.query().held,
+            &[3],
+            "failures above the floor hold nothing below it"
+        );
+    }
+
+    #[test]
+    fn without_its_premises_there_is_no_floor() {
+        let mut f = ClaimFloor::new(Duration::ZERO);
+        f.claimed(&seen(true, Some(100), &[1], 10), None, false);
+        f.noted(100, 20);
+        f.claimed(&seen(true, Some(100), &[1], 30), None, false);
+        f.batch_ended(None);
+        assert_eq!(f.id(), Some(100));
+        let unsound = FloorSeen {
+            sound: false,
+            ..seen(false, Some(100), &[1], 40)
+        };
+        assert_eq!(f.claimed(&unsound, None, false), None);
+        assert_eq!(f.id(), None);
+        f.batch_ended(None);
+        assert_eq!(f.id(), None);
+    }
+
+    #[test]
+    fn candidates_come_at_most_every_interval() {
+        let mut f = ClaimFloor::new(Duration::from_secs(3_600));
+        assert_eq!(
+            f.claimed(&seen(true, Some(100), &[1], 10), None, false),
+            Some(100)
+        );
+        f.noted(100, 20);
+        // Adopted, and a new candidate would be wanted, but not within the hour.
+        assert_eq!(
+            f.claimed(&seen(true, Some(200), &[1], 30), None, false),
+            None
+        );
+        f.batch_ended(None);
+        assert_eq!(f.id(), Some(100));
+    }
+
+    #[test]
     fn an_empty_outbox_gives_no_candidate() {
-        let mut f = ClaimFloor::default();
+        let mut f = ClaimFloor::new(Duration::ZERO);
         assert_eq!(f.claimed(&seen(true, None, &[], 10), None, false), None);
     }
 }

@@ -35,7 +35,7 @@ mod mark;
 mod publish;
 
 pub use claim::Prefetched;
-pub use floor::ClaimFloor;
+pub use floor::{ClaimFloor, CANDIDATE_EVERY};
 pub use publish::LONE_SENDS_PER_BATCH;
 
 use claim::Claimed;
@@ -130,7 +130,7 @@ impl Batcher<'_> {
             cut,
         } = match claimed {
             Ok(c) if c.rows.is_empty() => {
-                self.floor.batch_ended(true);
+                self.floor.batch_ended(None);
                 return BatchEnd::Empty;
             }
             Ok(c) => c,
@@ -198,8 +198,13 @@ impl Batcher<'_> {
                 .observe_stage(BatchStage::Mark, marking.elapsed());
         }
         let end = self.react(&rows, &plan);
-        self.floor
-            .batch_ended(end == (BatchEnd::Done { clean: true }) && plan.mark.len() == rows.len());
+        let marked: std::collections::HashSet<i64> = plan.mark.iter().copied().collect();
+        self.floor.batch_ended(
+            rows.iter()
+                .map(ClaimedRow::id)
+                .filter(|id| !marked.contains(id))
+                .min(),
+        );
         // A failed prefetch is simply not used: the next batch claims from the head.
         if let Some(Ok(ClaimedBatch::Rows(rows, cut))) = next {
             if rows.is_empty() {

@@ -243,14 +243,31 @@ impl Store {
             // table. The floor holds while every failure row it was set under exists: a
             // redrive, a discard or a published retry deletes one, and this claim then starts
             // at the head. `xmin` and `failed` are of this statement's snapshot.
+            // `sound`: the floor's premises hold: the insert trigger (enabled) takes the
+            // transaction id before the outbox id, and the id sequence hands out one value at
+            // a time; otherwise the claim reads from the head and no floor is set. `failed`
+            // comes once, with the first row.
             Some(_) => format!(
-                "{outer}, l.applied, l.top, l.failed, l.xmin \
-                 FROM (SELECT {LEASE_HELD} AS held, \
+                "{outer}, l.applied, l.top, \
+                        CASE WHEN row_number() OVER () = 1 THEN l.failed END AS failed, \
+                        l.xmin, l.sound \
+                 FROM (SELECT s.*, s.sound AND s.counted AS applied FROM ( \
+                     SELECT {LEASE_HELD} AS held, \
                          (SELECT count(*) FROM outbox_failure WHERE outbox_id = ANY($5)) \
-                             = cardinality($5::bigint[]) AS applied, \
+                             = cardinality($5::bigint[]) AS counted, \
                          (SELECT max(id) FROM outbox) AS top, \
                          ARRAY(SELECT outbox_id FROM outbox_failure ORDER BY outbox_id) AS failed, \
-                         pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin) l \
+                         pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin, \
+                         coalesce((SELECT bool_and(p.prosrc LIKE '%pg_current_xact_id%') \
+                                   FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
+                                   WHERE t.tgrelid = 'outbox'::regclass \
+                                     AND t.tgname = 'outbox_order_by_aggregate' \
+                                     AND t.tgenabled <> 'D'), false) \
+                         AND coalesce((SELECT q.seqcache = 1 FROM pg_sequence q \
+                                       WHERE q.seqrelid = \
+                                           pg_get_serial_sequence('outbox', 'id')::regclass), \
+                                      false) AS sound \
+                 ) s) l \
                  LEFT JOIN LATERAL ( \
                      SELECT * FROM ( \
                          (SELECT {COLUMNS} FROM outbox o {join} \
@@ -293,8 +310,9 @@ impl Store {
                     seen = Some(FloorSeen {
                         applied: r.try_get::<Option<bool>, _>(15)?.unwrap_or(false),
                         top: r.try_get(16)?,
-                        failed: r.try_get(17)?,
+                        failed: r.try_get::<Option<Vec<i64>>, _>(17)?.unwrap_or_default(),
                         xmin: r.try_get(18)?,
+                        sound: r.try_get::<Option<bool>, _>(19)?.unwrap_or(false),
                     });
                 }
             }
@@ -378,7 +396,8 @@ pub struct FloorQuery<'a> {
 /// What a floored claim saw, in its own snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FloorSeen {
-    /// Every failure row of [`FloorQuery::held`] existed: the claim started above the floor.
+    /// The floor's premises hold ([`FloorSeen::sound`]) and every failure row of
+    /// [`FloorQuery::held`] existed: the claim started above the floor.
     pub applied: bool,
     /// The largest `id` in the outbox (`None`: empty).
     pub top: Option<i64>,
@@ -386,6 +405,9 @@ pub struct FloorSeen {
     pub failed: Vec<i64>,
     /// The oldest transaction id still running (every older one had ended).
     pub xmin: i64,
+    /// The floor's premises hold (the insert trigger of migration `20260101000007`, enabled,
+    /// and an id sequence without a cache); when not, the claim read from the head.
+    pub sound: bool,
 }
 
 /// Checks the claim's columns (by position, as its SELECT lists them) against the types the

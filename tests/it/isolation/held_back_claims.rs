@@ -377,4 +377,20 @@ async fn a_floored_claim_skips_what_its_failures_hold_below_it_until_one_of_them
     assert_eq!(ids.len(), 1 + 1 + 31 + 3, "{ids:?}");
     assert!(ids.windows(2).all(|w| w[0] < w[1]));
     assert!(ids.contains(&below) && ids.contains(&above[0]));
+
+    // Without its premises (here the insert trigger disabled, as `session_replication_role`
+    // or a restore tool may leave it) no floor holds: the claim reads from the head.
+    sqlx::query("ALTER TABLE outbox DISABLE TRIGGER outbox_order_by_aggregate")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (ids, seen) = claim(Some(above[0]), vec![due.0]).await;
+    assert!(!seen.sound && !seen.applied, "{seen:?}");
+    assert_eq!(ids.first(), Some(&parked.0));
+    sqlx::query("ALTER TABLE outbox ENABLE TRIGGER outbox_order_by_aggregate")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (_, seen) = claim(Some(above[0]), vec![due.0]).await;
+    assert!(seen.sound && seen.applied, "{seen:?}");
 }
