@@ -5,7 +5,11 @@
 //! calls `outbox_aggregate_lock_off()` in the same statement: only a transaction-local opt-out
 //! counts), interleaved A B B A (a linear drift
 //! of the machine's load then costs both alike; A B A B would favour B) on an emptied
-//! outbox, after an untimed one-second warm-up. Then one bulk `INSERT ... SELECT generate_series` with and without the lock.
+//! outbox, after an untimed one-second warm-up; with a third variant (C: lock on, the trigger as
+//! migration `20260101000003` created it, swapped in for its runs), what the trigger's later
+//! checks cost (explicit ids refused, a transaction-local opt-out, the transaction id taken
+//! before the outbox id). Then one bulk `INSERT ... SELECT generate_series` with and without
+//! the lock.
 
 use std::time::{Duration, Instant};
 
@@ -17,9 +21,21 @@ use crate::infra::{BenchDb, Infra};
 use crate::schedule::interleaved;
 use crate::workload::{aggregate_lock_off, Workload, AGGREGATE_TYPE, EVENT_TYPE};
 
+/// The insert trigger as migration `20260101000003` created it (the lock, nothing else): the
+/// `C` variant, the baseline of what the later checks cost (migrations `…06`, `…07`).
+const FIRST_TRIGGER: &str =
+    include_str!("../../../migrations/outbox/20260101000003_aggregate_order.sql");
+
+/// The insert trigger as it is now (the last migration that replaced it), to restore it.
+const CURRENT_TRIGGER: &str =
+    include_str!("../../../migrations/outbox/20260101000007_claim_floor.sql");
+
 /// One timed run of the writers.
 #[derive(Debug, Clone, Serialize)]
 pub struct InsertRun {
+    /// `A` (lock on, the trigger as it is), `B` (lock off) or `C` (lock on, the first
+    /// release's trigger).
+    pub variant: &'static str,
     /// The trigger's lock on.
     pub locked: bool,
     /// Rows committed.
@@ -73,6 +89,13 @@ pub struct InsertFigures {
     pub locked: InsertSide,
     /// Lock off.
     pub unlocked: InsertSide,
+    /// Lock on, with the first release's trigger (no id or opt-out checks, no transaction id
+    /// taken first).
+    pub first_trigger: InsertSide,
+    /// Wall-clock µs per insert the trigger's later checks add (A - C).
+    pub checks_us_per_insert: f64,
+    /// PostgreSQL CPU µs per insert they add (A - C).
+    pub checks_postgres_us_per_insert: Option<f64>,
     /// Wall-clock µs per insert the lock adds (locked - unlocked).
     pub lock_us_per_insert: f64,
     /// PostgreSQL CPU µs per insert the lock adds.
@@ -101,17 +124,21 @@ pub async fn run(
     // times slower than the rest, whichever variant it was.
     writers_run(infra, w, &db, writers, 1, true).await?;
     let mut runs = Vec::new();
-    for v in interleaved(2, 2, true) {
-        let locked = v == 0;
+    for v in interleaved(3, 2, true) {
+        let (variant, locked) = [("A", true), ("B", false), ("C", true)][v];
         empty_outbox(infra, &db).await?;
-        eprintln!(
-            "[relay-bench]   insert run: lock {}",
-            if locked { "on" } else { "off" }
-        );
-        runs.push(writers_run(infra, w, &db, writers, seconds, locked).await?);
+        eprintln!("[relay-bench]   insert run: {variant}");
+        if variant == "C" {
+            replace_trigger(&db, FIRST_TRIGGER).await?;
+        }
+        let run = writers_run(infra, w, &db, writers, seconds, locked).await;
+        if variant == "C" {
+            replace_trigger(&db, CURRENT_TRIGGER).await?;
+        }
+        runs.push(InsertRun { variant, ..run? });
     }
-    let side = |locked: bool| {
-        let mine: Vec<&InsertRun> = runs.iter().filter(|r| r.locked == locked).collect();
+    let side = |variant: &str| {
+        let mine: Vec<&InsertRun> = runs.iter().filter(|r| r.variant == variant).collect();
         let inserts: u64 = mine.iter().map(|r| r.inserts).sum();
         let secs: f64 = mine.iter().map(|r| r.seconds).sum();
         let pg: Option<f64> = mine.iter().map(|r| r.cpu.postgres_s).sum::<Option<f64>>();
@@ -127,7 +154,7 @@ pub async fn run(
             postgres_us_per_insert: pg.map(|s| s * 1e6 / inserts.max(1) as f64),
         }
     };
-    let (locked, unlocked) = (side(true), side(false));
+    let (locked, unlocked, first_trigger) = (side("A"), side("B"), side("C"));
 
     empty_outbox(infra, &db).await?;
     let (locked_seconds, locked_error) = match bulk(&db, w, bulk_rows, true).await {
@@ -146,8 +173,14 @@ pub async fn run(
             .zip(unlocked.postgres_us_per_insert)
             .map(|(a, b)| a - b),
         locked_over_unlocked: locked.inserts_per_s / unlocked.inserts_per_s.max(1e-9),
+        checks_us_per_insert: locked.us_per_insert - first_trigger.us_per_insert,
+        checks_postgres_us_per_insert: locked
+            .postgres_us_per_insert
+            .zip(first_trigger.postgres_us_per_insert)
+            .map(|(a, b)| a - b),
         locked,
         unlocked,
+        first_trigger,
         runs,
         bulk: BulkFigures {
             rows: bulk_rows,
@@ -157,6 +190,14 @@ pub async fn run(
             unlocked_seconds,
         },
     })
+}
+
+/// Runs a migration's SQL that replaces the insert trigger, in one transaction (as the
+/// migrator does).
+async fn replace_trigger(db: &BenchDb, sql: &str) -> Result<(), sqlx::Error> {
+    let mut tx = db.pool.begin().await?;
+    sqlx::raw_sql(sql).execute(&mut *tx).await?;
+    tx.commit().await
 }
 
 /// Every run starts from an empty table with its dirty buffers flushed.
@@ -227,6 +268,7 @@ async fn writers_run(
     let seconds = start.elapsed().as_secs_f64();
     let cpu = CpuFigures::between(&cpu0, &infra.cpu.snapshot(), inserts, None);
     Ok(InsertRun {
+        variant: if locked { "A" } else { "B" },
         locked,
         inserts,
         seconds,

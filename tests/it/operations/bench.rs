@@ -261,9 +261,10 @@ async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event
     }
 
     // Inserts with and without the per-aggregate lock; claims beside a failure table.
-    assert_eq!(report["insert"]["runs"].as_array().unwrap().len(), 4);
+    assert_eq!(report["insert"]["runs"].as_array().unwrap().len(), 6);
     measured(&report, "insert.locked.inserts_per_s");
     measured(&report, "insert.unlocked.inserts_per_s");
+    measured(&report, "insert.first_trigger.inserts_per_s");
     let sizes = report["failures"]["sizes"].as_array().unwrap();
     assert_eq!(sizes.len(), 2);
     for size in sizes {
