@@ -19,6 +19,9 @@
 
 use std::collections::BTreeMap;
 
+mod install;
+pub use install::install;
+
 /// The router class the relay reproduces.
 pub const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
 const STRING_CONVERTER: &str = "org.apache.kafka.connect.storage.StringConverter";
