@@ -111,21 +111,19 @@ impl ClientContext for RelayContext {
         }
         // A refused login or certificate: `/healthz` says so until a delivery gets through.
         outbox_kit::kafka::refusal::note(error.rdkafka_error_code(), reason);
-        let transport = matches!(
-            error.rdkafka_error_code(),
-            Some(
-                RDKafkaErrorCode::AllBrokersDown
-                    | RDKafkaErrorCode::BrokerTransportFailure
-                    | RDKafkaErrorCode::Resolve
-            )
-        );
-        if transport {
-            if !self.broker_down.swap(true, Ordering::Relaxed) {
-                self.set_gauge(true);
-                tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying, in-flight events stay unmarked");
+        match outbox_kit::kafka::connectivity(error.rdkafka_error_code()) {
+            outbox_kit::kafka::Connectivity::ClusterDown => {
+                if !self.broker_down.swap(true, Ordering::Relaxed) {
+                    self.set_gauge(true);
+                    tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying, in-flight events stay unmarked");
+                }
             }
-        } else {
-            tracing::error!(error = %error, reason, "Kafka client error");
+            // One broker (its address in `reason`): not an outage for `outbox_kafka_brokers_down`
+            // and `/healthz` while the others serve. librdkafka suppresses repeats.
+            outbox_kit::kafka::Connectivity::BrokerLost => {
+                tracing::info!(error = %error, reason, "Kafka broker connection failed; librdkafka reconnects");
+            }
+            _ => tracing::error!(error = %error, reason, "Kafka client error"),
         }
     }
 }
@@ -263,5 +261,29 @@ mod tests {
         assert_eq!(gauge.get(), 1, "the current context reports");
         new.mark_broker_up();
         assert_eq!(gauge.get(), 0);
+    }
+
+    #[test]
+    fn one_brokers_lost_connection_is_not_an_outage() {
+        let gauge = IntGauge::new("brokers_down", "test").unwrap();
+        let ctx = RelayContext::reporting_on(Some(BrokerGauge::new(gauge.clone())), false);
+        ctx.set_leading(true);
+        for code in [
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::Resolve,
+        ] {
+            ctx.error(
+                KafkaError::Global(code),
+                "127.0.0.1:9093/2: Connect to ipv4#127.0.0.1:9093 failed: Connection refused",
+            );
+            assert!(!ctx.broker_down(), "{code:?}");
+            assert_eq!(gauge.get(), 0, "{code:?}");
+        }
+        ctx.error(
+            KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
+            "2/2 brokers are down",
+        );
+        assert!(ctx.broker_down());
+        assert_eq!(gauge.get(), 1);
     }
 }

@@ -61,21 +61,27 @@ impl ClientContext for RuntimeContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        match error.rdkafka_error_code() {
-            Some(
-                RDKafkaErrorCode::AllBrokersDown
-                | RDKafkaErrorCode::BrokerTransportFailure
-                | RDKafkaErrorCode::Resolve,
-            ) => {
+        use outbox_kafka::Connectivity;
+        match outbox_kafka::connectivity(error.rdkafka_error_code()) {
+            Connectivity::ClusterDown => {
                 if !self.broker_down.swap(true, Ordering::Relaxed) {
                     tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying");
                 }
             }
-            Some(RDKafkaErrorCode::UnknownTopicOrPartition) => tracing::warn!(
-                reason,
-                "A subscribed topic does not exist (yet); create it, or start with --create-missing-topics"
-            ),
-            _ => tracing::error!(error = %error, reason, "Kafka client error"),
+            // One broker of several: the others serve on.
+            Connectivity::BrokerLost => {
+                tracing::info!(error = %error, reason, "Kafka broker connection failed; librdkafka reconnects");
+            }
+            Connectivity::Other
+                if error.rdkafka_error_code()
+                    == Some(RDKafkaErrorCode::UnknownTopicOrPartition) =>
+            {
+                tracing::warn!(
+                    reason,
+                    "A subscribed topic does not exist (yet); create it, or start with --create-missing-topics"
+                )
+            }
+            Connectivity::Other => tracing::error!(error = %error, reason, "Kafka client error"),
         }
     }
 }

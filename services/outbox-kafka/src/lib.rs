@@ -67,3 +67,25 @@ pub fn connection_settings(extra: &[(String, String)]) -> impl Iterator<Item = (
         })
         .map(|(k, v)| (k.as_str(), v.as_str()))
 }
+
+/// What an error librdkafka reports to a client's context says about reaching the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Connectivity {
+    /// No broker of the cluster is reachable (`AllBrokersDown`): an outage.
+    ClusterDown,
+    /// One broker's connection failed or its name did not resolve: the others may serve on;
+    /// if it was the last one, `AllBrokersDown` follows.
+    BrokerLost,
+    /// Not about connectivity.
+    Other,
+}
+
+/// Classifies the code of an error reported to a client context ([`Connectivity`]).
+pub fn connectivity(code: Option<rdkafka::types::RDKafkaErrorCode>) -> Connectivity {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    match code {
+        Some(C::AllBrokersDown) => Connectivity::ClusterDown,
+        Some(C::BrokerTransportFailure | C::Resolve) => Connectivity::BrokerLost,
+        _ => Connectivity::Other,
+    }
+}

@@ -94,7 +94,7 @@ async fn an_unwritable_partition_holds_back_only_its_own_aggregate() {
     args.extra = ["--park-after", "3", "--send-timeout-ms", "3000"]
         .map(String::from)
         .to_vec();
-    let _relay = RelayProcess::start(&args);
+    let relay = RelayProcess::start(&args);
 
     e2e::wait_for(
         "every healthy event to be published while the stuck one waits",
@@ -138,4 +138,18 @@ async fn an_unwritable_partition_holds_back_only_its_own_aggregate() {
     let (violations, missing) = ledger.check(&records);
     assert!(violations.is_empty(), "order violated: {violations:?}");
     assert_eq!(missing.len(), 1, "only the stuck event is missing");
+
+    // One broker of two gone is not an outage: the gauge (and `/healthz`) say the cluster
+    // is reachable, and the log never says it is not.
+    let metrics = relay.metrics().await.expect("the relay's metrics");
+    assert_eq!(
+        e2e::proc::metric_value(&metrics, "outbox_kafka_brokers_down"),
+        Some(0.0)
+    );
+    assert!(
+        !relay
+            .log_text()
+            .contains("Kafka broker unreachable; librdkafka keeps retrying"),
+        "one broker's loss was reported as an outage"
+    );
 }
