@@ -96,6 +96,22 @@ fn new_producer(
     )
 }
 
+/// Lets a replaced (and purged) producer report what was purged, then tears it down (its
+/// threads joined, librdkafka's destroy): on the blocking pool when there is a runtime, whose
+/// one thread would otherwise stand still meanwhile, lease renewals included.
+fn retire_producer(old: PolledProducer<RelayContext>) {
+    let teardown = move || {
+        let _ = old.flush(Timeout::After(Duration::from_millis(100)));
+        drop(old);
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(teardown);
+        }
+        Err(_) => teardown(),
+    }
+}
+
 impl Publisher {
     /// Creates the producer (no connection is made until the first message).
     ///
@@ -194,7 +210,9 @@ impl Publisher {
     /// # Errors
     /// Invalid librdkafka settings (they were valid when the first producer was made).
     pub fn replace(&mut self) -> Result<(), KafkaError> {
-        self.purge();
+        // Nothing queued in the old session is sent after this: the new one resends from the
+        // outbox, in order.
+        self.purge_queued();
         let context =
             RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
         let id = self.transactional.as_ref().map(|(id, _)| id.as_str());
@@ -202,12 +220,13 @@ impl Publisher {
         if let Some((_, t)) = &self.transactional {
             t.reset();
         }
-        // The old producer is torn down as it is dropped; its errors are not the new one's.
+        // The old producer's errors are not the new one's.
         self.context.retire();
-        self.producer = producer;
+        let old = std::mem::replace(&mut self.producer, producer);
         self.context = context;
         self.spent
             .store(false, std::sync::atomic::Ordering::Relaxed);
+        retire_producer(old);
         Ok(())
     }
 
