@@ -238,16 +238,13 @@ async fn sigterm_during_a_lone_send_to_a_stalled_broker_stops_the_relay_and_rele
 /// The longest stall `outbox_relay_runtime_stall_seconds` recorded: the smallest bucket bound
 /// that holds every observation (`None`: beyond the largest bound, or no metrics).
 fn longest_stall(metrics: &str) -> Option<f64> {
-    let count = metric_value(metrics, "outbox_relay_runtime_stall_seconds_count")?;
-    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]
-        .into_iter()
-        .find(|le: &f64| {
-            test_support::metrics::metric_sample(
-                metrics,
-                "outbox_relay_runtime_stall_seconds_bucket",
-                &[("le", &le.to_string())],
-            ) == Some(count)
-        })
+    let buckets = test_support::metrics::histogram(metrics, "outbox_relay_runtime_stall_seconds");
+    let total = buckets.last()?.1;
+    buckets
+        .iter()
+        .find(|(_, n)| *n == total)
+        .map(|(le, _)| *le)
+        .filter(|le| le.is_finite())
 }
 
 /// Sixteen lone sends refused by the broker in one batch replace the lone producer sixteen

@@ -33,3 +33,38 @@ pub fn metric_sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// Cumulative buckets `(upper bound, count)` of histogram `name` in Prometheus text, in
+/// order, `+Inf` last. `name` may select one series of a labelled histogram:
+/// `outbox_batch_stage_seconds{stage="claim"}`.
+pub fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let (name, labels) = match name.split_once('{') {
+        Some((n, l)) => (n, l.trim_end_matches('}')),
+        None => (name, ""),
+    };
+    let wanted: Vec<&str> = labels.split(',').filter(|p| !p.is_empty()).collect();
+    let prefix = format!("{name}_bucket{{");
+    let mut out: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|l| {
+            // The label pairs, compared whole (label values here hold no `,` or `}`).
+            let (set, count) = l.split_once('}')?;
+            let pairs: Vec<&str> = set.split(',').collect();
+            if !wanted.iter().all(|w| pairs.contains(w)) {
+                return None;
+            }
+            let le = pairs.iter().find_map(|p| p.strip_prefix("le=\""))?;
+            let le = le.strip_suffix('"')?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            let count = count.trim().parse().ok()?;
+            Some((le, count))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
