@@ -24,7 +24,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 # Each library crate on its own, with its default features and with each feature it has: the
 # workspace build unifies features, which can hide a crate that compiles only with another's.
 for crate in outbox-trace:otlp outbox-writer outbox-process outbox-kafka outbox-consumer \
-    outbox-http:consumer outbox-kit:kafka,consumer,service test-support:order-api; do
+    outbox-http outbox-consumer-service event-contracts test-support:order-api; do
     name="${crate%%:*}"
     cargo clippy -p "$name" --all-targets -- -D warnings
     if [[ "$crate" == *:* ]]; then

@@ -150,20 +150,20 @@ pub struct KafkaArgs {
 
     /// Prefix of routed topics: an event goes to `<prefix><aggregate_type>` unless its row
     /// sets `topic`. The default matches Debezium's outbox event router.
-    #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = outbox_kit::DEFAULT_TOPIC_PREFIX)]
+    #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = outbox_writer::DEFAULT_TOPIC_PREFIX)]
     pub topic_prefix: String,
 
     /// Extra librdkafka producer settings as KEY=VALUE (repeatable, or comma separated), e.g.
     /// compression, linger, security settings. They override the relay's defaults; settings
     /// its guarantees depend on (idempotence, acks, delivery timeouts, partitioner, in-flight
     /// limits, gapless guarantee) are refused at start-up.
-    #[arg(long = "kafka-config", env = "OUTBOX_KAFKA_CONFIG", hide_env_values = true, value_parser = outbox_kit::kafka::parse_kafka_config)]
-    pub kafka_config_lists: Vec<outbox_kit::kafka::KafkaConfigList>,
+    #[arg(long = "kafka-config", env = "OUTBOX_KAFKA_CONFIG", hide_env_values = true, value_parser = outbox_kafka::parse_kafka_config)]
+    pub kafka_config_lists: Vec<outbox_kafka::KafkaConfigList>,
 
     /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), the
     /// same in every binary.
     #[command(flatten)]
-    pub security: outbox_kit::kafka::KafkaSecurityArgs,
+    pub security: outbox_kafka::KafkaSecurityArgs,
 
     /// Create a topic the relay is about to publish to when the broker does not have it.
     /// Off by default: in production, topics are usually owned by whoever runs the cluster.
@@ -203,7 +203,7 @@ pub struct KafkaArgs {
 impl KafkaArgs {
     /// Every `--kafka-config` setting, in order.
     pub fn kafka_config(&self) -> Vec<(String, String)> {
-        outbox_kit::kafka::config_arg::pairs(&self.kafka_config_lists)
+        outbox_kafka::config_arg::pairs(&self.kafka_config_lists)
     }
 
     /// What the relay adds to every message.
@@ -236,7 +236,7 @@ pub struct RunArgs {
 
     /// The development switch of the weak-secret check (`DATABASE_URL`'s password).
     #[command(flatten)]
-    pub secrets: outbox_kit::secrets::SecretArgs,
+    pub secrets: outbox_process::secrets::SecretArgs,
 
     /// Kafka settings.
     #[command(flatten)]
@@ -327,7 +327,7 @@ pub struct RunArgs {
 
     /// How the retention purge runs (batch size, pause, interval).
     #[command(flatten)]
-    pub purge: outbox_kit::retention::PurgeArgs,
+    pub purge: outbox_process::retention::PurgeArgs,
 }
 
 /// Settings of `outbox-relay status`.
@@ -394,7 +394,7 @@ impl RunArgs {
         if let Some(id) = &self.transactional_id {
             return Ok(Some(id.clone()));
         }
-        let options = outbox_kit::pg::connect_options(&self.db.database_url)?;
+        let options = outbox_process::pg::connect_options(&self.db.database_url)?;
         let database = options
             .get_database()
             .unwrap_or_else(|| options.get_username());

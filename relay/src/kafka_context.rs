@@ -78,7 +78,7 @@ impl RelayContext {
 
     /// Called when a delivery succeeded: the broker is reachable again.
     pub fn mark_broker_up(&self) {
-        outbox_kit::kafka::refusal::clear();
+        outbox_kafka::refusal::clear();
         if self.broker_down.swap(false, Ordering::Relaxed) {
             self.set_gauge(false);
             tracing::info!("Kafka broker reachable again");
@@ -110,9 +110,9 @@ impl ClientContext for RelayContext {
             return;
         }
         // A refused login or certificate: `/healthz` says so until a delivery gets through.
-        outbox_kit::kafka::refusal::note(error.rdkafka_error_code(), reason);
-        match outbox_kit::kafka::connectivity(error.rdkafka_error_code()) {
-            outbox_kit::kafka::Connectivity::ClusterDown => {
+        outbox_kafka::refusal::note(error.rdkafka_error_code(), reason);
+        match outbox_kafka::connectivity(error.rdkafka_error_code()) {
+            outbox_kafka::Connectivity::ClusterDown => {
                 if !self.broker_down.swap(true, Ordering::Relaxed) {
                     self.set_gauge(true);
                     tracing::warn!(error = %error, reason, "Kafka broker unreachable; librdkafka keeps retrying, in-flight events stay unmarked");
@@ -120,7 +120,7 @@ impl ClientContext for RelayContext {
             }
             // One broker (its address in `reason`): not an outage for `outbox_kafka_brokers_down`
             // and `/healthz` while the others serve. librdkafka suppresses repeats.
-            outbox_kit::kafka::Connectivity::BrokerLost => {
+            outbox_kafka::Connectivity::BrokerLost => {
                 tracing::info!(error = %error, reason, "Kafka broker connection failed; librdkafka reconnects");
             }
             _ => tracing::error!(error = %error, reason, "Kafka client error"),

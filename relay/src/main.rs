@@ -23,15 +23,15 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// fewer wake-ups across threads.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    outbox_kit::process::init_logging();
+    outbox_process::init_logging();
     match Cli::parse().command {
         Command::Migrate(db) => {
             let store = Store::connect_lazy_with(&db.database_url, db.pgbouncer)
                 .context("invalid DATABASE_URL")?;
-            outbox_kit::schema::migrate(store.pool())
+            outbox_writer::schema::migrate(store.pool())
                 .await
                 .context("applying the outbox schema")?;
-            if let Some(problem) = outbox_kit::schema::id_sequence_problem(store.pool())
+            if let Some(problem) = outbox_writer::schema::id_sequence_problem(store.pool())
                 .await
                 .context("checking the outbox's id sequence")?
             {
@@ -118,7 +118,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .settings(&user_kafka_config)
         .context("Kafka security settings")?;
     args.secrets.check(&[
-        outbox_kit::secrets::Secret::database_url(
+        outbox_process::secrets::Secret::database_url(
             "DATABASE_URL (--database-url)",
             &args.db.database_url,
         ),
@@ -136,7 +136,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
         .context("invalid DATABASE_URL")?;
     // PRODUCER spans over OTLP when the standard OTEL_* variables ask for them; off, nothing.
-    let _telemetry = outbox_kit::trace::otlp::init_or_run_without("outbox-relay");
+    let _telemetry = outbox_trace::otlp::init_or_run_without("outbox-relay");
     let settings = RelaySettings {
         brokers: args.kafka.kafka_brokers.clone(),
         kafka_config,
@@ -165,7 +165,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         purge: args.purge.settings(),
     };
     let metrics = Metrics::new();
-    let shutdown = outbox_kit::process::shutdown_on_signal();
+    let shutdown = outbox_process::shutdown_on_signal();
     let server = tokio::spawn(outbox_relay::metrics::serve(
         args.metrics_addr,
         metrics.clone(),
@@ -174,10 +174,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // A refused login or certificate is retried by librdkafka forever, like an outage: stop
     // here instead, naming the cause, before anything is claimed or published; and, when no
     // broker answered yet, the first time one does.
-    let refusal = match outbox_kit::kafka::probe::check_at_start(
+    let refusal = match outbox_kafka::probe::check_at_start(
         &args.kafka.kafka_brokers,
         &settings.kafka_config,
-        outbox_kit::kafka::probe::START_CHECK_TIMEOUT,
+        outbox_kafka::probe::START_CHECK_TIMEOUT,
         &shutdown,
     )
     .await

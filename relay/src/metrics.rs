@@ -71,7 +71,7 @@ pub struct Metrics {
     /// 1 while every Kafka broker is unreachable for this instance's producer.
     pub broker_down: IntGauge,
     /// Rows the retention purge of `outbox_discarded` removed and has still to remove.
-    pub retention: outbox_kit::retention::RetentionMetrics,
+    pub retention: outbox_process::retention::RetentionMetrics,
     healthy: Arc<AtomicBool>,
 }
 
@@ -271,7 +271,7 @@ impl Metrics {
         ] {
             registry.register(c).unwrap();
         }
-        let retention = outbox_kit::retention::RetentionMetrics::register(&registry).unwrap();
+        let retention = outbox_process::retention::RetentionMetrics::register(&registry).unwrap();
         Self {
             registry,
             published,
@@ -348,7 +348,7 @@ async fn metrics_handler(State(m): State<Metrics>) -> impl IntoResponse {
 
 async fn health_handler(State(m): State<Metrics>) -> impl IntoResponse {
     // A broker refusing the login or the certificate is named, and unhealthy whatever else.
-    let refused = outbox_kit::kafka::refusal::current();
+    let refused = outbox_kafka::refusal::current();
     let ok = m.healthy.load(Ordering::Relaxed) && refused.is_none();
     let mut body = serde_json::json!({
         "status": if ok { "ok" } else { "degraded" },

@@ -405,7 +405,7 @@ impl Store {
         // Wake a relay that is idle (optional for it: it polls anyway).
         if let Ok(mut s) = self.session().await {
             let notified = sqlx::query("SELECT pg_notify($1, '')")
-                .bind(outbox_kit::outbox::NOTIFY_CHANNEL)
+                .bind(outbox_writer::outbox::NOTIFY_CHANNEL)
                 .execute(s.conn())
                 .await;
             if notified.is_ok() {

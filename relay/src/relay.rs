@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backoff::backoff::Backoff;
-use outbox_kit::outbox::NOTIFY_CHANNEL;
+use outbox_writer::outbox::NOTIFY_CHANNEL;
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -31,7 +31,7 @@ pub struct RelaySettings {
     pub brokers: String,
     /// Extra librdkafka settings: the security flags' and `--kafka-config` (`Debug` hides
     /// secrets).
-    pub kafka_config: outbox_kit::kafka::KafkaSettings,
+    pub kafka_config: outbox_kafka::KafkaSettings,
     /// Topic prefix for routing.
     pub topic_prefix: String,
     /// What the relay adds to every message (CloudEvents).
@@ -59,7 +59,7 @@ pub struct RelaySettings {
     /// How long `outbox_discarded` audit rows are kept (deleted by the leader).
     pub discarded_retention: Duration,
     /// How the retention purge runs.
-    pub purge: outbox_kit::retention::PurgeSettings,
+    pub purge: outbox_process::retention::PurgeSettings,
 }
 
 /// Why leading stopped.
@@ -156,7 +156,7 @@ impl Relay {
         let mut db = Outage::new("database");
         let mut kafka = Outage::new("kafka publish");
         let leader = self.metrics.leader.clone();
-        let retention = tokio::spawn(outbox_kit::retention::run(
+        let retention = tokio::spawn(outbox_process::retention::run(
             self.store.pool().clone(),
             vec![crate::store::discarded_rule(s.discarded_retention)],
             s.purge,

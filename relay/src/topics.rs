@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use outbox_kit::kafka::PolledProducer;
+use outbox_kafka::PolledProducer;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -80,7 +80,7 @@ impl TopicCatalog {
         cfg.set("enable.metrics.push", "false");
         // Only connection-level settings of the user's producer config apply to the admin
         // client (security, trust, sockets, client id); producer-only keys would be rejected.
-        for (k, v) in outbox_kit::kafka::connection_settings(extra) {
+        for (k, v) in outbox_kafka::connection_settings(extra) {
             cfg.set(k, v);
         }
         Ok(Self {

@@ -160,18 +160,18 @@ pub fn runtime_config(
     topic: &str,
     partitions: i32,
     queue_capacity: usize,
-) -> outbox_kit::consumer::RuntimeConfig {
-    outbox_kit::consumer::RuntimeConfig {
+) -> outbox_consumer::RuntimeConfig {
+    outbox_consumer::RuntimeConfig {
         consumer_name: name.into(),
         brokers: e2e::kafka_brokers(),
         group_id: format!("{topic}-{name}"),
         topics: vec![topic.to_owned()],
         client_config: vec![("session.timeout.ms".into(), "6000".into())].into(),
-        create_topics: Some(outbox_kit::consumer::TopicSpec {
+        create_topics: Some(outbox_consumer::TopicSpec {
             partitions,
             replication_factor: Some(1),
         }),
-        retry: outbox_kit::consumer::RetryPolicy {
+        retry: outbox_consumer::RetryPolicy {
             initial: Duration::from_millis(50),
             max: Duration::from_millis(200),
         },
@@ -281,9 +281,9 @@ pub async fn write_five_events(
     let mut tx = db.pool.begin().await.unwrap();
     for i in 0..5 {
         let payload = serde_json::json!({"n": i});
-        outbox_kit::enqueue(
+        outbox_writer::enqueue(
             &mut *tx,
-            &outbox_kit::NewEvent::new("order", &aggregate(i), event_type, &payload),
+            &outbox_writer::NewEvent::new("order", &aggregate(i), event_type, &payload),
         )
         .await
         .unwrap();

@@ -14,7 +14,7 @@ use crate::proc::workspace_binary;
 /// before the first event is written: events written earlier are not in the ledger.
 pub async fn install_ledgers(sys: &System) {
     for db in [&sys.order_db, &sys.wms_db, &sys.stock_db] {
-        outbox_kit::schema::migrate_ledger(&db.pool)
+        outbox_writer::schema::migrate_ledger(&db.pool)
             .await
             .expect("install the outbox ledger");
     }
@@ -136,7 +136,7 @@ pub async fn run_until_at_rest(
     let previous: std::sync::Mutex<Option<AuditRun>> = std::sync::Mutex::new(None);
     let previous = &previous;
     let caught_up = &caught_up;
-    let at_rest_run = outbox_kit::poll::poll_every(Duration::from_millis(250), timeout, || async move {
+    let at_rest_run = outbox_process::poll::poll_every(Duration::from_millis(250), timeout, || async move {
         let r = run(sys, brokers, extra).await;
         let mut previous = previous.lock().unwrap();
         if at_rest(previous.as_ref(), &r, caught_up) {

@@ -2,7 +2,7 @@
 //! settings ([`ENV`]), and the tests mint tokens with [`minter`] as a real identity provider
 //! would (an operator's for the catalog, warehouse and stock; a customer's for its orders).
 
-use outbox_kit::auth::Minter;
+use outbox_http::auth::Minter;
 
 /// The HS256 secret of the test services' tokens.
 pub const JWT_SECRET: &str = "e2e-jwt-secret-at-least-32-bytes-long";
@@ -13,7 +13,7 @@ pub const JWT_AUDIENCE: &str = "outbox-shop";
 
 /// The JWT environment of every service process, with the development switch that lets the
 /// tests' published secrets (these constants, the callback secrets) through the start-up check
-/// (`outbox_kit::secrets`); `tests/it/security/secrets.rs` starts the services without it.
+/// (`outbox_process::secrets`); `tests/it/security/secrets.rs` starts the services without it.
 pub const ENV: [(&str, &str); 4] = [
     ("JWT_HS256_SECRET", JWT_SECRET),
     ("JWT_ISSUER", JWT_ISSUER),

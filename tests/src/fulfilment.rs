@@ -273,7 +273,10 @@ fn consumer_env_at(
         ("CONSUMER_SHUTDOWN_TIMEOUT_MS", "5000"),
         ("CONSUMER_RETRY_MAX_BACKOFF_MS", "1000"),
         ("DATABASE_MAX_CONNECTIONS", "10"),
-        ("RUST_LOG", "info,outbox_kit=debug,sqlx=warn,rdkafka=warn"),
+        (
+            "RUST_LOG",
+            "info,outbox_consumer=debug,sqlx=warn,rdkafka=warn",
+        ),
     ]
     .iter()
     .chain(crate::auth::ENV.iter())
@@ -465,7 +468,7 @@ impl System {
     async fn send(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
         let next = std::sync::Mutex::new(Some(req));
         let last = std::sync::Mutex::new(None);
-        outbox_kit::poll::poll_every(
+        outbox_process::poll::poll_every(
             Duration::from_millis(250),
             Duration::from_secs(30),
             || async {

@@ -57,4 +57,4 @@ pub fn unique_topic_prefix() -> String {
 
 pub use test_support::process::free_port;
 
-pub use outbox_kit::poll::{poll_until, wait_for};
+pub use outbox_process::poll::{poll_until, wait_for};

@@ -418,7 +418,7 @@ pub fn secret_file(pki: &Pki, secret: &str) -> PathBuf {
 }
 
 /// The security flags of `args` as the settings every binary makes from them.
-pub fn settings(args: outbox_kit::kafka::KafkaSecurityArgs) -> outbox_kit::kafka::KafkaSettings {
+pub fn settings(args: outbox_kafka::KafkaSecurityArgs) -> outbox_kafka::KafkaSettings {
     args.settings(&[]).expect("valid security settings")
 }
 

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use outbox_kit::{enqueue, NewEvent};
+use outbox_writer::{enqueue, NewEvent};
 use rand::Rng;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -143,7 +143,7 @@ async fn writer(
                 )
                 .await
                 .map_err(|e| match e {
-                    outbox_kit::OutboxError::Database(e) => e,
+                    outbox_writer::OutboxError::Database(e) => e,
                     other => panic!("{other}"),
                 })?;
                 batch.push(WrittenEvent {
@@ -191,7 +191,7 @@ async fn writer(
                         .ok()
                         .map(drop)
                 };
-                outbox_kit::poll::poll_every(
+                outbox_process::poll::poll_every(
                     Duration::from_millis(100),
                     Duration::from_secs(10),
                     answers,

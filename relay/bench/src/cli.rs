@@ -28,7 +28,7 @@ pub struct Args {
     /// `KAFKA_SASL_*`, `KAFKA_SSL_*`). The relay it starts reads the same environment
     /// variables; flags given here reach it only through `--relay-arg`.
     #[command(flatten)]
-    pub kafka_security: outbox_kit::kafka::KafkaSecurityArgs,
+    pub kafka_security: outbox_kafka::KafkaSecurityArgs,
 
     /// What the broker stores messages in, reported with the figures (e.g. `Apache Kafka 4.1.1, KRaft, one node`).
     #[arg(long, env = "BENCH_BROKER_STORAGE", default_value = "unknown")]

@@ -65,7 +65,7 @@ pub async fn run(
     // Like the relay: its own small pool, the lease taken first.
     let pool = PgPoolOptions::new()
         .max_connections(4)
-        .connect_with(outbox_kit::pg::connect_options(&db.url)?)
+        .connect_with(outbox_process::pg::connect_options(&db.url)?)
         .await?;
     let store = Store::from_pool(pool.clone());
     let Some(lease) = store

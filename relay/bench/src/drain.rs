@@ -378,7 +378,7 @@ async fn side_claims(
 ) -> anyhow::Result<()> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
-        .connect_with(outbox_kit::pg::connect_options(&url)?)
+        .connect_with(outbox_process::pg::connect_options(&url)?)
         .await?;
     let store = Store::from_pool(pool);
     let Some(lease) = store

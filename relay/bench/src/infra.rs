@@ -18,7 +18,7 @@ use sqlx::{Connection, PgConnection, PgPool};
 pub struct Infra {
     admin_url: String,
     brokers: String,
-    kafka: outbox_kit::kafka::KafkaSettings,
+    kafka: outbox_kafka::KafkaSettings,
     partitions: i32,
     run_id: String,
     seq: AtomicU32,
@@ -41,7 +41,7 @@ impl std::fmt::Debug for Infra {
 /// # Errors
 /// An invalid URL or setting, an unreachable database.
 pub async fn connect(url: &str) -> Result<PgConnection, sqlx::Error> {
-    PgConnection::connect_with(&outbox_kit::pg::connect_options(url)?).await
+    PgConnection::connect_with(&outbox_process::pg::connect_options(url)?).await
 }
 
 /// A database created for one phase.
@@ -76,7 +76,7 @@ impl Infra {
     pub fn new(
         admin_url: &str,
         brokers: &str,
-        kafka: &outbox_kit::kafka::KafkaSettings,
+        kafka: &outbox_kafka::KafkaSettings,
         partitions: i32,
     ) -> anyhow::Result<Self> {
         let mut cfg = ClientConfig::new();
@@ -135,7 +135,7 @@ impl Infra {
         )
         .await
         .with_context(|| format!("creating database {name}"))?;
-        outbox_kit::schema::migrate(&db.pool)
+        outbox_writer::schema::migrate(&db.pool)
             .await
             .context("applying the outbox schema")?;
         Ok(BenchDb {

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use outbox_kit::{EventEnvelope, Payload};
+use outbox_writer::{EventEnvelope, Payload};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::Serialize;
 use sqlx::{Connection, Row};

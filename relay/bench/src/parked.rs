@@ -85,7 +85,7 @@ async fn side(infra: &Infra, spec: &ParkedSpec<'_>, label: &str) -> anyhow::Resu
         log: spec.log_dir.join(format!("relay-{label}.log")),
     })?;
     relay.wait_until_leading(Duration::from_secs(60)).await?;
-    let parked = outbox_kit::poll::poll_until(Duration::from_secs(60), || async {
+    let parked = outbox_process::poll::poll_until(Duration::from_secs(60), || async {
         let n: i64 =
             sqlx::query_scalar("SELECT count(*) FROM outbox_failure WHERE parked_at IS NOT NULL")
                 .fetch_one(&db.pool)

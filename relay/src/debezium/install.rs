@@ -21,7 +21,7 @@ pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
     }
     let config = super::RouterConfig::from_properties(&properties)
         .map_err(|e| anyhow::anyhow!("the Debezium configuration: {e}"))?;
-    let mut conn = outbox_kit::pg::connect_options(&args.db.database_url)
+    let mut conn = outbox_process::pg::connect_options(&args.db.database_url)
         .context("invalid DATABASE_URL")?
         .connect()
         .await
@@ -85,7 +85,7 @@ async fn wait_for_slot(
         .await?;
     println!("waiting until slot {slot} confirmed {lsn} (Debezium published every row committed before the trigger)");
     let conn = &tokio::sync::Mutex::new(conn);
-    let confirmed = outbox_kit::poll::poll_every(
+    let confirmed = outbox_process::poll::poll_every(
         std::time::Duration::from_millis(500),
         std::time::Duration::from_secs(timeout_secs),
         || async {

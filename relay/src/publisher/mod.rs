@@ -12,9 +12,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_kit::kafka::PolledProducer;
-use outbox_kit::trace::{Attribute, ProducerSpan, TraceContext};
-use outbox_kit::{EventEnvelope, HeaderOptions};
+use outbox_kafka::PolledProducer;
+use outbox_trace::{Attribute, ProducerSpan, TraceContext};
+use outbox_writer::{EventEnvelope, HeaderOptions};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
@@ -149,7 +149,7 @@ impl Publisher {
             topic_prefix: topic_prefix.to_owned(),
             broker_down,
             wire: WireSettings::default(),
-            spans: outbox_kit::trace::exporting(),
+            spans: outbox_trace::exporting(),
             send_timeout: None,
             spent: Default::default(),
             transactional: None,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 
-use outbox_kit::kafka::PolledProducer;
+use outbox_kafka::PolledProducer;
 
 use crate::kafka_context::RelayContext;
 

@@ -4,7 +4,7 @@
 //! with its error ([`Undecodable`]) so it is parked instead of stopping the batch.
 
 use chrono::{DateTime, Utc};
-use outbox_kit::{EventEnvelope, Payload};
+use outbox_writer::{EventEnvelope, Payload};
 use sqlx::Row;
 use uuid::Uuid;
 
@@ -336,7 +336,7 @@ impl Store {
                     content_type: r
                         .try_get_unchecked::<Option<String>, _>(12)?
                         .unwrap_or_else(|| {
-                            outbox_kit::envelope::DEFAULT_BINARY_CONTENT_TYPE.to_owned()
+                            outbox_writer::envelope::DEFAULT_BINARY_CONTENT_TYPE.to_owned()
                         }),
                 },
                 (None, None) => Payload::Tombstone,

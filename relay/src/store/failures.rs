@@ -67,8 +67,8 @@ impl FailureFilter {
 }
 
 /// The retention rule of the `outbox_discarded` audit table.
-pub fn discarded_rule(window: Duration) -> outbox_kit::retention::RetentionRule {
-    outbox_kit::retention::RetentionRule {
+pub fn discarded_rule(window: Duration) -> outbox_process::retention::RetentionRule {
+    outbox_process::retention::RetentionRule {
         table: "outbox_discarded",
         time_column: "discarded_at",
         scope: None,

@@ -58,7 +58,7 @@ impl Store {
     /// # Errors
     /// When the URL cannot be parsed.
     pub fn connect_lazy_with(database_url: &str, pgbouncer: bool) -> Result<Self, sqlx::Error> {
-        let mut options = outbox_kit::pg::connect_options(database_url)?;
+        let mut options = outbox_process::pg::connect_options(database_url)?;
         if pgbouncer {
             options = options.statement_cache_capacity(0).extra_float_digits(None);
         }
@@ -116,13 +116,13 @@ impl Store {
     }
 
     /// What is wrong with the outbox's id sequence, if anything
-    /// ([`outbox_kit::schema::id_sequence_problem`]), in a session safe behind PgBouncer.
+    /// ([`outbox_writer::schema::id_sequence_problem`]), in a session safe behind PgBouncer.
     ///
     /// # Errors
     /// Database errors.
     pub async fn id_sequence_problem(&self) -> Result<Option<String>, sqlx::Error> {
         let mut session = self.session().await?;
-        let problem = outbox_kit::schema::id_sequence_problem(session.conn()).await?;
+        let problem = outbox_writer::schema::id_sequence_problem(session.conn()).await?;
         session.finish().await?;
         Ok(problem)
     }

@@ -6,16 +6,16 @@ use marketplace_sim::config::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let _telemetry = outbox_kit::service::init_tracing();
+    let _telemetry = outbox_http::service::init_tracing();
     let config = Config::parse();
-    let secret = outbox_kit::signature::CallbackSecret::new(&config.secret)
+    let secret = outbox_http::signature::CallbackSecret::new(&config.secret)
         .context("invalid MARKETPLACE_SECRET")?;
-    let listener = outbox_kit::service::bind(&config.listen)
+    let listener = outbox_http::service::bind(&config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    let shutdown = outbox_kit::service::shutdown_on_signal();
+    let shutdown = outbox_http::service::shutdown_on_signal();
     let platform = marketplace_sim::Platform::new(secret, config.faults);
-    outbox_kit::service::serve(
+    outbox_http::service::serve(
         listener,
         marketplace_sim::router(platform),
         shutdown,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use outbox_kit::signature::CallbackSecret;
+use outbox_http::signature::CallbackSecret;
 use serde_json::Value;
 
 use crate::config::Faults;

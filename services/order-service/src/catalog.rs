@@ -17,7 +17,7 @@ pub struct SkuBody {
     #[schema(schema_with = SkuName::schema_object)]
     pub name: String,
     /// Price in cents.
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     #[schema(schema_with = Cents::schema_object)]
     pub price_cents: i64,
 }

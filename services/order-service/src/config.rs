@@ -3,10 +3,10 @@
 
 use clap::builder::NonEmptyStringValueParser;
 use clap::Parser;
-use outbox_kit::auth::AuthArgs;
-use outbox_kit::consumer::dlq_cli::ConsumerCommand;
-use outbox_kit::consumer::{ConsumerArgs, RuntimeConfig};
-use outbox_kit::service::ServiceArgs;
+use outbox_consumer::dlq_cli::ConsumerCommand;
+use outbox_consumer::{ConsumerArgs, RuntimeConfig};
+use outbox_http::auth::AuthArgs;
+use outbox_http::service::ServiceArgs;
 
 /// HTTP order service: idempotent orders, signed payment and refund callbacks, events through
 /// the transactional outbox.
@@ -99,9 +99,9 @@ impl Config {
     /// `PAYMENT_CALLBACK_SECRET`, `MARKETPLACE_SECRET`) unless `--allow-weak-secrets`.
     ///
     /// # Errors
-    /// [`outbox_kit::secrets::WeakSecrets`] naming each weak setting.
-    pub fn check_secrets(&self) -> Result<(), outbox_kit::secrets::WeakSecrets> {
-        use outbox_kit::secrets::Secret;
+    /// [`outbox_process::secrets::WeakSecrets`] naming each weak setting.
+    pub fn check_secrets(&self) -> Result<(), outbox_process::secrets::WeakSecrets> {
+        use outbox_process::secrets::Secret;
         let mut secrets = self.auth.secrets().to_vec();
         secrets.push(Secret::signing_key(
             "PAYMENT_CALLBACK_SECRET (--payment-callback-secret)",
@@ -120,8 +120,8 @@ impl Config {
     }
 
     /// The retention rule of the idempotency keys.
-    pub fn idempotency_retention(&self) -> outbox_kit::retention::RetentionRule {
-        outbox_kit::retention::RetentionRule {
+    pub fn idempotency_retention(&self) -> outbox_process::retention::RetentionRule {
+        outbox_process::retention::RetentionRule {
             table: "idempotency_keys",
             time_column: "created_at",
             scope: None,
@@ -138,7 +138,7 @@ impl Config {
     /// Incomplete or contradicting Kafka security settings.
     pub fn runtime_config(
         &self,
-    ) -> Result<Option<RuntimeConfig>, outbox_kit::kafka::KafkaSecurityError> {
+    ) -> Result<Option<RuntimeConfig>, outbox_kafka::KafkaSecurityError> {
         let Some(brokers) = self.kafka_brokers.as_deref() else {
             return Ok(None);
         };

@@ -32,10 +32,10 @@ pub enum Error {
     /// A callback's timestamped signature was refused: wrong, or its timestamp missing or
     /// outside the replay window (401).
     #[error("{0}")]
-    Signature(#[from] outbox_kit::signature::SignatureError),
+    Signature(#[from] outbox_http::signature::SignatureError),
     /// No valid bearer token, or not the role the endpoint needs (401 / 403).
     #[error("{0}")]
-    Auth(#[from] outbox_kit::auth::AuthError),
+    Auth(#[from] outbox_http::auth::AuthError),
     /// No order has this id (404).
     #[error("order not found")]
     OrderNotFound,
@@ -105,7 +105,7 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     /// Writing the outbox event failed.
     #[error("outbox write failed")]
-    Outbox(#[from] outbox_kit::OutboxError),
+    Outbox(#[from] outbox_writer::OutboxError),
     /// A response or event could not be serialized.
     #[error("serialization failed")]
     Serialize(#[source] serde_json::Error),
@@ -116,8 +116,8 @@ impl Error {
     /// database was unreachable, busy or chose this transaction as a deadlock victim.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Database(e) | Self::Outbox(outbox_kit::OutboxError::Database(e)) => {
-                outbox_kit::db::is_retryable(e)
+            Self::Database(e) | Self::Outbox(outbox_writer::OutboxError::Database(e)) => {
+                outbox_writer::db::is_retryable(e)
             }
             Self::KeyBusy | Self::PlatformUnavailable(_) => true,
             _ => false,
@@ -128,7 +128,7 @@ impl Error {
     pub fn constraint(&self) -> Option<&str> {
         match self {
             Self::Database(sqlx::Error::Database(e))
-            | Self::Outbox(outbox_kit::OutboxError::Database(sqlx::Error::Database(e))) => {
+            | Self::Outbox(outbox_writer::OutboxError::Database(sqlx::Error::Database(e))) => {
                 e.constraint()
             }
             _ => None,

@@ -78,7 +78,7 @@ pub async fn append(
     event_type: EventType,
     order: &OrderView,
     cause: Cause<'_>,
-) -> Result<outbox_kit::EnqueuedEvent, Error> {
+) -> Result<outbox_writer::EnqueuedEvent, Error> {
     let (mut payment, mut refund, mut shipment, mut hold) = (None, None, None, None);
     let mut refunded_in_full = false;
     match cause {
@@ -104,8 +104,8 @@ pub async fn append(
     .map_err(Error::Serialize)?;
     let aggregate_id = order.order_id.to_string();
     let event =
-        outbox_kit::NewEvent::new(AGGREGATE_TYPE, &aggregate_id, event_type.as_str(), &payload);
-    let enqueued = outbox_kit::enqueue(&mut *conn, &event).await?;
+        outbox_writer::NewEvent::new(AGGREGATE_TYPE, &aggregate_id, event_type.as_str(), &payload);
+    let enqueued = outbox_writer::enqueue(&mut *conn, &event).await?;
     tracing::debug!(
         order.id = %order.order_id,
         event.id = %enqueued.event_id,

@@ -17,7 +17,7 @@
 //! (like every writer of an order), the status moves by a conditional update, so an event that
 //! arrives again under a new event id finds the order moved already and changes nothing.
 
-use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
+use outbox_consumer::{Effect, Event, Handler, HandlerError};
 use serde::Deserialize;
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;

@@ -3,7 +3,7 @@
 //! # Modules
 //!
 //! The order service: orders, payments and refunds, each state change committed together with
-//! its event in the transactional outbox (`outbox-kit`).
+//! its event in the transactional outbox (`outbox-writer`).
 //!
 //! - [`domain`]: validated newtypes, the state machines and the kinds of events.
 //! - [`lines`]: order lines as received and validated (orders, refunds and marketplace trades

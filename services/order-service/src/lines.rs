@@ -20,7 +20,7 @@ pub struct CreateOrderItemBody {
     #[schema(schema_with = SkuId::schema_object)]
     pub sku_id: String,
     /// Units.
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     #[schema(schema_with = Quantity::schema_object)]
     pub quantity: i64,
 }

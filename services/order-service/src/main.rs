@@ -13,7 +13,7 @@ use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let _telemetry = outbox_kit::service::init_tracing();
+    let _telemetry = outbox_http::service::init_tracing();
     let config = Config::parse();
     if let Some(command) = &config.command {
         let runtime = config
@@ -21,21 +21,17 @@ async fn main() -> anyhow::Result<()> {
             .context("Kafka security settings")?
             .context("the dlq commands need --kafka-brokers / KAFKA_BROKERS")?;
         // `dlq redrive` records what it sent in the service's database.
-        let pool = outbox_kit::service::connect_lazy(&config.service.database_url, 1)
+        let pool = outbox_http::service::connect_lazy(&config.service.database_url, 1)
             .context("invalid DATABASE_URL")?;
-        let ran = outbox_kit::consumer::dlq_cli::run(
-            command,
-            &runtime,
-            &pool,
-            &mut std::io::stdout().lock(),
-        )
-        .await;
+        let ran =
+            outbox_consumer::dlq_cli::run(command, &runtime, &pool, &mut std::io::stdout().lock())
+                .await;
         pool.close().await;
         return ran.context("dlq command failed");
     }
-    if config.service.migrations == outbox_kit::service::Migrations::Only {
+    if config.service.migrations == outbox_http::service::Migrations::Only {
         config.service.check_secrets(&[])?;
-        let pool = outbox_kit::service::connect_lazy(&config.service.database_url, 1)
+        let pool = outbox_http::service::connect_lazy(&config.service.database_url, 1)
             .context("invalid DATABASE_URL")?;
         order_service::migrate(&pool)
             .await
@@ -61,20 +57,20 @@ async fn main() -> anyhow::Result<()> {
         .map(CallbackSecret::new)
         .transpose()
         .context("invalid MARKETPLACE_SECRET")?;
-    let pool = outbox_kit::service::connect_lazy(
+    let pool = outbox_http::service::connect_lazy(
         &config.service.database_url,
         config.service.database_max_connections,
     )
     .context("invalid DATABASE_URL")?;
-    if config.service.migrations == outbox_kit::service::Migrations::Apply {
+    if config.service.migrations == outbox_http::service::Migrations::Apply {
         order_service::migrate(&pool)
             .await
             .context("applying the outbox, inbox and order migrations")?;
     }
-    let listener = outbox_kit::service::bind(&config.service.listen)
+    let listener = outbox_http::service::bind(&config.service.listen)
         .await
         .with_context(|| format!("binding {}", config.service.listen))?;
-    let shutdown = outbox_kit::service::shutdown_on_signal();
+    let shutdown = outbox_http::service::shutdown_on_signal();
     let metrics = Metrics::new();
     let marketplace = config.marketplace_url.as_deref().map(PlatformClient::new);
     let compensation = marketplace.clone().map(|client| {
@@ -101,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
         Duration::from_millis(config.service.state_metrics_interval_ms),
         shutdown.clone(),
     ));
-    let retention = tokio::spawn(outbox_kit::retention::run(
+    let retention = tokio::spawn(outbox_process::retention::run(
         pool.clone(),
         vec![config.idempotency_retention()],
         config.consumer.purge.settings(),
@@ -111,7 +107,7 @@ async fn main() -> anyhow::Result<()> {
     ));
     let consumer = match config.runtime_config().context("Kafka security settings")? {
         Some(runtime) => {
-            let consumed = outbox_kit::consumer::run(
+            let consumed = outbox_consumer::run(
                 runtime,
                 pool.clone(),
                 Arc::new(

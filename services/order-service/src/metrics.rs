@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_kit::service::ObserveHttp;
+use outbox_http::service::ObserveHttp;
 
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
@@ -46,7 +46,7 @@ pub struct Metrics {
     /// watermark stays below them).
     pub channel_compensation_failed: IntCounter,
     /// The fulfilment consumer's metrics (messages, inbox duplicates, retries, dead letters).
-    pub consumer: outbox_kit::consumer::ConsumerMetrics,
+    pub consumer: outbox_consumer::ConsumerMetrics,
 }
 
 impl Default for Metrics {
@@ -158,7 +158,7 @@ impl Metrics {
         ] {
             registry.register(c).unwrap();
         }
-        let consumer = outbox_kit::consumer::ConsumerMetrics::register(
+        let consumer = outbox_consumer::ConsumerMetrics::register(
             &registry,
             crate::subscription::CONSUMER_NAME,
         )
@@ -197,11 +197,11 @@ impl Metrics {
             .register(Box::new(self.channel_compensation_last_success.clone()));
     }
 
-    /// The gauges of the order database's business state ([`outbox_kit::service::StateGauges`]),
+    /// The gauges of the order database's business state ([`outbox_http::service::StateGauges`]),
     /// registered here; the caller runs them.
-    pub fn state_gauges(&self) -> outbox_kit::service::StateGauges {
+    pub fn state_gauges(&self) -> outbox_http::service::StateGauges {
         let r = &self.registry;
-        outbox_kit::service::StateGauges::new()
+        outbox_http::service::StateGauges::new()
             .gauge(
                 r,
                 "order_payments_refund_required",

@@ -28,7 +28,7 @@ pub struct PaymentCallbackBody {
     #[schema(schema_with = TransactionId::schema_object)]
     pub transaction_id: String,
     /// Amount paid.
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     #[schema(schema_with = Cents::schema_object)]
     pub amount_cents: i64,
     /// Only `SUCCESS` is sent by the provider.

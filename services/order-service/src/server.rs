@@ -1,5 +1,5 @@
 //! Start-up and shutdown: migrations and the HTTP server with a drain deadline (the pool is
-//! [`outbox_kit::service::connect_lazy`]).
+//! [`outbox_http::service::connect_lazy`]).
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use sqlx::PgPool;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use outbox_kit::service::HttpLimits;
+use outbox_http::service::HttpLimits;
 
 use crate::http::{router, AppState, UNAUTHENTICATED_ROUTES};
 
@@ -25,8 +25,8 @@ pub fn migrator() -> sqlx::migrate::Migrator {
 /// # Errors
 /// When the database is unreachable or a migration fails.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    outbox_kit::schema::migrate(pool).await?;
-    outbox_kit::schema::migrate_inbox(pool).await?;
+    outbox_writer::schema::migrate(pool).await?;
+    outbox_writer::schema::migrate_inbox(pool).await?;
     migrator().run(pool).await
 }
 
@@ -60,6 +60,12 @@ pub async fn serve_with_limits(
     drain_timeout: Duration,
     limits: &HttpLimits,
 ) -> std::io::Result<()> {
-    outbox_kit::service::serve_with_limits(listener, router(state), shutdown, drain_timeout, limits)
-        .await
+    outbox_http::service::serve_with_limits(
+        listener,
+        router(state),
+        shutdown,
+        drain_timeout,
+        limits,
+    )
+    .await
 }

@@ -1,4 +1,4 @@
 //! Callback and marketplace push signatures: the shared implementation
-//! ([`outbox_kit::signature`]), re-exported where this service's code and tests look for it.
+//! ([`outbox_http::signature`]), re-exported where this service's code and tests look for it.
 
-pub use outbox_kit::signature::{CallbackSecret, EmptySecret};
+pub use outbox_http::signature::{CallbackSecret, EmptySecret};

@@ -139,7 +139,7 @@ impl Broker {
             // time and the read never moved (docs/src/testing.md, "Chaos").
             .set("fetch.max.bytes", FETCH_MAX_BYTES.to_string())
             .set("client.id", "outbox-audit");
-        for (k, v) in outbox_kit::consumer::config::connection_settings(&self.extra) {
+        for (k, v) in outbox_consumer::config::connection_settings(&self.extra) {
             cfg.set(k, v);
         }
         Ok(cfg.create()?)
@@ -285,7 +285,7 @@ fn record<M: Message>(m: &M) -> Record {
             }
         }
     }
-    use outbox_kit::consumer::dlq::{
+    use outbox_consumer::dlq::{
         DLQ_CONSUMER, DLQ_SOURCE_OFFSET, DLQ_SOURCE_PARTITION, DLQ_SOURCE_TOPIC,
     };
     let dead_letter = (|| {

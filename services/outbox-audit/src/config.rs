@@ -30,7 +30,7 @@ pub struct Config {
 
     /// Prefix of the topics (`<prefix><aggregate_type>`), the same as the relays' and the
     /// consumers'.
-    #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = outbox_kit::DEFAULT_TOPIC_PREFIX)]
+    #[arg(long, env = "OUTBOX_TOPIC_PREFIX", default_value = outbox_writer::DEFAULT_TOPIC_PREFIX)]
     pub topic_prefix: String,
 
     /// Consumer group of the order service's fulfilment consumer.
@@ -61,13 +61,13 @@ pub struct Config {
 
     /// Extra librdkafka settings as KEY=VALUE (security, sockets, client id; repeatable, or
     /// comma separated).
-    #[arg(long = "kafka-config", env = "AUDIT_KAFKA_CONFIG", hide_env_values = true, value_parser = outbox_kit::kafka::parse_kafka_config)]
-    pub kafka_config: Vec<outbox_kit::kafka::KafkaConfigList>,
+    #[arg(long = "kafka-config", env = "AUDIT_KAFKA_CONFIG", hide_env_values = true, value_parser = outbox_kafka::parse_kafka_config)]
+    pub kafka_config: Vec<outbox_kafka::KafkaConfigList>,
 
     /// TLS and SASL settings (`KAFKA_SECURITY_PROTOCOL`, `KAFKA_SASL_*`, `KAFKA_SSL_*`), the
     /// same as every other binary's.
     #[command(flatten)]
-    pub security: outbox_kit::kafka::KafkaSecurityArgs,
+    pub security: outbox_kafka::KafkaSecurityArgs,
 
     /// Longest wait for the broker (metadata, offsets, reading a topic to its end), seconds.
     #[arg(long, env = "AUDIT_BROKER_TIMEOUT_S", default_value_t = 120)]

@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use outbox_kit::consumer::Handler as _;
 
 pub use config::Config;
 pub use report::{Report, Violation};
@@ -61,25 +60,25 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     let databases = [("order", &order), ("wms", &wms), ("stock", &stock)];
     let consumers = [
         ConsumerSpec {
-            name: order_service::subscription::CONSUMER_NAME,
+            name: event_contracts::order::CONSUMER_NAME,
             database: &order,
             group: &config.order_group,
-            aggregates: &order_service::subscription::CONSUMED_AGGREGATES,
-            handles: |t| order_service::subscription::versions(t).is_some(),
+            aggregates: &event_contracts::order::CONSUMED_AGGREGATES,
+            handles: |t| event_contracts::order::versions(t).is_some(),
         },
         ConsumerSpec {
-            name: wms_consumer::handler::CONSUMER_NAME,
+            name: event_contracts::wms::CONSUMER_NAME,
             database: &wms,
             group: &config.wms_group,
-            aggregates: &wms_consumer::handler::CONSUMED_AGGREGATES,
-            handles: |t| wms_consumer::WmsHandler.versions(t).is_some(),
+            aggregates: &event_contracts::wms::CONSUMED_AGGREGATES,
+            handles: |t| event_contracts::wms::versions(t).is_some(),
         },
         ConsumerSpec {
-            name: stock_consumer::handler::CONSUMER_NAME,
+            name: event_contracts::stock::CONSUMER_NAME,
             database: &stock,
             group: &config.stock_group,
-            aggregates: &stock_consumer::handler::CONSUMED_AGGREGATES,
-            handles: |t| stock_consumer::StockHandler.versions(t).is_some(),
+            aggregates: &event_contracts::stock::CONSUMED_AGGREGATES,
+            handles: |t| event_contracts::stock::versions(t).is_some(),
         },
     ];
     let mut report = Report::default();
@@ -138,10 +137,10 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     // Topics: every consumed one, its dead-letter topic, and whatever the ledgers name.
     let kafka_config = config
         .security
-        .settings(&outbox_kit::kafka::config_arg::pairs(&config.kafka_config))
+        .settings(&outbox_kafka::config_arg::pairs(&config.kafka_config))
         .context("Kafka security settings")?;
     // A refused login or certificate would otherwise only show as a broker timeout.
-    outbox_kit::kafka::check_connection(
+    outbox_kafka::check_connection(
         &config.kafka_brokers,
         &kafka_config,
         config.broker_timeout(),
@@ -177,7 +176,7 @@ pub async fn audit(config: &Config) -> anyhow::Result<Report> {
     for c in &consumers {
         for a in c.aggregates {
             let t = format!("{prefix}{a}");
-            wanted.push(outbox_kit::consumer::dead_letter_topic(&t));
+            wanted.push(outbox_consumer::dead_letter_topic(&t));
             wanted.push(t);
         }
     }

@@ -18,7 +18,7 @@ use crate::report::Violation;
 pub async fn connect(url: &str) -> Result<PgPool, sqlx::Error> {
     // Three databases, so no one DATABASE_PASSWORD_FILE: passwords come with each URL (or
     // PGPASSWORD / ~/.pgpass, which sqlx reads).
-    let opts = outbox_kit::pg::connect_options_with(url, None)?
+    let opts = outbox_process::pg::connect_options_with(url, None)?
         .options([("default_transaction_read_only", "on")])
         .application_name("outbox-audit");
     PgPoolOptions::new()

@@ -39,7 +39,8 @@ pub use read::{
     read_dead_letters, DeadLetter, REDRIVE_ORIGIN_OFFSET, REDRIVE_ORIGIN_PARTITION,
     REDRIVE_ORIGIN_TOPIC,
 };
-pub use send::{redrive, select, Redriven, Selection};
+pub use record::Redriven;
+pub use send::{redrive, select, Selection};
 
 #[cfg(test)]
 mod tests {

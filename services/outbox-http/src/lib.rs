@@ -3,8 +3,7 @@
 //! # Modules
 //!
 //! - [`service`]: HTTP serving with limits and a drain deadline, `/healthz` / `/metrics`, the
-//!   JSON error envelope, extractors, OpenAPI; with feature `consumer` also the builder of a
-//!   consuming service ([`service::ConsumerService`]).
+//!   JSON error envelope, extractors, OpenAPI.
 //! - [`auth`]: bearer-token (JWT) verification, the `Customer` / `Operator` extractors and their
 //!   401/403 answers, token minting for tests and tools.
 //! - [`validate`]: the one validator of client text and integers, and the OpenAPI schemas built

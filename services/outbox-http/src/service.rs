@@ -1,12 +1,10 @@
 //! What every service binary needs besides its own logic: structured logs, a cancellation
 //! token fired by SIGTERM / SIGINT, an HTTP server that drains with a deadline, the
-//! `/healthz` and `/metrics` answers, the JSON error envelope ([`ApiError`]) and, for
-//! consuming services, the whole skeleton ([`ConsumerService`]).
+//! `/healthz` and `/metrics` answers and the JSON error envelope ([`ApiError`]). The skeleton
+//! of a consuming service, built on this, is the `outbox-consumer-service` crate.
 
 mod api_error;
 mod args;
-#[cfg(feature = "consumer")]
-mod consumer_app;
 pub mod extract;
 mod openapi;
 pub mod operations;
@@ -15,8 +13,6 @@ mod state_gauges;
 
 pub use api_error::ApiError;
 pub use args::{Migrations, ServiceArgs};
-#[cfg(feature = "consumer")]
-pub use consumer_app::{ConsumerService, ConsumerServiceArgs, ServiceError};
 pub use openapi::{
     error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health, BEARER_SCHEME,
 };
@@ -205,50 +201,6 @@ pub fn metrics_response(registry: &Registry) -> Response {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], buf).into_response()
-}
-
-/// The metrics every consuming service exposes: HTTP requests by method, matched route and
-/// status (`<service>_http_requests_total`) and the consumer runtime's metrics (including inbox
-/// duplicates), in one registry that `/metrics` renders.
-#[cfg(feature = "consumer")]
-#[derive(Debug, Clone)]
-pub struct ConsumerServiceMetrics {
-    /// The registry `/metrics` renders.
-    pub registry: Registry,
-    /// HTTP requests by method, matched route and status.
-    pub http_requests: IntCounterVec,
-    /// The consumer runtime's metrics.
-    pub consumer: outbox_consumer::ConsumerMetrics,
-}
-
-#[cfg(feature = "consumer")]
-impl ConsumerServiceMetrics {
-    /// Creates and registers every metric; `service` prefixes the HTTP metric (`wms`, `stock`).
-    ///
-    /// # Panics
-    /// When `service` or `consumer_name` make an invalid or duplicate metric name (a
-    /// programming error: both are constants of the calling service).
-    pub fn new(service: &str, consumer_name: &str) -> Self {
-        let registry = Registry::new();
-        let http_requests = IntCounterVec::new(
-            prometheus::Opts::new(
-                format!("{service}_http_requests_total"),
-                "HTTP requests by method, route and status",
-            ),
-            &["method", "route", "status"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(http_requests.clone()))
-            .expect("unique metric");
-        let consumer = outbox_consumer::ConsumerMetrics::register(&registry, consumer_name)
-            .expect("unique consumer metrics");
-        Self {
-            registry,
-            http_requests,
-            consumer,
-        }
-    }
 }
 
 #[cfg(test)]

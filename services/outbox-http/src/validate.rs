@@ -171,7 +171,7 @@ impl IntRange {
 /// An integer read from any JSON number with no fractional part: `7`, `7.0` and `7e0` are
 /// the same integer to JSON Schema (`"type": "integer"`), so the server takes all three. A
 /// value with a fraction, or beyond ±2^53 written as a float (where it is not exact), is
-/// refused. Use as `#[serde(deserialize_with = "outbox_kit::validate::integer")]`.
+/// refused. Use as `#[serde(deserialize_with = "outbox_http::validate::integer")]`.
 ///
 /// # Errors
 /// When the value is not a number, has a fraction, or does not fit.
@@ -256,7 +256,7 @@ mod openapi {
 /// built from the same rule.
 ///
 /// ```ignore
-/// outbox_kit::text_newtype!(
+/// outbox_http::text_newtype!(
 ///     /// A catalog entry's identifier.
 ///     SkuId, TextRule::new(64, Chars::Token)
 /// );

@@ -3,7 +3,7 @@
 //! listen address.
 
 use clap::Parser;
-use outbox_kit::service::ConsumerServiceArgs;
+use outbox_consumer_service::ConsumerServiceArgs;
 
 /// Stock consumer: reservations per paid order, releases, deductions and restocks, counts over
 /// HTTP, decisions published through its own outbox.

@@ -125,10 +125,10 @@ impl MovementKind {
     }
 }
 
-pub use outbox_kit::validate::ValidationError;
-use outbox_kit::validate::{Chars, IntRange, TextRule};
+pub use outbox_http::validate::ValidationError;
+use outbox_http::validate::{Chars, IntRange, TextRule};
 
-outbox_kit::text_newtype!(
+outbox_http::text_newtype!(
     /// A SKU id: 1-64 letters, digits and `-_.:`, like the order service's.
     SkuId,
     TextRule::new(64, Chars::Token)

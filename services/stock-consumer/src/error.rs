@@ -1,6 +1,6 @@
 //! The errors of the stock HTTP API, one variant per way a request can fail; the HTTP layer
 //! maps each to a status and a stable `code`. (Consumed events fail with
-//! [`outbox_kit::consumer::HandlerError`] instead.)
+//! [`outbox_consumer::HandlerError`] instead.)
 
 use crate::domain::ValidationError;
 
@@ -28,7 +28,7 @@ impl Error {
     /// Whether the client may retry unchanged: the database was unreachable or busy.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Database(e) => outbox_kit::db::is_retryable(e),
+            Self::Database(e) => outbox_writer::db::is_retryable(e),
             _ => false,
         }
     }

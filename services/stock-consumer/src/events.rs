@@ -74,12 +74,12 @@ impl StockEvent {
 pub async fn append(
     conn: &mut PgConnection,
     event: &StockEvent,
-) -> Result<outbox_kit::EnqueuedEvent, outbox_kit::OutboxError> {
+) -> Result<outbox_writer::EnqueuedEvent, outbox_writer::OutboxError> {
     // Plain structs of strings, numbers and ids always serialize.
     let payload = serde_json::to_value(event).unwrap_or_default();
     let order_id = event.order_id().to_string();
-    let new = outbox_kit::NewEvent::new(AGGREGATE_TYPE, &order_id, event.event_type(), &payload);
-    let enqueued = outbox_kit::enqueue(&mut *conn, &new).await?;
+    let new = outbox_writer::NewEvent::new(AGGREGATE_TYPE, &order_id, event.event_type(), &payload);
+    let enqueued = outbox_writer::enqueue(&mut *conn, &new).await?;
     tracing::info!(
         order.id = %order_id,
         event.id = %enqueued.event_id,

@@ -9,20 +9,16 @@
 //! another topic. Outbound events carry the whole outbound view, so each move reads the lines'
 //! cumulative amounts ([`crate::lines`]) rather than the change alone.
 
-use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
+use outbox_consumer::{Effect, Event, Handler, HandlerError};
 use sqlx::PgConnection;
 
 use crate::events::{OrderPaid, OrderRef, OutboundRef};
 use crate::lines::Instruction;
 use crate::stock;
 
-/// The inbox's consumer name.
-pub const CONSUMER_NAME: &str = "stock";
-
-/// Aggregate types (topics `<prefix><aggregate_type>`) the stock consumer reads.
-pub const CONSUMED_AGGREGATES: [&str; 2] = ["order", "outbound"];
-
-const V1: &[u32] = &[1];
+/// The inbox's consumer name and the aggregate types (topics `<prefix><aggregate_type>`) it
+/// reads, from the system's contracts (`outbox-audit` reads them too).
+pub use event_contracts::stock::{CONSUMED_AGGREGATES, CONSUMER_NAME};
 
 /// Applies order and outbound events to stock.
 #[derive(Debug, Clone, Copy, Default)]
@@ -30,15 +26,7 @@ pub struct StockHandler;
 
 impl Handler for StockHandler {
     fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
-        match event_type {
-            "OrderPaid"
-            | "OrderCancelled"
-            | "OutboundLinesCancelled"
-            | "OutboundShipped"
-            | "OutboundCancelled"
-            | "ReturnReceived" => Some(V1),
-            _ => None,
-        }
+        event_contracts::stock::versions(event_type)
     }
 
     async fn handle(&self, conn: &mut PgConnection, event: &Event) -> Result<Effect, HandlerError> {

@@ -10,7 +10,7 @@
 //! | `GET /openapi.json` | the OpenAPI 3.1 document, generated from these handlers |
 //!
 //! Every endpoint but the operations ones needs a bearer token with the operator role
-//! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
+//! (`outbox_http::auth`): 401 without a valid token, 403 without the role.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -18,9 +18,9 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
-use outbox_kit::auth::Operator;
-use outbox_kit::service::extract::{Body, Path};
-use outbox_kit::service::{ApiError, ErrorBody, Operations};
+use outbox_http::auth::Operator;
+use outbox_http::service::extract::{Body, Path};
+use outbox_http::service::{ApiError, ErrorBody, Operations};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::ToSchema;
@@ -50,9 +50,9 @@ fn api() -> (Router<AppState>, serde_json::Value) {
         .routes(routes!(list_stock))
         .routes(routes!(get_stock, put_stock))
         .routes(routes!(get_reservation))
-        .merge(outbox_kit::service::operations::routes())
+        .merge(outbox_http::service::operations::routes())
         .split_for_parts();
-    outbox_kit::service::serve_openapi(
+    outbox_http::service::serve_openapi(
         router,
         doc,
         "stock-consumer",
@@ -71,7 +71,7 @@ pub fn router(state: AppState) -> Router {
         .0
         .layer(middleware::from_fn_with_state(
             state.metrics.http_requests.clone(),
-            outbox_kit::service::track_requests::<prometheus::IntCounterVec>,
+            outbox_http::service::track_requests::<prometheus::IntCounterVec>,
         ))
         .with_state(state)
 }
@@ -140,7 +140,7 @@ fn on_hand_schema() -> utoipa::openapi::schema::Object {
 #[serde(deny_unknown_fields)]
 struct PutBody {
     /// Units on hand.
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     #[schema(schema_with = on_hand_schema)]
     on_hand: i64,
 }

@@ -14,7 +14,7 @@
 //!   [`stock`]: the rules, on top of [`store`] (SQL) and [`events`] (payloads).
 //! - [`handler`]: the consumer runtime's handler; [`http`]: the API.
 //! - [`config`] and [`service`]: what the binary needs to run, on the shared skeleton
-//!   ([`outbox_kit::service::ConsumerService`]).
+//!   ([`outbox_consumer_service::ConsumerService`]).
 
 pub mod config;
 pub mod domain;
@@ -30,11 +30,11 @@ pub use error::Error;
 pub use handler::StockHandler;
 pub use http::{router, AppState};
 
-use outbox_kit::service::ConsumerService;
+use outbox_consumer_service::ConsumerService;
 
 /// All metrics of this process: HTTP requests (`stock_http_requests_total`) and the
 /// consumer runtime's (including inbox duplicates).
-pub type Metrics = outbox_kit::service::ConsumerServiceMetrics;
+pub type Metrics = outbox_consumer_service::ConsumerServiceMetrics;
 
 /// The stock consumer's own migrations (`migrations/stock`). Versions differ from the outbox's and the
 /// inbox's; each migrator ignores the others'.

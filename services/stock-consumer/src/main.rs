@@ -7,7 +7,7 @@ use stock_consumer::config::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let _telemetry = outbox_kit::service::init_tracing();
+    let _telemetry = outbox_http::service::init_tracing();
     let config = Config::parse();
     stock_consumer::service()
         .run(config.service)

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use outbox_kit::consumer::{Effect, HandlerError};
+use outbox_consumer::{Effect, HandlerError};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 

@@ -3,7 +3,7 @@
 //! listen address.
 
 use clap::Parser;
-use outbox_kit::service::ConsumerServiceArgs;
+use outbox_consumer_service::ConsumerServiceArgs;
 
 /// WMS outbound consumer: one outbound per paid and reserved order, interception and recall on
 /// refunds, warehouse actions over HTTP, events through its own outbox.

@@ -134,25 +134,25 @@ impl TryFrom<String> for OutboundStatus {
     }
 }
 
-pub use outbox_kit::validate::ValidationError;
-use outbox_kit::validate::{Chars, TextRule};
+pub use outbox_http::validate::ValidationError;
+use outbox_http::validate::{Chars, TextRule};
 
 /// Most characters of a carrier name or tracking number.
 pub const MAX_SHIPMENT_TEXT: usize = 64;
 
-outbox_kit::text_newtype!(
+outbox_http::text_newtype!(
     /// A carrier's name, e.g. `DHL`: 1-64 characters, no control characters.
     Carrier,
     TextRule::new(MAX_SHIPMENT_TEXT, Chars::Text)
 );
 
-outbox_kit::text_newtype!(
+outbox_http::text_newtype!(
     /// A parcel's tracking number: 1-64 letters, digits and `-_.`.
     TrackingNo,
     TextRule::new(MAX_SHIPMENT_TEXT, Chars::TokenNoColon)
 );
 
-outbox_kit::text_newtype!(
+outbox_http::text_newtype!(
     /// An outbound's number as a path parameter (`OB0000000001`): 1-32 letters, digits and
     /// `-_.:`, checked before it reaches SQL.
     OutboundNo,

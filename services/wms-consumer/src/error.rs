@@ -1,9 +1,9 @@
 //! The errors of the WMS core, one variant per way a request or an event can fail. The HTTP
 //! layer maps each to a status and a stable `code`; the consumer maps them to retry or
-//! dead-letter ([`outbox_kit::consumer::HandlerError`]). Every one leaves the database
+//! dead-letter ([`outbox_consumer::HandlerError`]). Every one leaves the database
 //! unchanged: the transaction it happened in is rolled back.
 
-use outbox_kit::consumer::HandlerError;
+use outbox_consumer::HandlerError;
 
 use crate::domain::{OutboundStatus, ValidationError};
 
@@ -45,15 +45,15 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     /// Writing the outbox event failed.
     #[error("outbox write failed")]
-    Outbox(#[from] outbox_kit::OutboxError),
+    Outbox(#[from] outbox_writer::OutboxError),
 }
 
 impl Error {
     /// Whether the client may retry unchanged: the database was unreachable or busy.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Database(e) | Self::Outbox(outbox_kit::OutboxError::Database(e)) => {
-                outbox_kit::db::is_retryable(e)
+            Self::Database(e) | Self::Outbox(outbox_writer::OutboxError::Database(e)) => {
+                outbox_writer::db::is_retryable(e)
             }
             _ => false,
         }

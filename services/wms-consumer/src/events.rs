@@ -145,7 +145,7 @@ pub async fn append(
     conn: &mut PgConnection,
     event_type: EventType,
     outbound: &OutboundView,
-) -> Result<outbox_kit::EnqueuedEvent, outbox_kit::OutboxError> {
+) -> Result<outbox_writer::EnqueuedEvent, outbox_writer::OutboxError> {
     append_with(conn, event_type, outbound, &Detail::default()).await
 }
 
@@ -158,7 +158,7 @@ pub async fn append_with(
     event_type: EventType,
     outbound: &OutboundView,
     detail: &Detail<'_>,
-) -> Result<outbox_kit::EnqueuedEvent, outbox_kit::OutboxError> {
+) -> Result<outbox_writer::EnqueuedEvent, outbox_writer::OutboxError> {
     // Plain structs of strings, numbers and timestamps always serialize.
     let payload = serde_json::to_value(Payload {
         event_type: event_type.as_str(),
@@ -166,13 +166,13 @@ pub async fn append_with(
         detail,
     })
     .unwrap_or_default();
-    let event = outbox_kit::NewEvent::new(
+    let event = outbox_writer::NewEvent::new(
         AGGREGATE_TYPE,
         &outbound.outbound_no,
         event_type.as_str(),
         &payload,
     );
-    let enqueued = outbox_kit::enqueue(&mut *conn, &event).await?;
+    let enqueued = outbox_writer::enqueue(&mut *conn, &event).await?;
     tracing::info!(
         outbound.no = %outbound.outbound_no,
         order.id = %outbound.order_id,

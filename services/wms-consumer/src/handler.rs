@@ -5,20 +5,16 @@
 //! cannot be reserved is cancelled and must never reach the warehouse floor, and only the
 //! stock consumer knows whether it can be. `StockReserved` carries the paid order's lines.
 
-use outbox_kit::consumer::{Effect, Event, Handler, HandlerError};
+use outbox_consumer::{Effect, Event, Handler, HandlerError};
 use sqlx::PgConnection;
 
 use crate::domain::HoldChange;
 use crate::events::{order_hold, refund_hold, OrderEvent, StockReserved, CANCELLED_HOLD};
 use crate::fulfilment;
 
-/// The inbox's consumer name.
-pub const CONSUMER_NAME: &str = "wms";
-
-/// Aggregate types (topics `<prefix><aggregate_type>`) the WMS consumes.
-pub const CONSUMED_AGGREGATES: [&str; 2] = ["order", "stock"];
-
-const V1: &[u32] = &[1];
+/// The inbox's consumer name and the aggregate types (topics `<prefix><aggregate_type>`) it
+/// reads, from the system's contracts (`outbox-audit` reads them too).
+pub use event_contracts::wms::{CONSUMED_AGGREGATES, CONSUMER_NAME};
 
 /// Applies order and stock events to outbounds.
 #[derive(Debug, Clone, Copy, Default)]
@@ -26,11 +22,7 @@ pub struct WmsHandler;
 
 impl Handler for WmsHandler {
     fn versions(&self, event_type: &str) -> Option<&'static [u32]> {
-        match event_type {
-            "StockReserved" | "RefundRequested" | "RefundClosed" | "RefundSucceeded"
-            | "OrderCancelled" | "OrderHeld" => Some(V1),
-            _ => None,
-        }
+        event_contracts::wms::versions(event_type)
     }
 
     async fn handle(&self, conn: &mut PgConnection, event: &Event) -> Result<Effect, HandlerError> {

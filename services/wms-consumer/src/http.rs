@@ -11,16 +11,16 @@
 //! | `GET /openapi.json` | the OpenAPI 3.1 document, generated from these handlers |
 //!
 //! Every endpoint but the operations ones needs a bearer token with the operator role
-//! (`outbox_kit::auth`): 401 without a valid token, 403 without the role.
+//! (`outbox_http::auth`): 401 without a valid token, 403 without the role.
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
-use outbox_kit::auth::Operator;
-use outbox_kit::service::extract::{Body, Path, Query};
-use outbox_kit::service::{ApiError, ErrorBody, Operations};
+use outbox_http::auth::Operator;
+use outbox_http::service::extract::{Body, Path, Query};
+use outbox_http::service::{ApiError, ErrorBody, Operations};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
@@ -53,9 +53,9 @@ fn api() -> (Router<AppState>, serde_json::Value) {
         .routes(routes!(get_outbound))
         .routes(routes!(ship))
         .routes(routes!(return_received))
-        .merge(outbox_kit::service::operations::routes())
+        .merge(outbox_http::service::operations::routes())
         .split_for_parts();
-    outbox_kit::service::serve_openapi(
+    outbox_http::service::serve_openapi(
         router,
         doc,
         "wms-consumer",
@@ -74,7 +74,7 @@ pub fn router(state: AppState) -> Router {
         .0
         .layer(middleware::from_fn_with_state(
             state.metrics.http_requests.clone(),
-            outbox_kit::service::track_requests::<prometheus::IntCounterVec>,
+            outbox_http::service::track_requests::<prometheus::IntCounterVec>,
         ))
         .with_state(state)
 }

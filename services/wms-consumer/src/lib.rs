@@ -11,7 +11,7 @@
 //! - [`fulfilment`]: the rules, on top of [`store`] (SQL) and [`events`] (payloads).
 //! - [`handler`]: the consumer runtime's handler; [`http`]: the API.
 //! - [`config`] and [`service`]: what the binary needs to run, on the shared skeleton
-//!   ([`outbox_kit::service::ConsumerService`]).
+//!   ([`outbox_consumer_service::ConsumerService`]).
 
 pub mod config;
 pub mod domain;
@@ -26,11 +26,11 @@ pub use error::Error;
 pub use handler::WmsHandler;
 pub use http::{router, AppState};
 
-use outbox_kit::service::ConsumerService;
+use outbox_consumer_service::ConsumerService;
 
 /// All metrics of this process: HTTP requests (`wms_http_requests_total`) and the
 /// consumer runtime's (including inbox duplicates).
-pub type Metrics = outbox_kit::service::ConsumerServiceMetrics;
+pub type Metrics = outbox_consumer_service::ConsumerServiceMetrics;
 
 /// The WMS's own migrations (`migrations/wms`). Versions differ from the outbox's and the
 /// inbox's; each migrator ignores the others'.
@@ -52,7 +52,7 @@ pub fn service() -> ConsumerService<WmsHandler> {
     .migrator(migrator())
     .router(|pool, metrics| router(AppState { pool, metrics }))
     .state_gauges(|registry| {
-        outbox_kit::service::StateGauges::new()
+        outbox_http::service::StateGauges::new()
             .gauge_by(
                 registry,
                 "wms_outbounds_waiting",

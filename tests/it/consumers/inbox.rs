@@ -4,7 +4,7 @@
 //! is skipped and counted, and ten concurrent deliveries of one event apply it once.
 
 use e2e::fulfilment::count;
-use outbox_kit::consumer::{
+use outbox_consumer::{
     apply, Applied, Disposition, Effect, Event, Handler, HandlerError, RawMessage,
 };
 use serde_json::{json, Value};
@@ -57,7 +57,9 @@ fn event(id: Uuid, payload: Value) -> Event {
 
 async fn inbox_db() -> sqlx::PgPool {
     let db = e2e::db::fresh_database().await;
-    outbox_kit::schema::migrate_inbox(&db.pool).await.unwrap();
+    outbox_writer::schema::migrate_inbox(&db.pool)
+        .await
+        .unwrap();
     sqlx::query("CREATE TABLE effects (event_id uuid NOT NULL, n bigint NOT NULL CHECK (n >= 0))")
         .execute(&db.pool)
         .await

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use e2e::fulfilment::{count, inbox_duplicates, produce};
 use e2e::proc::{workspace_binary, ServiceProcess};
-use outbox_kit::consumer::dlq_cli::{self, ConsumerCommand, DlqCommand, RedriveArgs};
-use outbox_kit::consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, RuntimeConfig};
+use outbox_consumer::dlq_cli::{self, ConsumerCommand, DlqCommand, RedriveArgs};
+use outbox_consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, RuntimeConfig};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -257,7 +257,7 @@ struct Group {
     pool: PgPool,
     metrics: ConsumerMetrics,
     shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), outbox_kit::consumer::ConsumerError>>,
+    task: tokio::task::JoinHandle<Result<(), outbox_consumer::ConsumerError>>,
 }
 
 impl Group {
@@ -267,7 +267,7 @@ impl Group {
         let config = crate::common::runtime_config(name, topic, 2, 16);
         let metrics = ConsumerMetrics::register(&prometheus::Registry::new(), name).unwrap();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(outbox_kit::consumer::run(
+        let task = tokio::spawn(outbox_consumer::run(
             config.clone(),
             pool.clone(),
             Arc::new(Noter { name }),
@@ -354,7 +354,9 @@ async fn note(producer: &FutureProducer, topic: &str, key: &str) -> Uuid {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redriven_dead_letter_reaches_only_the_consumer_group_that_dead_lettered_it() {
     let db = e2e::db::fresh_database().await;
-    outbox_kit::schema::migrate_inbox(&db.pool).await.unwrap();
+    outbox_writer::schema::migrate_inbox(&db.pool)
+        .await
+        .unwrap();
     for ddl in [
         "CREATE TABLE effects (consumer text NOT NULL, event_id uuid NOT NULL)",
         "CREATE TABLE flags (name text PRIMARY KEY)",

@@ -1,4 +1,4 @@
-//! The consumer runtime in this process (`outbox_kit::consumer::run`) with a probe handler, on
+//! The consumer runtime in this process (`outbox_consumer::run`) with a probe handler, on
 //! a fresh database and the shared broker: handler panics and errors that come back on every
 //! attempt are dead-lettered after bounded attempts while everything else flows; a partition
 //! stuck on retries is paused and holds back only itself (and its lag, `consumer_lag_messages`,
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use e2e::fulfilment::count;
 use e2e::verify::dump;
-use outbox_kit::consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, RuntimeConfig};
+use outbox_consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, RuntimeConfig};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -115,7 +115,9 @@ struct Rig {
 impl Rig {
     async fn new() -> Self {
         let db = e2e::db::fresh_database().await;
-        outbox_kit::schema::migrate_inbox(&db.pool).await.unwrap();
+        outbox_writer::schema::migrate_inbox(&db.pool)
+            .await
+            .unwrap();
         for ddl in [
             "CREATE TABLE applied (seq bigserial PRIMARY KEY, key text NOT NULL, n bigint NOT NULL, event_id uuid NOT NULL)",
             "CREATE TABLE flags (name text PRIMARY KEY)",
@@ -153,7 +155,7 @@ impl Rig {
         let registry = prometheus::Registry::new();
         let metrics = ConsumerMetrics::register(&registry, "probe").unwrap();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(outbox_kit::consumer::run(
+        let task = tokio::spawn(outbox_consumer::run(
             self.config(queue_capacity),
             self.pool.clone(),
             Arc::new(Probe),
@@ -225,7 +227,7 @@ struct Running {
     registry: prometheus::Registry,
     metrics: ConsumerMetrics,
     shutdown: CancellationToken,
-    task: JoinHandle<Result<(), outbox_kit::consumer::ConsumerError>>,
+    task: JoinHandle<Result<(), outbox_consumer::ConsumerError>>,
 }
 
 impl Running {
@@ -489,7 +491,7 @@ async fn sigterm_during_an_apply_commits_the_offset_of_the_message_it_finished()
 async fn a_worker_that_panics_outside_the_handler_is_restarted_and_applies_its_partition_once() {
     let rig = Rig::new().await;
     let config = rig.config(16);
-    outbox_kit::consumer::topics::create_missing(&config, config.create_topics.unwrap())
+    outbox_consumer::topics::create_missing(&config, config.create_topics.unwrap())
         .await
         .unwrap();
     // On the broker before the consumer starts, so the messages behind the trap are already

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_kit::{enqueue, NewEvent};
 use outbox_relay::failure::FailureClass;
 use outbox_relay::parking::{NewFailure, ParkPolicy, Recorded};
 use outbox_relay::store::{ClaimedBatch, LeaseToken, Marked, Store};
+use outbox_writer::{enqueue, NewEvent};
 use tokio::sync::Barrier;
 
 async fn insert_events(pool: &sqlx::PgPool, n: usize) {

@@ -152,9 +152,9 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     // A writer transaction open at the moment of the crash, so the restart surely hits one
     // (the stream's writers may all be between transactions then, and wait out the outage).
     let mut in_flight = db.pool.begin().await.unwrap();
-    outbox_kit::enqueue(
+    outbox_writer::enqueue(
         &mut *in_flight,
-        &outbox_kit::NewEvent::new(
+        &outbox_writer::NewEvent::new(
             AGGREGATE_TYPE,
             "crashed",
             "StreamEvent",

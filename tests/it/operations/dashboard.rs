@@ -16,7 +16,7 @@ use std::time::Duration;
 use e2e::fulfilment::{produce_all, Service, System};
 use e2e::observe::{dashboard_queries, Prometheus, ScrapeTarget, DASHBOARD};
 use e2e::proc::{RelayArgs, RelayProcess};
-use outbox_kit::{enqueue, NewEvent};
+use outbox_writer::{enqueue, NewEvent};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -133,7 +133,7 @@ async fn every_dashboard_query_returns_data_from_the_running_system() {
     let checked = empty.len();
     let empty = std::cell::RefCell::new(empty);
     // Every query once per round (each is an HTTP request to Prometheus): a round every 500 ms.
-    outbox_kit::poll::poll_every(Duration::from_millis(500), QUERY_DEADLINE, || {
+    outbox_process::poll::poll_every(Duration::from_millis(500), QUERY_DEADLINE, || {
         let (prom, empty) = (&prom, &empty);
         async move {
             let pending: Vec<String> = empty.borrow().keys().cloned().collect();

@@ -112,7 +112,9 @@ async fn old_idempotency_keys_are_purged_in_bounded_batches_while_the_service_se
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_leading_relay_purges_old_discarded_events_and_the_consumer_its_inbox() {
     let db = e2e::db::fresh_database().await;
-    outbox_kit::schema::migrate_inbox(&db.pool).await.unwrap();
+    outbox_writer::schema::migrate_inbox(&db.pool)
+        .await
+        .unwrap();
     sqlx::query(
         "INSERT INTO outbox_discarded (event_id, outbox_id, aggregate_type, aggregate_id, \
              event_type, payload, headers, created_at, error_class, error_message, attempts, \
@@ -166,18 +168,18 @@ async fn the_leading_relay_purges_old_discarded_events_and_the_consumer_its_inbo
     .await
     .unwrap();
     let registry = prometheus::Registry::new();
-    let metrics = outbox_kit::consumer::ConsumerMetrics::register(&registry, "probe").unwrap();
-    let rule = outbox_kit::retention::RetentionRule {
+    let metrics = outbox_consumer::ConsumerMetrics::register(&registry, "probe").unwrap();
+    let rule = outbox_process::retention::RetentionRule {
         table: "inbox",
         time_column: "processed_at",
         scope: Some(("consumer_name", "probe".into())),
         window: Duration::from_secs(14 * 86_400),
     };
-    let settings = outbox_kit::retention::PurgeSettings {
+    let settings = outbox_process::retention::PurgeSettings {
         batch_rows: 1_000,
         ..Default::default()
     };
-    let removed = outbox_kit::retention::purge(
+    let removed = outbox_process::retention::purge(
         &db.pool,
         &rule,
         settings,

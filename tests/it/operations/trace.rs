@@ -8,7 +8,7 @@ use std::time::Duration;
 use e2e::fulfilment::System;
 use e2e::otlp::{kind, ReceivedSpan, Receiver};
 use e2e::verify::Record;
-use outbox_kit::trace::TraceContext;
+use outbox_trace::TraceContext;
 
 /// A trace id and a caller span id of the test's own, and its `traceparent`.
 fn caller_traceparent(trace_id: &str) -> (String, String) {
@@ -156,7 +156,7 @@ async fn a_requests_traceparent_reaches_every_downstream_event_and_consumer_log(
 
     // Every log line of a hop carries its ids; the event a hop emitted names that same span.
     let order_log = sys.order.log_text();
-    let ids = |trace: &str, span: &outbox_kit::trace::SpanId| (trace.to_owned(), span.to_string());
+    let ids = |trace: &str, span: &outbox_trace::SpanId| (trace.to_owned(), span.to_string());
     assert!(
         logged_ids(&order_log, &["Handled HTTP request", "http.route=/orders "])
             .contains(&ids(&trace_id, &created.span_id)),
@@ -260,7 +260,7 @@ async fn with_otlp_export_every_hop_is_a_span_under_the_parent_its_message_carri
 
     // Each message names the relay's PRODUCER span as its parent; that span's parent is the
     // hop that wrote the event. Wait until the receiver has both for every message.
-    let hop_pair = |spans: &[ReceivedSpan], id: &outbox_kit::trace::SpanId| {
+    let hop_pair = |spans: &[ReceivedSpan], id: &outbox_trace::SpanId| {
         let find = |id: &str| {
             spans
                 .iter()

@@ -10,8 +10,8 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 use e2e::proc::{relay_cli, RelayArgs, RelayProcess};
 use e2e::verify::Record;
-use outbox_kit::consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, MessageValue};
-use outbox_kit::{enqueue, NewEvent};
+use outbox_consumer::{ConsumerMetrics, Effect, Event, Handler, HandlerError, MessageValue};
+use outbox_writer::{enqueue, NewEvent};
 use serde_json::{json, Value};
 use sqlx::{PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
@@ -86,7 +86,7 @@ async fn insert_plain(
     .unwrap()
 }
 
-/// Writes `event` through `outbox_kit::enqueue`, returning its event id.
+/// Writes `event` through `outbox_writer::enqueue`, returning its event id.
 async fn insert_kit(
     pool: &PgPool,
     aggregate_id: &str,
@@ -110,7 +110,7 @@ async fn insert_kit(
 }
 
 /// Six aggregates of 12 events each, cycling JSON, binary and tombstone: even aggregates written
-/// with plain SQL, odd ones with `outbox_kit::enqueue`; `agg-4` keyed `customer-4` throughout,
+/// with plain SQL, odd ones with `outbox_writer::enqueue`; `agg-4` keyed `customer-4` throughout,
 /// `agg-5` alternating between the keys `k-a` and `k-b`, the others keyed by their aggregate id.
 async fn write_mixed_stream(pool: &PgPool, headers: &Value) -> Vec<Written> {
     let binaries = binary_values();
@@ -325,7 +325,7 @@ async fn an_event_with_two_payloads_or_empty_settings_is_refused_and_nothing_is_
     ] {
         let err = enqueue(&mut *tx, &event).await.unwrap_err();
         assert!(
-            matches!(err, outbox_kit::OutboxError::Invalid(_)),
+            matches!(err, outbox_writer::OutboxError::Invalid(_)),
             "{event:?}: {err}"
         );
     }
@@ -446,7 +446,9 @@ impl Handler for Recorder {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_consumer_handler_receives_tombstones_and_binary_values_as_such() {
     let db = e2e::db::fresh_database().await;
-    outbox_kit::schema::migrate_inbox(&db.pool).await.unwrap();
+    outbox_writer::schema::migrate_inbox(&db.pool)
+        .await
+        .unwrap();
     sqlx::query(
         "CREATE TABLE handled (event_id uuid PRIMARY KEY, kind text NOT NULL, bytes bytea NOT NULL)",
     )
@@ -463,7 +465,7 @@ async fn a_consumer_handler_receives_tombstones_and_binary_values_as_such() {
     let metrics = ConsumerMetrics::register(&registry, "recorder").unwrap();
     let shutdown = CancellationToken::new();
     let config = crate::common::runtime_config("recorder", &topic, 3, 64);
-    let task = tokio::spawn(outbox_kit::consumer::run(
+    let task = tokio::spawn(outbox_consumer::run(
         config,
         db.pool.clone(),
         Arc::new(Recorder),
@@ -517,7 +519,7 @@ async fn a_consumer_handler_receives_tombstones_and_binary_values_as_such() {
 async fn an_outbox_with_rows_migrates_and_old_and_new_writers_publish_unchanged() {
     let db = e2e::db::empty_database().await;
     // The outbox as it was before the wire formats migration, with rows in it.
-    let mut before = outbox_kit::schema::migrator();
+    let mut before = outbox_writer::schema::migrator();
     before.migrations = before
         .migrations
         .iter()

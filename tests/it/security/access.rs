@@ -11,7 +11,7 @@ use e2e::auth::{JWT_AUDIENCE, JWT_ISSUER, JWT_SECRET};
 use e2e::db::fingerprint;
 use e2e::fulfilment::System;
 use e2e::proc::ServiceProcess;
-use outbox_kit::auth::Minter;
+use outbox_http::auth::Minter;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 

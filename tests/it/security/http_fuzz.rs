@@ -290,7 +290,7 @@ fn any_request_to_any_service_is_answered_without_5xx_and_refusals_change_nothin
             .execute(&stock_db.pool),
     )
     .unwrap();
-    let auth = outbox_kit::auth::Authenticator::hs256(
+    let auth = outbox_http::auth::Authenticator::hs256(
         e2e::auth::JWT_SECRET.as_bytes(),
         e2e::auth::JWT_ISSUER,
         e2e::auth::JWT_AUDIENCE,
@@ -355,7 +355,7 @@ fn any_request_to_any_service_is_answered_without_5xx_and_refusals_change_nothin
         secret: order_service::CallbackSecret::new(CALLBACK_SECRET).unwrap(),
         marketplace_secret: Some(order_service::CallbackSecret::new(MARKETPLACE_SECRET).unwrap()),
         marketplace: None,
-        replay_window: outbox_kit::signature::DEFAULT_REPLAY_WINDOW,
+        replay_window: outbox_http::signature::DEFAULT_REPLAY_WINDOW,
         auth,
     });
     check_router(

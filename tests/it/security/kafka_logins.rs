@@ -14,7 +14,7 @@ use e2e::proc::{workspace_binary, RelayArgs, RelayProcess, ServiceProcess};
 use e2e::secured::{env_refs, secret_file, settings, Pki, SecuredKafka, KAFKA_PASSWORD};
 use e2e::stream::{write_stream, StreamSpec};
 use e2e::verify::{check, dump_secured, kafka_tool, try_python_with_env};
-use outbox_kit::kafka::{
+use outbox_kafka::{
     check_connection, KafkaSecurityArgs, ProbeError, SaslMechanism, SecurityProtocol,
 };
 use serde_json::json;

@@ -12,7 +12,7 @@ use e2e::secured::{
     env_refs, secret_file, settings, Advertised, Pki, SecuredKafka, KAFKA_PASSWORD,
 };
 use e2e::verify::dump_secured;
-use outbox_kit::kafka::{
+use outbox_kafka::{
     check_connection, KafkaSecurityArgs, KafkaSettings, ProbeError, SaslMechanism, SecurityProtocol,
 };
 use serde_json::json;
@@ -141,9 +141,9 @@ async fn a_broker_that_comes_up_refusing_stops_a_relay_and_a_consumer_that_never
     let brokers = kafka.brokers();
     let db = e2e::db::fresh_database().await;
     let payload = json!({"n": 0});
-    outbox_kit::enqueue(
+    outbox_writer::enqueue(
         &db.pool,
-        &outbox_kit::NewEvent::new("order", "a0", "Tested", &payload),
+        &outbox_writer::NewEvent::new("order", "a0", "Tested", &payload),
     )
     .await
     .unwrap();
@@ -376,9 +376,9 @@ async fn a_running_relay_facing_an_untrusted_certificate_says_why_on_healthz_and
             let mut tx = pool.begin().await.unwrap();
             for i in from..from + n {
                 let payload = json!({"n": i});
-                outbox_kit::enqueue(
+                outbox_writer::enqueue(
                     &mut *tx,
-                    &outbox_kit::NewEvent::new("order", "a1", "Numbered", &payload),
+                    &outbox_writer::NewEvent::new("order", "a1", "Numbered", &payload),
                 )
                 .await
                 .unwrap();

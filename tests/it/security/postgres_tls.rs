@@ -15,7 +15,7 @@ use sqlx::Connection;
 async fn create_app_role(pg: &SecuredPg, pki: &Pki, app_password: &str) {
     let admin_url = pg.url("postgres", "localhost", "postgres", &pki.path("ca.pem"));
     let admin_pw = secret_file(pki, PG_ADMIN_PASSWORD);
-    let options = outbox_kit::pg::connect_options_with(&admin_url, Some(&admin_pw)).unwrap();
+    let options = outbox_process::pg::connect_options_with(&admin_url, Some(&admin_pw)).unwrap();
     let mut admin = sqlx::PgConnection::connect_with(&options)
         .await
         .expect("the superuser connects with verify-full");
@@ -33,7 +33,7 @@ async fn create_app_role(pg: &SecuredPg, pki: &Pki, app_password: &str) {
 
 /// A small pool on `url` with the password from `password_file`.
 async fn pool(url: &str, password_file: &std::path::Path) -> sqlx::PgPool {
-    let options = outbox_kit::pg::connect_options_with(url, Some(password_file)).unwrap();
+    let options = outbox_process::pg::connect_options_with(url, Some(password_file)).unwrap();
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
         .connect_with(options)
@@ -139,7 +139,8 @@ async fn relay_and_a_service_connect_to_postgres_with_verify_full_and_a_password
     // Client certificates: database `mtls` wants one (clientcert=verify-full).
     let mtls = pg.url("app", "localhost", "mtls", &ca);
     let without =
-        outbox_kit::pg::connect_options_with(&mtls, Some(std::path::Path::new(&pw_file))).unwrap();
+        outbox_process::pg::connect_options_with(&mtls, Some(std::path::Path::new(&pw_file)))
+            .unwrap();
     let e = sqlx::PgConnection::connect_with(&without)
         .await
         .unwrap_err();

@@ -113,13 +113,15 @@ async fn the_relay_role_cannot_read_or_change_a_business_table() {
     // The migrator owns the schema: it applies a migration that adds a table and a trigger on
     // the outbox; after the script runs again the service writes events through the trigger.
     let migrator = pool(&urls.migrator).await;
-    outbox_kit::schema::migrate_ledger(&migrator).await.unwrap();
+    outbox_writer::schema::migrate_ledger(&migrator)
+        .await
+        .unwrap();
     let urls = e2e::roles::apply(&db.url, "order_service");
     let service = pool(&urls.service).await;
     let mut tx = service.begin().await.unwrap();
-    outbox_kit::enqueue(
+    outbox_writer::enqueue(
         &mut *tx,
-        &outbox_kit::NewEvent::new("order", "o-1", "OrderCreated", &serde_json::json!({})),
+        &outbox_writer::NewEvent::new("order", "o-1", "OrderCreated", &serde_json::json!({})),
     )
     .await
     .unwrap();

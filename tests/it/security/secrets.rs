@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use e2e::proc::ServiceProcess;
-use outbox_kit::secrets::{weakness, SecretKind, SHIPPED};
+use outbox_process::secrets::{weakness, SecretKind, SHIPPED};
 
 /// The placeholders of the deploy files and READMEs before issue 18 (also in [`SHIPPED`]).
 const DEPLOY_PLACEHOLDERS: [&str; 6] = [
@@ -259,7 +259,7 @@ fn written_secrets() -> Vec<(String, String)> {
         "services/order-service",
         "services/wms-consumer",
         "services/stock-consumer",
-        "services/outbox-kit",
+        "services/outbox-consumer-service",
         "services/marketplace-sim",
         "docs/src",
     ] {
@@ -321,7 +321,7 @@ fn every_secret_written_in_our_files_is_refused_by_the_rule() {
             assert!(
                 weakness(kind, value).is_some(),
                 "{where_} = {value:?} passes the secret rule as {kind:?}: add it to \
-                 outbox_kit::secrets::SHIPPED or make it a placeholder"
+                 outbox_process::secrets::SHIPPED or make it a placeholder"
             );
         }
     }

@@ -155,7 +155,7 @@ async fn pause_leader(world: &World, fault: &Planned) -> (String, String) {
         return (leader, "leader process not running".to_owned());
     };
     signal(pid, "STOP");
-    let taken_by = outbox_kit::poll::poll_every(
+    let taken_by = outbox_process::poll::poll_every(
         Duration::from_millis(200),
         Duration::from_secs(60),
         || async { world.order_leader().await.filter(|h| *h != leader) },

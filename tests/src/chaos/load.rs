@@ -114,7 +114,7 @@ where
     T: Send + 'static,
 {
     let remaining = deadline.saturating_duration_since(Instant::now());
-    outbox_kit::poll::poll_every(RETRY_INTERVAL, remaining, || async {
+    outbox_process::poll::poll_every(RETRY_INTERVAL, remaining, || async {
         let answered = tokio::spawn(call(sys.clone())).await.ok();
         if answered.is_none() && Instant::now() < deadline {
             c.retries.fetch_add(1, Ordering::Relaxed);
@@ -135,7 +135,7 @@ where
     Fut: Future<Output = Option<Option<T>>>,
 {
     let remaining = deadline.saturating_duration_since(Instant::now());
-    outbox_kit::poll::poll_every(interval, remaining, check)
+    outbox_process::poll::poll_every(interval, remaining, check)
         .await
         .flatten()
 }
@@ -509,13 +509,13 @@ pub async fn run(world: Arc<World>, rate: f64, until: Instant, seed: u64) -> Loa
                 // push or the compensation pass brings it over.
                 let deadline = Instant::now() + FLOW_DEADLINE;
                 let placed =
-                    outbox_kit::poll::poll_every(RETRY_INTERVAL, FLOW_DEADLINE, || async {
+                    outbox_process::poll::poll_every(RETRY_INTERVAL, FLOW_DEADLINE, || async {
                         w.trade(&tid).await.then_some(())
                     })
                     .await;
                 if let (Some(()), Some((_, body))) = (placed, refund) {
                     let remaining = deadline.saturating_duration_since(Instant::now());
-                    outbox_kit::poll::poll_every(RETRY_INTERVAL, remaining, || async {
+                    outbox_process::poll::poll_every(RETRY_INTERVAL, remaining, || async {
                         w.refund_trade(&tid, &body).await.then_some(())
                     })
                     .await;

@@ -239,7 +239,7 @@ impl World {
                 );
                 (urls, files)
             });
-            outbox_kit::schema::migrate_ledger(&made.pool)
+            outbox_writer::schema::migrate_ledger(&made.pool)
                 .await
                 .expect("install the outbox ledger");
             blocking(|| crate::roles::apply(&admin_url, service_role));

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
-use outbox_kit::{enqueue, NewEvent};
+use outbox_writer::{enqueue, NewEvent};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -50,8 +50,8 @@ pub(crate) async fn write_one(pool: &PgPool, w: &Workload, i: u64) -> anyhow::Re
     let payload: serde_json::Value = serde_json::from_str(&text)?;
     let aggregate = w.aggregate_id(i);
     let value = match w.kind {
-        crate::workload::PayloadKind::Json => outbox_kit::NewPayload::Json(&payload),
-        crate::workload::PayloadKind::Binary => outbox_kit::NewPayload::Binary {
+        crate::workload::PayloadKind::Json => outbox_writer::NewPayload::Json(&payload),
+        crate::workload::PayloadKind::Binary => outbox_writer::NewPayload::Binary {
             bytes: text.as_bytes(),
             content_type: Some(crate::workload::BINARY_CONTENT_TYPE),
         },

@@ -1,5 +1,5 @@
 //! Phase 5: end-to-end latency at a fixed offered load. Writer tasks commit one event per
-//! transaction through `outbox_kit::enqueue` on a fixed schedule and note each event's commit
+//! transaction through `outbox_writer::enqueue` on a fixed schedule and note each event's commit
 //! time; the release relay publishes them; an rdkafka consumer (all partitions assigned) notes
 //! when each event id arrives.
 //!
@@ -339,7 +339,7 @@ pub async fn run(
 /// consumer saw it: read at once, the warm-up event could fall inside the measured window and
 /// the last batch outside it.
 async fn metrics_counting(relay: &RelayProc, n: f64) -> String {
-    let counted = outbox_kit::poll::poll_every(
+    let counted = outbox_process::poll::poll_every(
         Duration::from_millis(20),
         Duration::from_secs(30),
         || async {

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use chrono::Utc;
-use outbox_kit::{EventEnvelope, Payload};
+use outbox_writer::{EventEnvelope, Payload};
 use rdkafka::message::{Header, OwnedHeaders};
 use serde::Serialize;
 use sqlx::{PgConnection, PgPool};
@@ -357,7 +357,7 @@ pub async fn aggregate_lock_off(conn: &mut PgConnection) -> Result<(), sqlx::Err
 
 /// The Kafka headers the relay sends for `e`, built once.
 pub fn owned_headers(e: &EventEnvelope) -> OwnedHeaders {
-    let headers = e.kafka_headers(outbox_kit::HeaderOptions::default());
+    let headers = e.kafka_headers(outbox_writer::HeaderOptions::default());
     let mut owned = OwnedHeaders::new_with_capacity(headers.len());
     for (k, v) in &headers {
         owned = owned.insert(Header {

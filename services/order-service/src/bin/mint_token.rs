@@ -10,7 +10,7 @@
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use outbox_kit::auth::{Minter, MIN_SECRET_LEN};
+use outbox_http::auth::{Minter, MIN_SECRET_LEN};
 
 /// Prints a signed bearer token (JWT) for the order, WMS and stock APIs.
 #[derive(Debug, Parser)]
@@ -46,13 +46,13 @@ struct Args {
 
     /// The development switch of the weak-secret check (`JWT_HS256_SECRET`).
     #[command(flatten)]
-    secrets: outbox_kit::secrets::SecretArgs,
+    secrets: outbox_process::secrets::SecretArgs,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     args.secrets
-        .check(&[outbox_kit::secrets::Secret::signing_key(
+        .check(&[outbox_process::secrets::Secret::signing_key(
             "JWT_HS256_SECRET (--jwt-hs256-secret)",
             args.jwt_hs256_secret.as_deref(),
         )])?;

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use crate::domain::{Cents, RefundKind, ValidationError};
-use outbox_kit::validate::{Chars, TextRule};
+use outbox_http::validate::{Chars, TextRule};
 
 use crate::lines::CreateOrderItemBody;
 use crate::orders::NewOrder;
@@ -21,7 +21,7 @@ pub struct PushBody {
     #[schema(pattern = "^(TradeSync|RefundSync)$")]
     pub msg_type: String,
     /// When the platform last changed the trade or refund (epoch milliseconds).
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     #[schema(schema_with = epoch_ms_schema)]
     pub modified: i64,
     /// The trade snapshot of a `TradeSync`.
@@ -46,7 +46,7 @@ pub struct TradeBody {
     /// What was bought.
     pub items: Vec<TradeItemBody>,
     /// What the buyer paid: required once paid, present on a closed trade that was paid.
-    #[serde(default, deserialize_with = "outbox_kit::validate::optional_integer")]
+    #[serde(default, deserialize_with = "outbox_http::validate::optional_integer")]
     pub paid_cents: Option<i64>,
 }
 
@@ -56,7 +56,7 @@ pub struct TradeItemBody {
     /// Catalog SKU.
     pub sku_id: String,
     /// Units.
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     pub quantity: i64,
 }
 
@@ -80,7 +80,7 @@ pub struct RefundSyncBody {
     /// `CLOSED`, `FAILED`.
     pub status: String,
     /// Amount to give back (the newest snapshot's amount is the refund's amount).
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     pub refund_cents: i64,
     /// `REFUND_ONLY` or `RETURN_AND_REFUND` (default).
     #[serde(default)]

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use outbox_kit::consumer::{Effect, HandlerError};
+use outbox_consumer::{Effect, HandlerError};
 use serde::{Deserialize, Serialize};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -28,9 +28,9 @@ use crate::domain::OrderId;
 use crate::events::ShipmentView;
 
 /// Aggregate type (topic `<prefix>shipback`) of ship-back requests.
-pub const AGGREGATE_TYPE: &str = "shipback";
+pub use event_contracts::order::SHIPBACK_AGGREGATE_TYPE as AGGREGATE_TYPE;
 /// Their event type.
-pub const EVENT_TYPE: &str = "ShipBackRequested";
+pub use event_contracts::order::SHIPBACK_EVENT_TYPE as EVENT_TYPE;
 
 /// Quick attempts inside one delivery, before the runtime's own backoff takes over.
 const ATTEMPTS: u32 = 3;
@@ -72,13 +72,13 @@ pub async fn request(
     })
     .map_err(crate::Error::Serialize)?;
     let aggregate_id = order_id.to_string();
-    let event = outbox_kit::NewEvent::new(AGGREGATE_TYPE, &aggregate_id, EVENT_TYPE, &payload);
-    outbox_kit::enqueue(&mut *conn, &event).await?;
+    let event = outbox_writer::NewEvent::new(AGGREGATE_TYPE, &aggregate_id, EVENT_TYPE, &payload);
+    outbox_writer::enqueue(&mut *conn, &event).await?;
     Ok(true)
 }
 
 /// Reports a shipment to the platform, once, outside any transaction (the consumer's
-/// [`Handler::prepare`](outbox_kit::consumer::Handler::prepare)): records the intent (a
+/// [`Handler::prepare`](outbox_consumer::Handler::prepare)): records the intent (a
 /// `channel_shipbacks` row without a result), returns at once if an answer is recorded
 /// already (a redelivery, a retry after a crash), calls the platform with a few quick retries
 /// and no connection held, then records the answer. A crash between the call and the record

@@ -5,8 +5,8 @@ use std::fmt;
 use serde::Serialize;
 use uuid::Uuid;
 
-use outbox_kit::text_newtype;
-use outbox_kit::validate::{Chars, TextRule};
+use outbox_http::text_newtype;
+use outbox_http::validate::{Chars, TextRule};
 
 text_newtype!(
     /// The buyer, as the caller identifies them. Idempotency keys are scoped to it.

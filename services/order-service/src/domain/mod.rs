@@ -18,4 +18,4 @@ pub use status::{OrderStatus, RefundKind, RefundOutcome, RefundStatus, UnknownSt
 
 /// A field of a request failed validation (the one shared type: `field` is a JSON path such as
 /// `items[2].quantity`).
-pub use outbox_kit::validate::ValidationError;
+pub use outbox_http::validate::ValidationError;

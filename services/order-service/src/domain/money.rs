@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use outbox_kit::validate::IntRange;
+use outbox_http::validate::IntRange;
 
 use super::ValidationError;
 

@@ -9,8 +9,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use outbox_kit::service::extract::{parse_json, Body};
-use outbox_kit::service::{ApiError, ErrorBody};
+use outbox_http::service::extract::{parse_json, Body};
+use outbox_http::service::{ApiError, ErrorBody};
 
 use super::{AppState, CallbackAck, SIGNATURE, SIGNATURE_TIMESTAMP};
 use crate::error::Error;

@@ -2,9 +2,9 @@
 
 use axum::extract::State;
 use axum::Json;
-use outbox_kit::auth::Operator;
-use outbox_kit::service::extract::{Body, Path};
-use outbox_kit::service::{ApiError, ErrorBody};
+use outbox_http::auth::Operator;
+use outbox_http::service::extract::{Body, Path};
+use outbox_http::service::{ApiError, ErrorBody};
 
 use super::AppState;
 use crate::catalog::{self, Sku, SkuBody, SkuView};

@@ -14,9 +14,9 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use outbox_kit::auth::Operator;
-use outbox_kit::service::extract::{parse_json, Body};
-use outbox_kit::service::{ApiError, ErrorBody};
+use outbox_http::auth::Operator;
+use outbox_http::service::extract::{parse_json, Body};
+use outbox_http::service::{ApiError, ErrorBody};
 use serde::Serialize;
 use utoipa::ToSchema;
 

@@ -4,8 +4,8 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use outbox_kit::service::ApiError;
-use outbox_kit::signature::SignatureError;
+use outbox_http::service::ApiError;
+use outbox_http::signature::SignatureError;
 
 use crate::error::Error;
 

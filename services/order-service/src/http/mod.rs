@@ -28,11 +28,11 @@ pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// Header with a callback's signature.
 pub const SIGNATURE: &str = "x-signature";
 /// Header with a callback's signing time (Unix seconds), covered by its signature.
-pub use outbox_kit::signature::TIMESTAMP_HEADER as SIGNATURE_TIMESTAMP;
+pub use outbox_http::signature::TIMESTAMP_HEADER as SIGNATURE_TIMESTAMP;
 
 /// The routes without a bearer token (signed by the payment provider or the marketplace):
 /// they get the server's small body limit and their own concurrency bound
-/// ([`outbox_kit::service::HttpLimits`]).
+/// ([`outbox_http::service::HttpLimits`]).
 pub const UNAUTHENTICATED_ROUTES: &[&str] = &[
     "/payments/callback",
     "/refunds/callback",
@@ -55,7 +55,7 @@ pub struct AppState {
     /// The marketplace's API, for `POST /channels/marketplace/compensate`.
     pub marketplace: Option<crate::channel::PlatformClient>,
     /// Verifies bearer tokens.
-    pub auth: outbox_kit::auth::Authenticator,
+    pub auth: outbox_http::auth::Authenticator,
 }
 
 /// The answer to a recognised callback.
@@ -81,9 +81,9 @@ fn api() -> (Router<AppState>, serde_json::Value) {
         .routes(routes!(callbacks::refund_callback))
         .routes(routes!(channel::push))
         .routes(routes!(channel::compensate))
-        .merge(outbox_kit::service::operations::routes())
+        .merge(outbox_http::service::operations::routes())
         .split_for_parts();
-    outbox_kit::service::serve_openapi(
+    outbox_http::service::serve_openapi(
         router,
         doc,
         "order-service",
@@ -105,7 +105,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::Extension(state.auth.clone()))
         .layer(middleware::from_fn_with_state(
             state.metrics.clone(),
-            outbox_kit::service::track_requests::<Metrics>,
+            outbox_http::service::track_requests::<Metrics>,
         ))
         .with_state(state)
 }

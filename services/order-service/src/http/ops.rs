@@ -1,9 +1,9 @@
-//! `/healthz` and `/metrics` (`outbox_kit::service::operations`; `/openapi.json` and the JSON
-//! 404 / 405 answers come from `outbox_kit::service::serve_openapi`). Both belong on an
+//! `/healthz` and `/metrics` (`outbox_http::service::operations`; `/openapi.json` and the JSON
+//! 404 / 405 answers come from `outbox_http::service::serve_openapi`). Both belong on an
 //! internal port or network.
 
 use axum::extract::FromRef;
-use outbox_kit::service::Operations;
+use outbox_http::service::Operations;
 
 use super::AppState;
 

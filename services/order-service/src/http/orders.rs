@@ -10,9 +10,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use outbox_kit::auth::{AuthError, Customer, Operator};
-use outbox_kit::service::extract::{Body, Path};
-use outbox_kit::service::{ApiError, ErrorBody};
+use outbox_http::auth::{AuthError, Customer, Operator};
+use outbox_http::service::extract::{Body, Path};
+use outbox_http::service::{ApiError, ErrorBody};
 
 use super::{AppState, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use crate::domain::{IdempotencyKey, LifecycleEvent, OrderId, UserId};

@@ -26,14 +26,14 @@ pub struct RefundCallbackBody {
     #[schema(pattern = "^(SUCCESS|CLOSED)$")]
     pub status: String,
     /// When the provider last changed the refund (epoch milliseconds).
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     #[schema(schema_with = epoch_ms_schema)]
     pub modified: i64,
 }
 
 /// Epoch milliseconds: 0 to 2^53 (the check and the schema).
-pub const EPOCH_MS: outbox_kit::validate::IntRange =
-    outbox_kit::validate::IntRange::new(0, outbox_kit::validate::MAX_EXACT_INTEGER);
+pub const EPOCH_MS: outbox_http::validate::IntRange =
+    outbox_http::validate::IntRange::new(0, outbox_http::validate::MAX_EXACT_INTEGER);
 
 /// [`EPOCH_MS`] as an inline JSON Schema.
 pub fn epoch_ms_schema() -> utoipa::openapi::schema::Object {

@@ -23,7 +23,7 @@ pub struct RefundBody {
     #[schema(schema_with = RefundNo::schema_object)]
     pub refund_no: String,
     /// Amount to give back.
-    #[serde(deserialize_with = "outbox_kit::validate::integer")]
+    #[serde(deserialize_with = "outbox_http::validate::integer")]
     #[schema(schema_with = Cents::schema_object)]
     pub amount_cents: i64,
     /// Why.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use outbox_kit::auth::Minter;
+use outbox_http::auth::Minter;
 use reqwest::{Method, Response, StatusCode};
 use serde_json::{json, Value};
 

@@ -10,8 +10,8 @@ const REVERSE_FLOW: i64 = 20260201000005;
 #[tokio::test]
 async fn the_reverse_flow_migration_keeps_flagged_payments_and_covers_those_owing_nothing() {
     let pool = fresh_pool().await;
-    outbox_kit::schema::migrate(&pool).await.unwrap();
-    outbox_kit::schema::migrate_inbox(&pool).await.unwrap();
+    outbox_writer::schema::migrate(&pool).await.unwrap();
+    outbox_writer::schema::migrate_inbox(&pool).await.unwrap();
     let mut before = order_service::server::migrator();
     before.migrations = Cow::Owned(
         before

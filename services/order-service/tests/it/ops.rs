@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_kit::poll::wait_for;
+use outbox_process::poll::wait_for;
 use reqwest::StatusCode;
 use serde_json::Value;
 

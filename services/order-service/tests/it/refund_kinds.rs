@@ -169,7 +169,7 @@ async fn a_parcel_shipped_while_a_full_refund_succeeded_ships_the_order_on_the_w
     let effect = fulfilment::outbound_cancelled(&mut conn, parse_order_id(&id).unwrap())
         .await
         .unwrap();
-    assert_eq!(effect, outbox_kit::consumer::Effect::Unchanged);
+    assert_eq!(effect, outbox_consumer::Effect::Unchanged);
 }
 
 #[tokio::test]

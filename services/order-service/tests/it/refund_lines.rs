@@ -193,7 +193,7 @@ async fn returned(
     status: &str,
     mug: i32,
     tea: i32,
-) -> outbox_kit::consumer::Effect {
+) -> outbox_consumer::Effect {
     let event: ReturnReceived = serde_json::from_value(json!({
         "order_id": id, "status": status, "lines": [
             { "sku_id": "MUG", "quantity": 2, "returned_quantity": mug },
@@ -207,7 +207,7 @@ async fn returned(
 
 #[tokio::test]
 async fn a_return_of_some_units_leaves_the_order_partly_returned_until_the_rest_comes_back() {
-    use outbox_kit::consumer::Effect;
+    use outbox_consumer::Effect;
     let app = TestApp::spawn().await;
     let id = paid_two_line_order(&app).await;
     ship(&app, &id).await;

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use order_service::{AppState, CallbackSecret, Metrics};
-use outbox_kit::auth::{Authenticator, Minter};
+use outbox_http::auth::{Authenticator, Minter};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
@@ -72,7 +72,7 @@ pub struct Snapshot {
 impl TestApp {
     /// Creates a database, migrates it and serves the app on it.
     pub async fn spawn() -> Self {
-        Self::spawn_with_window(outbox_kit::signature::DEFAULT_REPLAY_WINDOW).await
+        Self::spawn_with_window(outbox_http::signature::DEFAULT_REPLAY_WINDOW).await
     }
 
     /// As [`Self::spawn`], with a callback replay window of `replay_window`.

@@ -14,11 +14,25 @@ use std::collections::HashSet;
 
 use sqlx::PgPool;
 
+use uuid::Uuid;
+
 use super::read::DeadLetter;
-use super::send::Redriven;
 
 /// Where a dead letter is: dead-letter topic, partition, offset.
 pub type LetterId = (String, i32, i64);
+
+/// Where a redriven message landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redriven {
+    /// The event.
+    pub event_id: Option<Uuid>,
+    /// The consumer's redrive topic it was sent to.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+}
 
 /// The letters `consumer` redrove already.
 ///

@@ -20,7 +20,7 @@ use super::read::{
     DeadLetter, REDRIVE_ORIGIN_OFFSET, REDRIVE_ORIGIN_PARTITION, REDRIVE_ORIGIN_TOPIC,
     REQUEST_TIMEOUT,
 };
-use super::record::{self, LetterId};
+use super::record::{self, LetterId, Redriven};
 use crate::config::{dead_letter_producer_config, RuntimeConfig};
 
 /// How long a redriven message may wait for the broker's acknowledgement.
@@ -76,19 +76,6 @@ pub fn select(
             }
         }
     }
-}
-
-/// Where a redriven message landed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Redriven {
-    /// The event.
-    pub event_id: Option<Uuid>,
-    /// The consumer's redrive topic it was sent to.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Offset.
-    pub offset: i64,
 }
 
 /// Sends each of `letters` to `config`'s consumer's redrive topic of the topic it was consumed

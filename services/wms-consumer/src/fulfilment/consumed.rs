@@ -2,7 +2,7 @@
 //! from reserved stock, holds opened, released or made permanent by refunds and cancellations,
 //! and [`settle`], which every change ends with.
 
-use outbox_kit::consumer::Effect;
+use outbox_consumer::Effect;
 use sqlx::PgConnection;
 use uuid::Uuid;
 

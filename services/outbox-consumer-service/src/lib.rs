@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! The skeleton of a consuming service (`wms-consumer`, `stock-consumer`): the flags they all
 //! take ([`ConsumerServiceArgs`]) and one builder ([`ConsumerService`]) that migrates, serves
 //! the HTTP API and consumes events until SIGTERM, or runs a `dlq` operator command and
@@ -9,10 +11,11 @@ use sqlx::PgPool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ConsumerServiceMetrics, ServiceArgs};
 use outbox_consumer::dlq_cli::ConsumerCommand;
 use outbox_consumer::redrive::DlqError;
 use outbox_consumer::{ConsumerArgs, ConsumerError, Handler, RuntimeConfig};
+use outbox_http::service::ServiceArgs;
+use prometheus::{IntCounterVec, Registry};
 
 /// The flags and environment variables every consuming service takes: [`ServiceArgs`], the
 /// brokers, the consumer's settings and the `dlq` subcommand. Flatten it into the service's
@@ -30,7 +33,7 @@ pub struct ConsumerServiceArgs {
     /// Bearer-token verification of the HTTP API (operator endpoints need
     /// `roles: ["operator"]`). A key is required to serve; `dlq` commands don't need one.
     #[command(flatten)]
-    pub auth: crate::auth::AuthArgs,
+    pub auth: outbox_http::auth::AuthArgs,
 
     /// Consumer settings.
     #[command(flatten)]
@@ -64,7 +67,7 @@ pub enum ServiceError {
     WeakSecrets(#[from] outbox_process::secrets::WeakSecrets),
     /// The bearer-token settings cannot verify tokens (no key, no issuer, ...).
     #[error("bearer-token configuration")]
-    Auth(#[from] crate::auth::AuthConfigError),
+    Auth(#[from] outbox_http::auth::AuthConfigError),
     /// The HTTP listener could not be bound.
     #[error("binding {addr}")]
     Bind {
@@ -92,7 +95,8 @@ pub enum ServiceError {
 type RouterFn = Box<dyn FnOnce(PgPool, ConsumerServiceMetrics) -> Router + Send>;
 
 /// Registers the state gauges in the process's registry.
-type StateGaugesFn = Box<dyn FnOnce(&prometheus::Registry) -> super::StateGauges + Send>;
+type StateGaugesFn =
+    Box<dyn FnOnce(&prometheus::Registry) -> outbox_http::service::StateGauges + Send>;
 
 /// One consuming service: its name, consumer, migrations, HTTP API and event handler.
 pub struct ConsumerService<H> {
@@ -159,11 +163,11 @@ impl<H: Handler> ConsumerService<H> {
     }
 
     /// Gauges of the service's business state, registered in the process's registry and read
-    /// every `--state-metrics-interval-ms` ([`super::StateGauges`]).
+    /// every `--state-metrics-interval-ms` ([`outbox_http::service::StateGauges`]).
     #[must_use]
     pub fn state_gauges(
         mut self,
-        gauges: impl FnOnce(&prometheus::Registry) -> super::StateGauges + Send + 'static,
+        gauges: impl FnOnce(&prometheus::Registry) -> outbox_http::service::StateGauges + Send + 'static,
     ) -> Self {
         self.state_gauges = Some(Box::new(gauges));
         self
@@ -197,7 +201,7 @@ impl<H: Handler> ConsumerService<H> {
         let settings = &args.service;
         if let Some(command) = &args.command {
             // `dlq redrive` records what it sent in the service's database.
-            let pool = super::connect_lazy(&settings.database_url, 1)
+            let pool = outbox_http::service::connect_lazy(&settings.database_url, 1)
                 .map_err(ServiceError::DatabaseUrl)?;
             let ran = outbox_consumer::dlq_cli::run(
                 command,
@@ -209,7 +213,7 @@ impl<H: Handler> ConsumerService<H> {
             pool.close().await;
             return Ok(ran?);
         }
-        let only = settings.migrations == super::Migrations::Only;
+        let only = settings.migrations == outbox_http::service::Migrations::Only;
         let mut secrets = vec![runtime.client_config.password_secret()];
         if !only {
             secrets.extend(args.auth.secrets());
@@ -220,9 +224,12 @@ impl<H: Handler> ConsumerService<H> {
         } else {
             Some(args.auth.authenticator()?)
         };
-        let pool = super::connect_lazy(&settings.database_url, settings.database_max_connections)
-            .map_err(ServiceError::DatabaseUrl)?;
-        if settings.migrations != super::Migrations::Skip {
+        let pool = outbox_http::service::connect_lazy(
+            &settings.database_url,
+            settings.database_max_connections,
+        )
+        .map_err(ServiceError::DatabaseUrl)?;
+        if settings.migrations != outbox_http::service::Migrations::Skip {
             self.migrate(&pool)
                 .await
                 .map_err(|source| ServiceError::Migrate {
@@ -238,14 +245,13 @@ impl<H: Handler> ConsumerService<H> {
             pool.close().await;
             return Ok(());
         };
-        let listener =
-            super::bind(&settings.listen)
-                .await
-                .map_err(|source| ServiceError::Bind {
-                    addr: settings.listen.clone(),
-                    source,
-                })?;
-        let shutdown = super::shutdown_on_signal();
+        let listener = outbox_http::service::bind(&settings.listen)
+            .await
+            .map_err(|source| ServiceError::Bind {
+                addr: settings.listen.clone(),
+                source,
+            })?;
+        let shutdown = outbox_http::service::shutdown_on_signal();
         let metrics = ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name);
         let gauges = self.state_gauges.map(|g| {
             tokio::spawn(g(&metrics.registry).run(
@@ -263,7 +269,8 @@ impl<H: Handler> ConsumerService<H> {
         let drain = settings.shutdown_timeout();
         let stop_http = shutdown.clone();
         let http = tokio::spawn(async move {
-            super::serve_with_limits(listener, router, stop_http, drain, &limits).await
+            outbox_http::service::serve_with_limits(listener, router, stop_http, drain, &limits)
+                .await
         });
         let consumed = outbox_consumer::run(
             runtime,
@@ -293,6 +300,48 @@ impl<H: Handler> ConsumerService<H> {
         match &self.migrator {
             Some(m) => m.run(pool).await,
             None => Ok(()),
+        }
+    }
+}
+
+/// The metrics every consuming service exposes: HTTP requests by method, matched route and
+/// status (`<service>_http_requests_total`) and the consumer runtime's metrics (including inbox
+/// duplicates), in one registry that `/metrics` renders.
+#[derive(Debug, Clone)]
+pub struct ConsumerServiceMetrics {
+    /// The registry `/metrics` renders.
+    pub registry: Registry,
+    /// HTTP requests by method, matched route and status.
+    pub http_requests: IntCounterVec,
+    /// The consumer runtime's metrics.
+    pub consumer: outbox_consumer::ConsumerMetrics,
+}
+
+impl ConsumerServiceMetrics {
+    /// Creates and registers every metric; `service` prefixes the HTTP metric (`wms`, `stock`).
+    ///
+    /// # Panics
+    /// When `service` or `consumer_name` make an invalid or duplicate metric name (a
+    /// programming error: both are constants of the calling service).
+    pub fn new(service: &str, consumer_name: &str) -> Self {
+        let registry = Registry::new();
+        let http_requests = IntCounterVec::new(
+            prometheus::Opts::new(
+                format!("{service}_http_requests_total"),
+                "HTTP requests by method, route and status",
+            ),
+            &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        registry
+            .register(Box::new(http_requests.clone()))
+            .expect("unique metric");
+        let consumer = outbox_consumer::ConsumerMetrics::register(&registry, consumer_name)
+            .expect("unique consumer metrics");
+        Self {
+            registry,
+            http_requests,
+            consumer,
         }
     }
 }
