@@ -16,13 +16,14 @@ What is checked, against the real binaries' `--help` (clap lists every flag and 
 - deploy/k8s/*.yaml: the same for every container of our image (command, args, env, envFrom
   ConfigMap keys); referenced ConfigMaps, Secrets and their keys exist; probe ports are named
   ports of the container.
-- no shipped secrets (issue 18): compose gives every secret (`*SECRET*`, `*PASSWORD*`, the
-  database URLs) as a required `${NAME:?...}` without a default; no manifest holds a Secret's
-  values (the operator creates them with the `kubectl create secret` commands documented in
-  deploy/k8s/00-config.yaml, and every `secretKeyRef` names a key those commands create);
-  nothing sets the development flag ALLOW_WEAK_SECRETS; Prometheus runs without
-  `--web.enable-lifecycle`; published ports are bound to 127.0.0.1 and the broker's port is
-  published only by the deploy/compose/broker-port.yaml override.
+- no shipped secrets (a deployment must not start with a secret anyone can read here): compose
+  gives every secret (`*SECRET*`, `*PASSWORD*`, the database URLs) as a required `${NAME:?...}`
+  without a default; no manifest holds a Secret's values (the operator creates them with the
+  `kubectl create secret` commands documented in deploy/k8s/00-config.yaml, and every
+  `secretKeyRef` names a key those commands create); nothing sets the development flag
+  ALLOW_WEAK_SECRETS; Prometheus runs without `--web.enable-lifecycle`; published ports are
+  bound to 127.0.0.1 and the broker's port is published only by the
+  deploy/compose/broker-port.yaml override.
 - deploy/grafana/outbox-relay.json: every panel uses the provisioned datasource and every query
   parses (promtool check rules on the queries as recording rules).
 

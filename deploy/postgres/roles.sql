@@ -1,4 +1,5 @@
--- deploy/postgres/roles.sql: least-privilege roles for one service database (issue 18).
+-- deploy/postgres/roles.sql: least-privilege roles for one service database (a compromised
+-- relay or service cannot read or change what is not its own).
 --
 --   migrator (default outbox_migrator)  owns the database, its schema and every object in it;
 --                                       applies the migrations (`outbox-relay migrate`,

@@ -7,9 +7,10 @@
 
 mod common;
 
-/// What the relay guarantees about delivery: nothing committed is lost (guarantee 1), nothing
-/// is skipped (2), order per aggregate (3), and the settings these rest on cannot be
-/// overridden (6); through crashes, outages, failovers, PgBouncer and chaos.
+/// What the relay guarantees about delivery: nothing committed is lost, nothing is skipped,
+/// order per aggregate, duplicates on the broker only from failures, the settings these rest on
+/// cannot be overridden, and with `--transactions` a deposed leader cannot add to the log
+/// (guarantees 1, 2, 3, 4, 6 and 7); through crashes, outages, failovers, PgBouncer and chaos.
 mod delivery {
     mod chaos;
     mod commit_order;
@@ -23,8 +24,10 @@ mod delivery {
     mod pgbouncer;
 }
 
-/// An event that cannot be sent holds back only its own aggregate (guarantee 5): parked,
-/// sent alone, left out of the claim, resolved by the operator.
+/// An event that cannot be sent holds back only its own aggregate (guarantee 5), one partition
+/// the cluster cannot write only the aggregates it carries (guarantee 8): parked, sent alone,
+/// left out of the claim, resolved by the operator; and around them nothing is skipped or
+/// reordered (guarantees 2 and 3).
 mod isolation {
     mod held_back_claims;
     mod lone_sends;

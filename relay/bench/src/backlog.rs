@@ -1,10 +1,10 @@
-//! Phase `backlog` (issue 20, item 5; opt-in, heavy): the release relay draining a backlog of
-//! millions of events (inserted in chunks with the aggregate lock off) with `--lease-ttl-ms
-//! 3000`, so that a lease renewal starved by the batches or the backlog gauges shows up as a
-//! leadership change. Reports the drain rate, a side claim of one batch every few seconds
-//! (claim time as the table shrinks, under a lease of its own: it reads, never deletes), the
-//! lease epochs the relay reported and its "Lost the relay lease" log lines (none when
-//! leadership is stable).
+//! Phase `backlog` (opt-in, heavy): whether a large backlog slows the claim or costs the lease.
+//! The release relay drains a backlog of millions of events (inserted in chunks with the
+//! aggregate lock off) with `--lease-ttl-ms 3000`, so that a lease renewal starved by the
+//! batches or the backlog gauges shows up as a leadership change. Reports the drain rate, a
+//! side claim of one batch every few seconds (claim time as the table shrinks, under a lease of
+//! its own: it reads, never deletes), the lease epochs the relay reported and its "Lost the
+//! relay lease" log lines (none when leadership is stable).
 
 use std::time::Duration;
 

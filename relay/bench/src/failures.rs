@@ -1,13 +1,13 @@
-//! Phase `failures` (issue 20, item 5): what a large failure table costs the claim. The outbox
-//! holds a healthy backlog (inserted with the aggregate lock off) and, after it, one failed
-//! event on each of `F` other aggregates (UUID ids) with its `outbox_failure` row (half
-//! parked, half retrying an hour from now), `ANALYZE`d. For each size `F` (growing), one claim of a batch
+//! Phase `failures`: what a large failure table costs the claim. The outbox holds a healthy
+//! backlog (inserted with the aggregate lock off) and, after it, one failed event on each of
+//! `F` other aggregates (UUID ids) with its `outbox_failure` row (half parked, half retrying an
+//! hour from now), `ANALYZE`d. For each size `F` (growing), one claim of a batch
 //! (`Store::claim` under a lease) is timed with each filter, interleaved, median of the
 //! repeats: `Off` (no filter: the baseline), `Hashed` (hashed subplans, what main did before:
 //! once the failure table no longer fits `work_mem` PostgreSQL scans it per outbox row) and
 //! `Probed` (an index probe per row, what the relay uses past
-//! `outbox_relay::store::SMALL_FAILURE_TABLE` rows). Also the relay's read of the failure
-//! table before every batch: `Store::failure_view` against the query main ran.
+//! `outbox_relay::store::SMALL_FAILURE_TABLE` rows). Also the relay's read of the failure table
+//! before every batch: `Store::failure_view` against the query main ran.
 //!
 //! Every claim runs under `statement_timeout`: a filter that hits it is reported as over the
 //! timeout and not run again (at that size or larger ones, where it can only be slower).

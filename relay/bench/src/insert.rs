@@ -1,11 +1,10 @@
-//! Phase `insert` (issue 20, item 4): what the per-aggregate lock trigger
-//! (`20260101000003_aggregate_order.sql`) costs a writer. `W` connections each commit
-//! single-row `INSERT` transactions (plain SQL, as a producer in any language would) for `T`
-//! seconds, the trigger's lock on (A, the default) or off (B, each statement's transaction
-//! calls `outbox_aggregate_lock_off()` in the same statement: only a transaction-local opt-out
-//! counts), interleaved A B B A (a linear drift
-//! of the machine's load then costs both alike; A B A B would favour B) on an emptied
-//! outbox, after an untimed one-second warm-up; with a third variant (C: lock on, the trigger as
+//! Phase `insert`: what the per-aggregate lock trigger (`20260101000003_aggregate_order.sql`)
+//! costs a writer. `W` connections each commit single-row `INSERT` transactions (plain SQL, as
+//! a producer in any language would) for `T` seconds, the trigger's lock on (A, the default) or
+//! off (B, each statement's transaction calls `outbox_aggregate_lock_off()` in the same
+//! statement: only a transaction-local opt-out counts), interleaved A B B A (a linear drift of
+//! the machine's load then costs both alike; A B A B would favour B) on an emptied outbox,
+//! after an untimed one-second warm-up; with a third variant (C: lock on, the trigger as
 //! migration `20260101000003` created it, swapped in for its runs), what the trigger's later
 //! checks cost (explicit ids refused, a transaction-local opt-out, the transaction id taken
 //! before the outbox id). Then one bulk `INSERT ... SELECT generate_series` with and without

@@ -1,11 +1,11 @@
-//! Phase `isolation` (issue 20, items 2 and 7): how much failing aggregates slow the healthy
-//! ones. The release relay drains the same healthy backlog (a) alone, (b) behind poisoned
-//! aggregates (an event that can never be sent and two behind it, each: parked on the first
-//! batch, they must hold back only their own aggregate), and (c) beside suspect aggregates (a
-//! retryable `broker_rejected` failure on the first of three events, as a refused record batch
-//! leaves it: the relay sends those alone on its second producer, and they succeed). The runs
-//! interleave A B C C B A so that load drift falls on every variant alike; the figures are
-//! ratios to the clean drain of the same invocation, never pass/fail thresholds.
+//! Phase `isolation`: how much failing aggregates slow the healthy ones. The release relay
+//! drains the same healthy backlog (a) alone, (b) behind poisoned aggregates (an event that can
+//! never be sent and two behind it, each: parked on the first batch, they must hold back only
+//! their own aggregate), and (c) beside suspect aggregates (a retryable `broker_rejected`
+//! failure on the first of three events, as a refused record batch leaves it: the relay sends
+//! those alone on its second producer, and they succeed). The runs interleave A B C C B A so
+//! that load drift falls on every variant alike; the figures are ratios to the clean drain of
+//! the same invocation, never pass/fail thresholds.
 
 use serde::Serialize;
 

@@ -1,5 +1,5 @@
-//! Unpaid orders close after a timeout (seed 001: a `WAIT_PAY` order is closed after a
-//! timeout). Nothing is reserved before payment, so closing is only the lifecycle's `cancel`
+//! Unpaid orders close after a timeout, as the platform closes a `WAIT_PAY` trade after a
+//! timeout. Nothing is reserved before payment, so closing is only the lifecycle's `cancel`
 //! (`PENDING_PAYMENT -> CANCELLED`, `OrderCancelled`); a payment that arrives afterwards is
 //! recorded and flagged for refund like any payment of a cancelled order, never reviving it.
 //!

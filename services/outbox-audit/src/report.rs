@@ -64,9 +64,9 @@ pub enum Violation {
         /// The sum of its movements.
         movements_sum: i64,
     },
-    /// One line's units disagree between the services: what the warehouse shipped against
-    /// what the stock consumer deducted, or the units back as the order service, the warehouse
-    /// and the stock consumer (restocked) count them (returns by line, issue 19 item 5).
+    /// One line's units disagree between the services: what the warehouse shipped against what
+    /// the stock consumer deducted, or the units back as the order service, the warehouse and
+    /// the stock consumer (restocked) count them (returns by line).
     UnitsMismatch {
         /// The order.
         order_id: String,

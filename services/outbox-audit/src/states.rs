@@ -1,7 +1,7 @@
-//! The services' states compared with each other (issue 19): each order's status against its
-//! outbound's status and its reservation's status, its money (paid, refunded, still owed to
-//! the buyer), and the marketplace's word (a closed trade, a final refund snapshot) against
-//! what the order service did with it. Every disagreement is named with its ids.
+//! The services' states compared with each other: each order's status against its outbound's
+//! status and its reservation's status, its money (paid, refunded, still owed to the buyer),
+//! and the marketplace's word (a closed trade, a final refund snapshot) against what the order
+//! service did with it. Every disagreement is named with its ids.
 //!
 //! The rules, per order status (settled orders only; a missing outbound or reservation is the
 //! business checks' concern):

@@ -31,10 +31,10 @@ pub const MIN_DISTINCT_CHARS: usize = 8;
 /// Values that appear in this project's files (deploy files, READMEs, the demo, the tests):
 /// whoever read them knows them. Compared ignoring case.
 pub const SHIPPED: &[&str] = &[
-    // deploy/k8s/00-config.yaml (before issue 18), READMEs
+    // deploy/k8s/00-config.yaml (before it stopped shipping secrets), READMEs
     "CHANGE-ME-TO-32-OR-MORE-RANDOM-BYTES",
     "CHANGE-ME",
-    // deploy/compose/compose.yaml defaults (before issue 18)
+    // deploy/compose/compose.yaml defaults (before it stopped shipping secrets)
     "local-only-jwt-secret-change-me-32b",
     "change-me",
     "postgres",

@@ -1,8 +1,9 @@
-//! The CI-sized chaos run: the whole system under load (orders with duplicate requests and
-//! callbacks, refunds before and after shipping, marketplace pushes) through a fault schedule of
-//! every kind (relays, consumers and the order service SIGKILLed, the leading relay paused
-//! until the standby took over, the broker and PostgreSQL restarted, their proxies stalled and
-//! cut), then drained and audited: the audit must be clean and every fault must recover.
+//! Guarantee 1 under chaos, the CI-sized run: the whole system under load (orders with
+//! duplicate requests and callbacks, refunds before and after shipping, marketplace pushes)
+//! through a fault schedule of every kind (relays, consumers and the order service SIGKILLed,
+//! the leading relay paused until the standby took over, the broker and PostgreSQL restarted,
+//! their proxies stalled and cut), then drained and audited: the audit must be clean and every
+//! fault must recover.
 //! `make chaos` runs the same binary with longer settings.
 //! The broker faults hit Apache Kafka itself: its JVM SIGKILLed and started again on the same
 //! storage, and its proxy stalled and cut. Everything runs on the secured stack: every process

@@ -1,7 +1,9 @@
 //! Per-aggregate order for writers that do not lock anything themselves: two connections
 //! write events of one aggregate with plain INSERTs, and the one with the larger `id` tries to
 //! commit first. The broker's first occurrences must follow the order in which the
-//! transactions really committed (DESIGN.md, guarantee 3), read back with kafka-python.
+//! transactions really committed (guarantee 3; docs/src/design.md), read back with
+//! kafka-python. And nothing is skipped (guarantee 2): a row committed below a batch the relay
+//! already claimed ahead goes first, in order.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -1,5 +1,7 @@
-//! The main guarantee: every committed event reaches the broker, none rolled back does, and
-//! each aggregate's events arrive in order; also across SIGKILLs of the relay. The first test
+//! Guarantee 1: every committed event reaches the broker, none rolled back does, and each
+//! aggregate's events arrive in order; also across SIGKILLs of the relay. And the broker's half
+//! of guarantee 4: no duplicate without a failure, and after a SIGKILL no more than the events
+//! that were in flight. The first test
 //! runs the relay as the least-privilege relay role and the writers as a service role
 //! (`deploy/postgres/roles.sql`).
 

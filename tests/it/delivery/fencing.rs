@@ -1,8 +1,9 @@
-//! A deposed leader cannot land a stale event after the new leader's (guarantee 3 across a
-//! failover). The old leader hands event A1 to its producer while its broker connection is
-//! stalled (harness proxy), then loses its database connection too (another proxy): the
-//! standby takes the lease, publishes A1 and then A2, a tombstone of the same key. Then both
-//! links heal and the old leader's queued request reaches the broker.
+//! With `--transactions`, a deposed leader cannot land a stale event after the new leader's
+//! (guarantee 7: order per aggregate across a failover, fenced by the broker). The old leader hands
+//! event A1 to its producer while its broker connection is stalled (harness proxy), then loses its
+//! database connection too (another proxy): the standby takes the lease, publishes A1 and then A2,
+//! a tombstone of the same key. Then both links heal and the old leader's queued request reaches
+//! the broker.
 //!
 //! With `--transactions` the standby's `init_transactions` fenced the old producer at the
 //! broker: a `read_committed` reader (kafka-python) never sees A1 after A2. Without, the old

@@ -1,6 +1,7 @@
 //! The claim is exclusive: in the style of crates.io's worker-runner tests, a batch claimed
 //! by one relay cannot be claimed by another while the first holds it, and a relay that lost
-//! its lease can neither claim nor mark.
+//! its lease can neither claim nor mark (guarantee 3); a late commit with a smaller id is still
+//! claimed (guarantee 2).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The relay behind PgBouncer's transaction pooling (`--pgbouncer`): two relays and eight
-//! concurrent writers share four server connections through a real PgBouncer; every committed
-//! event is delivered in order, the standby takes over after a SIGKILL of the leader, and no
-//! relay logs a database error.
+//! concurrent writers share four server connections through a real PgBouncer; every committed event
+//! is delivered in order (guarantee 3), the standby takes over after a SIGKILL of the leader, and
+//! no relay logs a database error.
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};

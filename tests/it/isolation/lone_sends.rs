@@ -1,5 +1,6 @@
 //! Events of aggregates being retried after a failure are sent alone, to pin a refused record
-//! batch on its event; they must never hold back the aggregates that are not suspect.
+//! batch on its event; they must never hold back the aggregates that are not suspect
+//! (guarantee 5).
 //!
 //! The suspects are what a refused record batch leaves behind: every event of the batch
 //! recorded as `broker_rejected`, to be retried alone at once (seeded here as the relay

@@ -1,7 +1,8 @@
 //! The operator's `discard` and `redrive` of one parked event, run at the same time as real
 //! processes, each paused by a real lock at the step where the other may slip in: whichever
 //! wins, the event ends in exactly one place (the outbox, to be sent, or the audit table) and
-//! both commands say what really happened.
+//! both commands say what really happened (guarantee 5: a parked event is either redriven or
+//! discarded into the audit table).
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;

@@ -1,6 +1,6 @@
-//! Failure isolation end to end: events that cannot be sent are parked durably, hold back only
-//! their aggregate, survive a SIGKILL of the leader and a takeover, and are resolved by the
-//! operator's commands (`blocked`, `redrive`, `discard`) with every aggregate in `id` order.
+//! Failure isolation end to end (guarantee 5): events that cannot be sent are parked durably, hold
+//! back only their aggregate, survive a SIGKILL of the leader and a takeover, and are resolved by
+//! the operator's commands (`blocked`, `redrive`, `discard`) with every aggregate in `id` order.
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -119,8 +119,8 @@ async fn refused_record_batch(extra: &[&str]) {
     assert!((1..=2).contains(&attempts), "{blocked}");
 
     // The refusal stopped the producer (gapless guarantee): the relay started a new session,
-    // once per batch (issue 35: the publish step and the reaction to the batch's failures each
-    // replaced it).
+    // once per batch (not twice, as when the publish step and the reaction to the batch's
+    // failures each replaced it).
     let log = relay.log_text();
     let batches: Vec<&str> = log
         .lines()

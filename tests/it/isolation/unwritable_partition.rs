@@ -1,6 +1,6 @@
 //! A partition the broker cannot write holds back only its own aggregate: every other
 //! aggregate flows, the stuck event is retried, then parked, and nothing is reordered
-//! (guarantee 5). The fault is real: a two-broker cluster, a topic whose only replica lives on
+//! (guarantee 8). The fault is real: a two-broker cluster, a topic whose only replica lives on
 //! the second broker, and that broker SIGKILLed. librdkafka keeps such a message queued for as
 //! long as a send may take (the relay never lets it time out inside librdkafka, see
 //! `relay/src/publisher/settings.rs`); the relay's own bound on a send (`--send-timeout-ms`)

@@ -1,9 +1,9 @@
-//! The business state gauges (issue 19: "make the wrong states visible") against the state
-//! they describe: a refund requested holds the outbound and shows as an open refund and an
+//! The business state gauges (which make the wrong states visible) against the state they
+//! describe: a refund requested holds the outbound and shows as an open refund and an
 //! intercepted outbound with an age, until the platform decides it; a paid order cancelled for
 //! lack of stock shows the money owed to the buyer until the platform's refund covers it. The
-//! whole system runs with the gauges read every 200 ms; each step waits for the gauges'
-//! values with a deadline.
+//! whole system runs with the gauges read every 200 ms; each step waits for the gauges' values
+//! with a deadline.
 
 use std::time::Duration;
 

@@ -1,9 +1,10 @@
-//! Durability of the topics the relay publishes to (issue 35, item 6): a topic it creates with
-//! more than one replica takes writes only when a majority of them have it
-//! (`min.insync.replicas`, `--topic-min-insync-replicas`), and an existing topic whose leader
-//! alone may acknowledge a write (`min.insync.replicas` 1, more than one replica) is named in a
-//! warning before the relay publishes to it: an event the relay saw acknowledged, and deleted,
-//! could be lost with that broker. On a real two-broker cluster.
+//! Durability of the topics the relay publishes to (nothing committed is lost only if the
+//! broker keeps what it acknowledged): a topic it creates with more than one replica takes
+//! writes only when a majority of them have it (`min.insync.replicas`,
+//! `--topic-min-insync-replicas`), and an existing topic whose leader alone may acknowledge a
+//! write (`min.insync.replicas` 1, more than one replica) is named in a warning before the
+//! relay publishes to it: an event the relay saw acknowledged, and deleted, could be lost with
+//! that broker. On a real two-broker cluster.
 
 use std::time::Duration;
 

@@ -1,10 +1,10 @@
-//! No unauthenticated way to exhaust a service (issue 18), on the order service as a process:
-//! 50 000 requests with made-up HTTP methods add no `order_http_requests_total` series (the
-//! method label is bounded) and leave RSS bounded; 500 slow uploads to the unsigned callback
-//! route hold at most the unauthenticated bound of slots (the rest are `503 overloaded` at
-//! once, the held ones `408` at the body timeout), an authenticated request is served meanwhile,
-//! and RSS stays bounded; bodies over the callback limit are 413 before the signature is
-//! checked, whether declared or streamed.
+//! No unauthenticated way to exhaust a service, on the order service as a process: 50 000
+//! requests with made-up HTTP methods add no `order_http_requests_total` series (the method
+//! label is bounded) and leave RSS bounded; 500 slow uploads to the unsigned callback route
+//! hold at most the unauthenticated bound of slots (the rest are `503 overloaded` at once, the
+//! held ones `408` at the body timeout), an authenticated request is served meanwhile, and RSS
+//! stays bounded; bodies over the callback limit are 413 before the signature is checked,
+//! whether declared or streamed.
 //!
 //! The RSS bounds are generous on purpose (figures are printed; they are not timing claims).
 

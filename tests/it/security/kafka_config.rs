@@ -1,7 +1,7 @@
-//! `--kafka-config` never leaks or weakens a secret (issue 35, item 5): `--help` does not print
-//! the environment variable's value; a password with a comma is taken whole and never echoed;
-//! librdkafka's other name of a checked setting (`sasl.mechanisms`, `metadata.broker.list`) is
-//! checked like the setting itself. Each through the real binaries, before any connection.
+//! `--kafka-config` never leaks or weakens a secret: `--help` does not print the environment
+//! variable's value; a password with a comma is taken whole and never echoed; librdkafka's
+//! other name of a checked setting (`sasl.mechanisms`, `metadata.broker.list`) is checked like
+//! the setting itself. Each through the real binaries, before any connection.
 
 use std::io::Read;
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
-//! Least-privilege roles (`deploy/postgres/roles.sql`, issue 18): a relay connected as the relay
-//! role is refused every read and write of a business table (permission denied), the service
-//! role cannot touch the relay's tables, and the migrator owns the schema (it applies a new
+//! Least-privilege roles (`deploy/postgres/roles.sql`): a relay connected as the relay role is
+//! refused every read and write of a business table (permission denied), the service role
+//! cannot touch the relay's tables, and the migrator owns the schema (it applies a new
 //! migration with a trigger on the outbox, after which the service still writes events). The
 //! relay and the services running as these roles: `tests/it/services/order_events.rs` and
 //! `delivery/committed_events.rs`.

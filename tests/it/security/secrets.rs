@@ -1,15 +1,16 @@
-//! No shipped secrets (issue 18): every placeholder secret this project ever published, given
-//! to each service in each of its secret settings, makes the process exit non-zero naming the
-//! setting (and not echoing the value); the development switch lets it start with a warning;
-//! random secrets start normally. Every secret-like value written in our deploy files, READMEs
-//! and scripts is refused by the rule.
+//! No shipped secrets: every placeholder secret this project ever published, given to each
+//! service in each of its secret settings, makes the process exit non-zero naming the setting
+//! (and not echoing the value); the development switch lets it start with a warning; random
+//! secrets start normally. Every secret-like value written in our deploy files, READMEs and
+//! scripts is refused by the rule.
 
 use std::time::Duration;
 
 use e2e::proc::ServiceProcess;
 use outbox_process::secrets::{weakness, SecretKind, SHIPPED};
 
-/// The placeholders of the deploy files and READMEs before issue 18 (also in [`SHIPPED`]).
+/// The placeholders the deploy files and READMEs held before they stopped shipping secrets
+/// (also in [`SHIPPED`]).
 const DEPLOY_PLACEHOLDERS: [&str; 6] = [
     "CHANGE-ME-TO-32-OR-MORE-RANDOM-BYTES",
     "local-only-jwt-secret-change-me-32b",

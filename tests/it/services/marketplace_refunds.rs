@@ -1,9 +1,9 @@
-//! The reverse flow through the marketplace channel (issue 19): refund snapshots whose amount
-//! or kind changes, a later status stamped with the same `modified`, `FAILED`, closed trades
-//! that were paid, refunds of orders cancelled for lack of stock. Each sequence is pushed
-//! signed, as the platform sends it, to the whole system (order service, WMS, stock, relays,
-//! broker); each test checks where the three services end, then that the audit is clean.
-//! Refunds and returns by line (item 5) go the same way.
+//! The reverse flow through the marketplace channel: refund snapshots whose amount or kind
+//! changes, a later status stamped with the same `modified`, `FAILED`, closed trades that were
+//! paid, refunds of orders cancelled for lack of stock. Each sequence is pushed signed, as the
+//! platform sends it, to the whole system (order service, WMS, stock, relays, broker); each
+//! test checks where the three services end, then that the audit is clean. Refunds and returns
+//! by line go the same way.
 
 use std::time::Duration;
 

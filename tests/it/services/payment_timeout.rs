@@ -1,8 +1,8 @@
-//! Unpaid orders close after the payment timeout (issue 19, item 10; seed 001: a `WAIT_PAY`
-//! order closes after a timeout): the order service as a process with a short timeout, the
-//! relay, the broker, the consumers. A payment arriving after the close is recorded and owed
-//! back, never revives the order; paid orders and marketplace orders (the platform closes
-//! those with `TRADE_CLOSED`) are left alone.
+//! Unpaid orders close after the payment timeout (as the platform closes a `WAIT_PAY` trade
+//! after a timeout): the order service as a process with a short timeout, the relay, the
+//! broker, the consumers. A payment arriving after the close is recorded and owed back, never
+//! revives the order; paid orders and marketplace orders (the platform closes those with
+//! `TRADE_CLOSED`) are left alone.
 
 use e2e::channel::{Channel, PRICE, SKU};
 

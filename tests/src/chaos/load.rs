@@ -349,8 +349,8 @@ async fn one_order(
 }
 
 /// A full refund requested while the warehouse ships (both at once), then its success: the
-/// warehouse's word decides (issue 19, item 4). Ends with the order `REFUNDED`, or shipped,
-/// recalled and `RETURNED`.
+/// warehouse's word decides (the parcel may already be on its way). Ends with the order
+/// `REFUNDED`, or shipped, recalled and `RETURNED`.
 #[allow(clippy::too_many_arguments)]
 async fn refund_racing_shipment(
     sys: &Arc<System>,
@@ -390,11 +390,11 @@ async fn refund_racing_shipment(
     Some(())
 }
 
-/// The reverse sequence (issue 19) the `k`-th refunded trade goes through on the platform: a
-/// refund lowered before it succeeds (a partial refund; the rest ships), a full refund whose
-/// success has the same `modified` as its request (the platform then closes the paid trade),
-/// a refund that fails, or a refund of the trade's line whose amount the buyer raises to all
-/// of it before it succeeds (the platform closes the paid trade).
+/// The reverse sequence the `k`-th refunded trade goes through on the platform: a refund
+/// lowered before it succeeds (a partial refund; the rest ships), a full refund whose success
+/// has the same `modified` as its request (the platform then closes the paid trade), a refund
+/// that fails, or a refund of the trade's line whose amount the buyer raises to all of it
+/// before it succeeds (the platform closes the paid trade).
 fn trade_refund(k: u64, tid: &str) -> (&'static str, serde_json::Value) {
     let refund_id = format!("R-{tid}");
     match k % 4 {

@@ -140,10 +140,10 @@ async fn order_for(conn: &mut PgConnection, t: &TradeChange) -> Result<OrderId, 
 /// unpaid order, completing a shipped one. Shipping is ours to do (the WMS), not the
 /// platform's to tell.
 ///
-/// A closed trade never starts fulfilment (seed 001's close saga): first seen closed with the
-/// money it took, the order is cancelled and that money owed to the buyer until the platform's
-/// refund takes it ([`payments::close_paid_in`]); closed while paid and not shipped, the order
-/// holds its fulfilment (`OrderHeld`) until its refund is known.
+/// A closed trade never starts fulfilment (the platform's flow for closing a trade): first seen
+/// closed with the money it took, the order is cancelled and that money owed to the buyer until
+/// the platform's refund takes it ([`payments::close_paid_in`]); closed while paid and not
+/// shipped, the order holds its fulfilment (`OrderHeld`) until its refund is known.
 async fn apply_trade(conn: &mut PgConnection, t: &TradeChange) -> Result<Outcome, Error> {
     let order_id = order_for(conn, t).await?;
     if let Some(amount) = t.paid {

@@ -148,7 +148,7 @@ pub enum RefundSyncStatus {
     /// Closed without paying out.
     Closed,
     /// Failed on the platform (e.g. its checks refused it): final, nothing paid out, like
-    /// `CLOSED` for us (seed 001 lists it among the terminal states).
+    /// `CLOSED` for us (the platform lists it among the terminal states).
     Failed,
 }
 
@@ -190,8 +190,8 @@ impl RefundSyncStatus {
 
     /// Whether a snapshot in this status at `modified_ms` supersedes the newest one applied,
     /// `(last_status, last_modified_ms)`: a newer `modified`, or the same `modified` with a
-    /// status that moves forward (seed 000: `>=` for forward moves; a repeat or a move back at
-    /// the same `modified` is stale).
+    /// status that moves forward (the platform's rule, `modified` `>=` the last one's, holds
+    /// for forward moves only; a repeat or a move back at the same `modified` is stale).
     pub fn supersedes(self, modified_ms: i64, last_status: &str, last_modified_ms: i64) -> bool {
         modified_ms > last_modified_ms
             || (modified_ms == last_modified_ms

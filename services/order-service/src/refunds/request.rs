@@ -253,12 +253,12 @@ fn takes_refunds(order: &orders::OrderRow) -> bool {
 }
 
 /// Brings a requested refund to the platform's newest terms: a snapshot newer than the one
-/// applied carries the refund's amount and kind (seed 000: the newest snapshot overwrites
-/// status, amount and reason), so a buyer who lowers or raises the amount before it is paid
-/// out gets what the platform pays. The reservation moves by the difference (never above what
-/// was paid) and `RefundRequested` is emitted again with the new terms, so the WMS holds or
-/// releases per the new kind. A refund already final, or with the same terms, is left as it
-/// is. Returns whether it changed.
+/// applied carries the refund's amount and kind (the platform's rule: the newest snapshot
+/// overwrites status, amount and reason), so a buyer who lowers or raises the amount before it
+/// is paid out gets what the platform pays. The reservation moves by the difference (never
+/// above what was paid) and `RefundRequested` is emitted again with the new terms, so the WMS
+/// holds or releases per the new kind. A refund already final, or with the same terms, is left
+/// as it is. Returns whether it changed.
 ///
 /// # Errors
 /// [`Error::RefundNotFound`], [`Error::RefundExceedsPaid`] when the new amount does not fit

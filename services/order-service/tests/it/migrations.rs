@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::support::fresh_pool;
 
-/// The first migration of issue 19 (the reverse flow).
+/// The first migration of the reverse flow (refunds and returns exact in money).
 const REVERSE_FLOW: i64 = 20260201000005;
 
 #[tokio::test]

@@ -1,6 +1,6 @@
-//! Refunds by line (issue 19, item 5): a return-and-refund names the units it takes back, no
-//! line gives back more units than were ordered across the order's live refunds, and a return
-//! of some units leaves the order partly returned instead of RETURNED.
+//! Refunds by line: a return-and-refund names the units it takes back, no line gives back more
+//! units than were ordered across the order's live refunds, and a return of some units leaves
+//! the order partly returned instead of RETURNED.
 
 use order_service::fulfilment::{self, ReturnReceived};
 use order_service::orders::parse_order_id;
