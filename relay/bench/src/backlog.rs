@@ -1,4 +1,4 @@
-//! Phase `backlog` (issue 20, item 5; opt-in, heavy): the release relay draining a backlog of
+//! Phase `backlog` (opt-in, heavy): the release relay draining a backlog of
 //! millions of events (inserted in chunks with the aggregate lock off) with `--lease-ttl-ms
 //! 3000`, so that a lease renewal starved by the batches or the backlog gauges shows up as a
 //! leadership change. Reports the drain rate, a side claim of one batch every few seconds

@@ -1,4 +1,4 @@
-//! Phase `failures` (issue 20, item 5): what a large failure table costs the claim. The outbox
+//! Phase `failures`: what a large failure table costs the claim. The outbox
 //! holds a healthy backlog (inserted with the aggregate lock off) and, after it, one failed
 //! event on each of `F` other aggregates (UUID ids) with its `outbox_failure` row (half
 //! parked, half retrying an hour from now), `ANALYZE`d. For each size `F` (growing), one claim of a batch

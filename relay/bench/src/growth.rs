@@ -1,9 +1,9 @@
-//! Phases `sizes` and `topics` (issue 22, "how the cost grows"; `topics` is opt-in): the raw
-//! producer and the release relay draining the same events, at each payload size (100 B to
-//! 256 KiB, incompressible padding, event counts scaled so that each run moves a bounded number
-//! of bytes) and over 1, 100 and 1 000 topics (one aggregate type per topic). Each point
-//! reports CPU per event of the relay, PostgreSQL and the broker, and its ratios to the raw
-//! produce of the same point, measured just before it in the same invocation.
+//! Phases `sizes` and `topics` (how the cost grows with payload size and topic count; `topics` is
+//! opt-in): the raw producer and the release relay draining the same events, at each payload size
+//! (100 B to 256 KiB, incompressible padding, event counts scaled so that each run moves a bounded
+//! number of bytes) and over 1, 100 and 1 000 topics (one aggregate type per topic). Each point
+//! reports CPU per event of the relay, PostgreSQL and the broker, and its ratios to the raw produce
+//! of the same point, measured just before it in the same invocation.
 
 use serde::Serialize;
 

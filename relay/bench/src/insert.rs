@@ -1,4 +1,4 @@
-//! Phase `insert` (issue 20, item 4): what the per-aggregate lock trigger
+//! Phase `insert`: what the per-aggregate lock trigger
 //! (`20260101000003_aggregate_order.sql`) costs a writer. `W` connections each commit
 //! single-row `INSERT` transactions (plain SQL, as a producer in any language would) for `T`
 //! seconds, the trigger's lock on (A, the default) or off (B, each statement's transaction

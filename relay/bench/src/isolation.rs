@@ -1,4 +1,4 @@
-//! Phase `isolation` (issue 20, items 2 and 7): how much failing aggregates slow the healthy
+//! Phase `isolation`: how much failing aggregates slow the healthy
 //! ones. The release relay drains the same healthy backlog (a) alone, (b) behind poisoned
 //! aggregates (an event that can never be sent and two behind it, each: parked on the first
 //! batch, they must hold back only their own aggregate), and (c) beside suspect aggregates (a

@@ -1,4 +1,4 @@
-//! Phase `parked` (issue 35, item 1): whether a parked aggregate's backlog slows the others.
+//! Phase `parked`: whether a parked aggregate's backlog slows the others.
 //! Two databases, each with one parked event (an invalid topic) and a release relay of the
 //! same settings; only the second gets `--parked-behind` events of the parked aggregate behind
 //! it. Healthy events are then committed one at a time, alternating between the two (so both
