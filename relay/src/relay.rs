@@ -413,7 +413,7 @@ async fn forget_orphan_failures(store: Store, metrics: Metrics, stop: Cancellati
 /// Refreshes the backlog (per topic), oldest-transaction and parking gauges every few
 /// seconds.
 async fn refresh_backlog(store: Store, prefix: String, metrics: Metrics, stop: CancellationToken) {
-    let mut topics = crate::backlog::TopicSeries::default();
+    let mut topics = crate::backlog_gauges::TopicSeries::default();
     loop {
         let started = Instant::now();
         if let Ok(b) = store.backlog_by_topic(&prefix).await {

@@ -1,10 +1,15 @@
-//! `outbox-relay debezium-install`: the command around [`super::install_sql`], and the wait on
+//! `outbox-relay debezium-install`: the command around [`install_sql`], and the wait on
 //! Debezium's replication slot for the cutover.
 
 use anyhow::Context;
 use sqlx::ConnectOptions;
 
+use super::columns::table_columns;
+use super::properties::parse_properties;
+use super::router::RouterConfig;
+use super::sql::{install_sql, trigger_name};
 use crate::config::DebeziumInstallArgs;
+use crate::store::debezium as store;
 
 /// `outbox-relay debezium-install`: reads the properties, checks the table, installs the
 /// trigger (or prints its SQL), then waits on Debezium's slot when asked to.
@@ -16,31 +21,28 @@ pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
     for path in &args.config {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        super::parse_properties(&text, &mut properties)
+        parse_properties(&text, &mut properties)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
-    let config = super::RouterConfig::from_properties(&properties)
+    let config = RouterConfig::from_properties(&properties)
         .map_err(|e| anyhow::anyhow!("the Debezium configuration: {e}"))?;
     let mut conn = outbox_process::pg::connect_options(&args.db.database_url)
         .context("invalid DATABASE_URL")?
         .connect()
         .await
         .context("connecting to the database")?;
-    let (outbox_schema, ready): (String, bool) = sqlx::query_as(
-        "SELECT current_schema()::text, EXISTS (SELECT FROM pg_attribute              WHERE attrelid = to_regclass('outbox') AND attname = 'relay_headers' AND NOT attisdropped)              AND current_setting('standard_conforming_strings') = 'on'",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .context("reading the outbox's schema")?;
+    let (outbox_schema, ready) = store::outbox_schema(&mut conn)
+        .await
+        .context("reading the outbox's schema")?;
     anyhow::ensure!(
         ready,
         "no up-to-date outbox in schema {outbox_schema}: run `outbox-relay migrate` first          (and keep standard_conforming_strings on)"
     );
-    let columns = super::table_columns(&mut conn, &config.schema, &config.table)
+    let columns = table_columns(&mut conn, &config.schema, &config.table)
         .await
         .context("reading the table's columns")?
         .with_context(|| format!("no table {}.{}", config.schema, config.table))?;
-    let statements = super::install_sql(&config, &columns, &outbox_schema)
+    let statements = install_sql(&config, &columns, &outbox_schema)
         .map_err(|e| anyhow::anyhow!("the Debezium table: {e}"))?;
     if args.print {
         for s in &statements {
@@ -48,16 +50,14 @@ pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let mut tx = sqlx::Connection::begin(&mut conn).await?;
-    for s in &statements {
-        sqlx::query(s).execute(&mut *tx).await.with_context(|| {
+    store::install_trigger(&mut conn, &statements)
+        .await
+        .with_context(|| {
             format!(
                 "installing the trigger on {}.{}",
                 config.schema, config.table
             )
         })?;
-    }
-    tx.commit().await?;
     if let Some(slot) = &args.slot {
         wait_for_slot(&mut conn, slot, args.slot_timeout_secs).await?;
     }
@@ -66,7 +66,7 @@ pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
          (trigger {}; key {:?}, value {:?})",
         config.schema,
         config.table,
-        super::trigger_name(&config.table),
+        trigger_name(&config.table),
         config.key_converter,
         config.value_converter
     );
@@ -80,9 +80,7 @@ async fn wait_for_slot(
     slot: &str,
     timeout_secs: u64,
 ) -> anyhow::Result<()> {
-    let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
-        .fetch_one(&mut *conn)
-        .await?;
+    let lsn = store::current_wal_lsn(conn).await?;
     println!("waiting until slot {slot} confirmed {lsn} (Debezium published every row committed before the trigger)");
     let conn = &tokio::sync::Mutex::new(conn);
     let confirmed = outbox_process::poll::poll_every(
@@ -90,14 +88,7 @@ async fn wait_for_slot(
         std::time::Duration::from_secs(timeout_secs),
         || async {
             let mut conn = conn.lock().await;
-            let row: Result<Option<(bool, Option<String>)>, _> = sqlx::query_as(
-                "SELECT coalesce(confirmed_flush_lsn >= $1::pg_lsn, false), confirmed_flush_lsn::text \
-                 FROM pg_replication_slots WHERE slot_name = $2",
-            )
-            .bind(&lsn)
-            .bind(slot)
-            .fetch_optional(&mut **conn)
-            .await;
+            let row = store::slot_confirmed(&mut conn, slot, &lsn).await;
             match row {
                 Ok(Some((true, _))) => Some(Ok(())),
                 Ok(Some(_)) => None,

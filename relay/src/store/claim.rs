@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::failures::{FailureClauses, FailureFilter};
 use super::lease::{LeaseToken, LEASE_HELD};
-use super::Store;
+use super::pool::Store;
 
 /// One claimed outbox row: the message it becomes, or why it cannot be read.
 #[derive(Debug, Clone)]
@@ -415,7 +415,7 @@ pub struct FloorSeen {
 /// that differs from the migrations' is an error naming the column, never a misread value. (A
 /// statement a connection prepared before such a change is refused by PostgreSQL itself,
 /// "cached plan must not change result type", and the connection is closed: see
-/// [`crate::session::Session`].)
+/// [`Session`](super::session::Session).)
 fn check_claim_types(row: &sqlx::postgres::PgRow) -> Result<(), sqlx::Error> {
     use sqlx::postgres::Postgres;
     use sqlx::{Column, Type, TypeInfo};

@@ -1,6 +1,7 @@
 //! Failures as the store sees them: how a claim leaves out the aggregates held back by a failed
 //! or parked event (`outbox_failure`), and the retention of the audit table of discarded events
-//! (`outbox_discarded`). The failure records themselves are written by [`crate::parking`].
+//! (`outbox_discarded`). The failure records themselves are written by
+//! [`Store::record_failures`](crate::store::Store::record_failures) (`parking`).
 
 use std::time::Duration;
 

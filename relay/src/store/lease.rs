@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::Store;
+use super::pool::Store;
 
 /// Proof of holding the relay lease: the lease name, this instance and the fencing epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 use sqlx::Row;
 
 use super::lease::LeaseToken;
-use super::Store;
+use super::pool::Store;
 
 /// Result of [`Store::mark_published`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

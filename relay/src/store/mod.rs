@@ -1,8 +1,10 @@
 //! The relay's SQL, one file per concern: [`claim`](Store::claim) reads a batch from the head
 //! of the outbox, [`mark`](Store::mark_published) deletes what the broker acknowledged, the
-//! leader lease fences both, the failure filter keeps held-back aggregates out of a claim, and the
-//! backlog feeds `status`. This file holds the [`Store`] itself: its two pools and the sessions
-//! every statement runs in.
+//! leader lease fences both, the failure filter keeps held-back aggregates out of a claim,
+//! `parking` writes the failure records and runs the operator's commands, the backlog feeds
+//! `status` and the metrics, and `debezium` reads the catalog for `debezium-install`. `pool`
+//! holds the [`Store`] itself: its two pools and the sessions ([`session`]) every statement
+//! runs in.
 //!
 //! Rows are read in `id` order from the head of the outbox on every batch (no `id > cursor`
 //! bookmark), so a row whose transaction commits late with a small `id` is still found. A row
@@ -10,125 +12,21 @@
 //! the message and only while this relay still holds the lease epoch it claimed the batch under
 //! (fencing), so a relay that lost its lease can never mark anything.
 
-use std::time::Duration;
-
-use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
-
 mod backlog;
 mod claim;
+pub(crate) mod debezium;
 mod failures;
 mod lease;
 mod mark;
+mod parking;
+mod pool;
+pub mod session;
 
-pub use backlog::Backlog;
+pub use backlog::{Backlog, TopicBacklog};
 pub use claim::{
     ClaimLimits, ClaimedBatch, ClaimedRow, FloorQuery, FloorSeen, IdRange, Undecodable,
 };
 pub use failures::{discarded_rule, FailureFilter, SMALL_FAILURE_TABLE};
 pub use lease::{LeaseInfo, LeaseToken};
 pub use mark::Marked;
-
-/// Access to the outbox database.
-#[derive(Debug, Clone)]
-pub struct Store {
-    pool: PgPool,
-    /// The lease's own connection: acquiring, renewing and releasing the lease never wait
-    /// for the pool the batches, the backlog gauges and the retention purge share (a backlog
-    /// query over millions of rows must not cost the lease).
-    lease_pool: PgPool,
-    /// Behind PgBouncer's transaction pooling: see [`crate::session`].
-    pgbouncer: bool,
-}
-
-impl Store {
-    /// Connects lazily: the relay starts even while the database is down and retries.
-    ///
-    /// # Errors
-    /// When the URL cannot be parsed.
-    pub fn connect_lazy(database_url: &str) -> Result<Self, sqlx::Error> {
-        Self::connect_lazy_with(database_url, false)
-    }
-
-    /// [`Store::connect_lazy`]; with `pgbouncer`, for a server behind PgBouncer's transaction
-    /// pooling: no `extra_float_digits` startup parameter (PgBouncer refuses it unless told
-    /// to ignore it), no statement cache, and every statement in its own transaction that
-    /// deallocates what it prepared ([`crate::session`]).
-    ///
-    /// # Errors
-    /// When the URL cannot be parsed.
-    pub fn connect_lazy_with(database_url: &str, pgbouncer: bool) -> Result<Self, sqlx::Error> {
-        let mut options = outbox_process::pg::connect_options(database_url)?;
-        if pgbouncer {
-            options = options.statement_cache_capacity(0).extra_float_digits(None);
-        }
-        let lease_pool = PgPoolOptions::new()
-            .max_connections(1)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_lazy_with(options.clone());
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(3))
-            .connect_lazy_with(options);
-        Ok(Self {
-            pool,
-            lease_pool,
-            pgbouncer,
-        })
-    }
-
-    /// Wraps an existing pool (directly on PostgreSQL).
-    pub fn from_pool(pool: PgPool) -> Self {
-        Self {
-            lease_pool: pool.clone(),
-            pool,
-            pgbouncer: false,
-        }
-    }
-
-    /// True when the store talks to PostgreSQL through PgBouncer's transaction pooling.
-    pub fn behind_pgbouncer(&self) -> bool {
-        self.pgbouncer
-    }
-
-    /// A connection for one statement (behind PgBouncer: in its own transaction).
-    ///
-    /// # Errors
-    /// Database errors.
-    pub(crate) async fn session(&self) -> Result<crate::session::Session, sqlx::Error> {
-        crate::session::Session::begin(&self.pool, self.pgbouncer).await
-    }
-
-    /// A connection of the lease's own pool for one statement.
-    ///
-    /// # Errors
-    /// Database errors.
-    async fn lease_session(&self) -> Result<crate::session::Session, sqlx::Error> {
-        crate::session::Session::begin(&self.lease_pool, self.pgbouncer).await
-    }
-
-    /// A transaction, in either mode.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub(crate) async fn transaction(&self) -> Result<crate::session::Session, sqlx::Error> {
-        crate::session::Session::transaction(&self.pool, self.pgbouncer).await
-    }
-
-    /// What is wrong with the outbox's id sequence, if anything
-    /// ([`outbox_writer::schema::id_sequence_problem`]), in a session safe behind PgBouncer.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub async fn id_sequence_problem(&self) -> Result<Option<String>, sqlx::Error> {
-        let mut session = self.session().await?;
-        let problem = outbox_writer::schema::id_sequence_problem(session.conn()).await?;
-        session.finish().await?;
-        Ok(problem)
-    }
-
-    /// The connection pool.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-}
+pub use pool::Store;

@@ -1,8 +1,9 @@
 //! The results: one serializable report (written as JSON) and the table printed on stdout.
 //!
 //! The headline table (throughput, CPU per event, ratios, latency) is `table`; the tables of
-//! the phases beside the headline run (isolation, insert, failures, backlog, growth,
-//! transactions) are `phases`.
+//! the phases beside the headline run (isolation, insert, failures, parked, backlog, growth)
+//! are `phases`, those comparing two ways of publishing (transactions off and on, Debezium and
+//! the relay) `comparisons`; `format` writes their figures.
 
 use serde::Serialize;
 
@@ -20,10 +21,12 @@ use crate::naive::NaiveFigures;
 use crate::produce::ProduceFigures;
 use crate::transactions::TransactionsFigures;
 
+mod comparisons;
+mod format;
 mod phases;
 mod table;
 
-pub use table::{bytes_label, group};
+pub use format::{bytes_label, group};
 
 /// How the figures were obtained.
 #[derive(Debug, Clone, Serialize)]

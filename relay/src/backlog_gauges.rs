@@ -1,86 +1,19 @@
-//! The relay's periodic view of its database for the metrics: the backlog per topic (and in
-//! total), and the age of the oldest open transaction of the database.
-//!
-//! The backlog is grouped by the topic an event goes to (`topic` if set, else
-//! `<prefix><aggregate_type>`), one statement every few seconds. Its label values are bounded:
-//! the [`TOPIC_SERIES`] topics with the most events get their own series, the rest are summed
-//! into `topic="other"`.
-//!
-//! The oldest open transaction matters because the outbox is a table of constant churn: every
-//! published row is deleted, and vacuum can only reclaim dead rows no open transaction may
-//! still see. One transaction left open for an hour (a stuck client, a forgotten `psql`) makes
-//! the outbox and its index grow for that hour, and every claim scans the dead rows.
+//! The backlog gauges of the metrics, per topic and in total: the relay reads the backlog by
+//! topic every few seconds ([`Store::backlog_by_topic`](crate::store::Store::backlog_by_topic))
+//! and publishes it here. Their label values are bounded: the [`TOPIC_SERIES`] topics with the
+//! most events get their own series, the rest are summed into `topic="other"`; a topic whose
+//! backlog drained reads 0 instead of disappearing.
 
 use std::collections::BTreeSet;
 
-use sqlx::Row;
-
 use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::store::TopicBacklog;
 
 /// Most topics with a series of their own; the others are summed into `other`.
 pub const TOPIC_SERIES: usize = 20;
 
 /// The label of the topics past [`TOPIC_SERIES`].
 pub const OTHER_TOPICS: &str = "other";
-
-/// Unpublished events of one topic.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TopicBacklog {
-    /// The topic (or [`OTHER_TOPICS`]).
-    pub topic: String,
-    /// Unpublished events.
-    pub events: i64,
-    /// Age of the oldest of them in seconds.
-    pub oldest_age_seconds: f64,
-}
-
-impl Store {
-    /// Unpublished events and the oldest one's age per destination topic, largest first.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub async fn backlog_by_topic(&self, prefix: &str) -> Result<Vec<TopicBacklog>, sqlx::Error> {
-        let mut s = self.session().await?;
-        let rows = sqlx::query(
-            "SELECT COALESCE(topic, $1 || aggregate_type) AS topic, count(*) AS n, \
-                    extract(epoch FROM now() - min(created_at))::float8 AS age \
-             FROM outbox GROUP BY 1 ORDER BY n DESC, topic",
-        )
-        .bind(prefix)
-        .fetch_all(s.conn())
-        .await?;
-        s.finish().await?;
-        Ok(rows
-            .iter()
-            .map(|r| TopicBacklog {
-                topic: r.get("topic"),
-                events: r.get("n"),
-                oldest_age_seconds: r.get::<f64, _>("age").max(0.0),
-            })
-            .collect())
-    }
-
-    /// Seconds since the start of the oldest transaction still open in this database (other
-    /// client backends than this one; 0 when there is none). Needs `pg_read_all_stats` (or
-    /// the same role as the other sessions) to see other roles' transactions.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub async fn oldest_transaction_age(&self) -> Result<f64, sqlx::Error> {
-        let mut s = self.session().await?;
-        let age: f64 = sqlx::query_scalar(
-            "SELECT COALESCE(extract(epoch FROM now() - min(xact_start)), 0)::float8 \
-             FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid() \
-               AND backend_type = 'client backend' AND xact_start IS NOT NULL",
-        )
-        .fetch_one(s.conn())
-        .await?;
-        s.finish().await?;
-        Ok(age.max(0.0))
-    }
-}
 
 /// Folds the per-topic backlog into at most [`TOPIC_SERIES`] topics plus [`OTHER_TOPICS`]
 /// (input largest first).

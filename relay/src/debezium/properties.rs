@@ -1,0 +1,432 @@
+//! Reading Kafka Connect's properties: the Java properties format
+//! ([`parse_properties`]), and the configuration they give the router
+//! ([`RouterConfig::from_properties`]), which refuses, by name, every option that changes the
+//! messages and that the relay does not reproduce.
+
+use std::collections::BTreeMap;
+
+use super::router::{
+    topic_template, Converter, HeaderPlacement, RouterConfig, DEFAULT_TOPIC_REGEX, EVENT_ROUTER,
+    ROUTED_BY_VALUE, ROUTER_OPTIONS,
+};
+
+const STRING_CONVERTER: &str = "org.apache.kafka.connect.storage.StringConverter";
+const JSON_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
+const SIMPLE_HEADER_CONVERTER: &str = "org.apache.kafka.connect.storage.SimpleHeaderConverter";
+
+/// Java properties (`key=value`, `key: value`, `key value`; `#` and `!` comments; a trailing
+/// backslash continues a line; `\t`, `\n`, `\uXXXX` escapes), as Kafka Connect reads its files.
+/// Later keys override earlier ones.
+///
+/// # Errors
+/// A `\u` escape that is not four hex digits.
+pub fn parse_properties(text: &str, into: &mut BTreeMap<String, String>) -> Result<(), String> {
+    let mut lines = text.lines().peekable();
+    while let Some(first) = lines.next() {
+        let mut logical = first.trim_start().to_owned();
+        if logical.is_empty() || logical.starts_with('#') || logical.starts_with('!') {
+            continue;
+        }
+        // An odd number of trailing backslashes continues the line.
+        while logical.chars().rev().take_while(|&c| c == '\\').count() % 2 == 1 {
+            logical.pop();
+            match lines.next() {
+                Some(next) => logical.push_str(next.trim_start()),
+                None => break,
+            }
+        }
+        let mut chars = logical.chars().peekable();
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c == ':' || c.is_whitespace() {
+                break;
+            }
+            chars.next();
+            key.push(if c == '\\' { unescape(&mut chars)? } else { c });
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if matches!(chars.peek(), Some('=' | ':')) {
+            chars.next();
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            value.push(if c == '\\' { unescape(&mut chars)? } else { c });
+        }
+        into.insert(key, value);
+    }
+    Ok(())
+}
+
+fn unescape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Result<char, String> {
+    Ok(match chars.next() {
+        Some('t') => '\t',
+        Some('n') => '\n',
+        Some('r') => '\r',
+        Some('f') => '\u{c}',
+        Some('u') => {
+            let hex: String = chars.by_ref().take(4).collect();
+            u32::from_str_radix(&hex, 16)
+                .ok()
+                .filter(|_| hex.len() == 4)
+                .and_then(char::from_u32)
+                .ok_or_else(|| format!("\\u{hex} is not a \\uXXXX escape"))?
+        }
+        Some(c) => c,
+        None => '\\',
+    })
+}
+
+/// Connector options that change the messages and that the relay does not reproduce (prefixes).
+const REFUSED_CONNECTOR_OPTIONS: [(&str, &str); 4] = [
+    ("predicates", "predicates are not supported"),
+    (
+        "column.",
+        "column masking, truncation, filtering and type propagation change the captured values",
+    ),
+    (
+        "datatype.propagate.source.type",
+        "type propagation changes the schema",
+    ),
+    ("converters", "custom value converters are not supported"),
+];
+
+impl RouterConfig {
+    /// Reads the configuration from Kafka Connect properties (the worker's and the
+    /// connector's, merged). Options that concern capturing (connection, slot, publication,
+    /// snapshot) are not needed and not read; every option that changes the messages is either
+    /// reproduced or refused here, by name.
+    ///
+    /// # Errors
+    /// A message naming the first option the relay cannot reproduce, or a missing one.
+    pub fn from_properties(p: &BTreeMap<String, String>) -> Result<Self, String> {
+        for (key, value) in p {
+            if let Some((prefix, why)) = REFUSED_CONNECTOR_OPTIONS
+                .iter()
+                .find(|(prefix, _)| key.starts_with(prefix))
+            {
+                if !value.trim().is_empty() {
+                    // Named by its family: a key may hold a secret (column.mask.hash's salt).
+                    let family = if prefix.ends_with('.') {
+                        format!("{prefix}*")
+                    } else {
+                        (*prefix).to_owned()
+                    };
+                    return Err(format!("{family} is not supported by the relay: {why}"));
+                }
+            }
+        }
+        if let Some(mode) = p.get("binary.handling.mode") {
+            if mode != "bytes" {
+                return Err(format!(
+                    "binary.handling.mode={mode} is not supported by the relay (only bytes, Debezium's default)"
+                ));
+            }
+        }
+        let (schema, table) = table_of(p)?;
+        let router = router_name(p)?;
+        let opt = |name: &str| p.get(&format!("transforms.{router}.{name}")).cloned();
+        let prefix = format!("transforms.{router}.");
+        for key in p.keys().filter(|k| k.starts_with(&prefix)) {
+            let option = &key[prefix.len()..];
+            if !ROUTER_OPTIONS.contains(&option) {
+                return Err(format!(
+                    "{key} is not supported by the relay (it reproduces {})",
+                    ROUTER_OPTIONS[1..].join(", ")
+                ));
+            }
+        }
+        if let Some(v) = opt("table.expand.json.payload") {
+            if parse_bool(&format!("{prefix}table.expand.json.payload"), &v)? {
+                return Err(format!(
+                    "{prefix}table.expand.json.payload=true is not supported by the relay"
+                ));
+            }
+        }
+        if let Some(regex) = opt("route.topic.regex") {
+            if regex != DEFAULT_TOPIC_REGEX {
+                return Err(format!(
+                    "{prefix}route.topic.regex={regex} is not supported by the relay (only the default {DEFAULT_TOPIC_REGEX})"
+                ));
+            }
+        }
+        let replacement = opt("route.topic.replacement")
+            .unwrap_or_else(|| format!("outbox.event.{ROUTED_BY_VALUE}"));
+        let topic = topic_template(&replacement)
+            .map_err(|e| format!("{prefix}route.topic.replacement={replacement}: {e}"))?;
+        let mut headers = Vec::new();
+        if let Some(list) = opt("table.fields.additional.placement") {
+            for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                let parts: Vec<&str> = entry.split(':').map(str::trim).collect();
+                match parts.as_slice() {
+                    [column, "header"] | [column, "header", ""] => headers.push(HeaderPlacement {
+                        column: (*column).to_owned(),
+                        alias: (*column).to_owned(),
+                    }),
+                    [column, "header", alias] => headers.push(HeaderPlacement {
+                        column: (*column).to_owned(),
+                        alias: (*alias).to_owned(),
+                    }),
+                    [_, place, ..] => {
+                        return Err(format!(
+                            "{prefix}table.fields.additional.placement: {entry}: placement '{place}' is not supported by the relay (only header)"
+                        ))
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{prefix}table.fields.additional.placement: {entry}: give it as column:header[:alias]"
+                        ))
+                    }
+                }
+            }
+        }
+        if let Some(h) = headers.iter().find(|h| h.alias == "id") {
+            return Err(format!(
+                "{prefix}table.fields.additional.placement: {}:header:id would be a second `id` header; the relay refuses it",
+                h.column
+            ));
+        }
+        let tombstone_on_empty_payload = match opt("route.tombstone.on.empty.payload") {
+            Some(v) => parse_bool(&format!("{prefix}route.tombstone.on.empty.payload"), &v)?,
+            None => false,
+        };
+        if let Some(converter) = p.get("header.converter") {
+            if converter != SIMPLE_HEADER_CONVERTER {
+                return Err(format!(
+                    "header.converter={converter} is not supported by the relay (only {SIMPLE_HEADER_CONVERTER}, Connect's default)"
+                ));
+            }
+        }
+        let type_explicit = opt("table.field.event.type");
+        Ok(Self {
+            schema,
+            table,
+            id_column: opt("table.field.event.id").unwrap_or_else(|| "id".into()),
+            key_column: opt("table.field.event.key").unwrap_or_else(|| "aggregateid".into()),
+            type_column: match type_explicit {
+                Some(c) => (c, true),
+                None => ("type".into(), false),
+            },
+            payload_column: opt("table.field.event.payload").unwrap_or_else(|| "payload".into()),
+            timestamp_column: opt("table.field.event.timestamp").filter(|c| !c.is_empty()),
+            headers,
+            route_by: opt("route.by.field").unwrap_or_else(|| "aggregatetype".into()),
+            topic,
+            tombstone_on_empty_payload,
+            key_converter: converter_of(p, "key")?,
+            value_converter: converter_of(p, "value")?,
+        })
+    }
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{key}={value}: true or false")),
+    }
+}
+
+/// `table.include.list` naming exactly one table, `schema.table` (the dot may be escaped).
+fn table_of(p: &BTreeMap<String, String>) -> Result<(String, String), String> {
+    let list = p
+        .get("table.include.list")
+        .ok_or("table.include.list is not set: name the outbox table as schema.table")?;
+    let entries: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let [entry] = entries.as_slice() else {
+        return Err(format!(
+            "table.include.list={list}: the relay publishes one outbox table per connector; name exactly one"
+        ));
+    };
+    let plain = entry.replace("\\.", ".");
+    let ident = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+    };
+    match plain.split_once('.') {
+        Some((schema, table)) if ident(schema) && ident(table) => {
+            Ok((schema.to_owned(), table.to_owned()))
+        }
+        _ => Err(format!(
+            "table.include.list={list}: give the outbox table as schema.table (no other regular expression)"
+        )),
+    }
+}
+
+/// The one transform of the chain, Debezium's EventRouter.
+fn router_name(p: &BTreeMap<String, String>) -> Result<String, String> {
+    let chain = p.get("transforms").map(String::as_str).unwrap_or_default();
+    let names: Vec<&str> = chain
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    for name in &names {
+        let class = p
+            .get(&format!("transforms.{name}.type"))
+            .map(String::as_str)
+            .unwrap_or_default();
+        if class != EVENT_ROUTER {
+            return Err(format!(
+                "transforms.{name}.type={class} is not supported by the relay (only one transform, {EVENT_ROUTER})"
+            ));
+        }
+    }
+    match names.as_slice() {
+        [one] => Ok((*one).to_owned()),
+        [] => Err(format!(
+            "transforms is not set: the connector must route with {EVENT_ROUTER}"
+        )),
+        _ => Err(format!(
+            "transforms={chain}: the relay reproduces one {EVENT_ROUTER}, not a chain"
+        )),
+    }
+}
+
+/// `key.converter` or `value.converter` with its options.
+fn converter_of(p: &BTreeMap<String, String>, which: &str) -> Result<Converter, String> {
+    let key = format!("{which}.converter");
+    let class = p.get(&key).ok_or_else(|| {
+        format!(
+            "{key} is not set: give the worker's properties too (a connector inherits the worker's converters)"
+        )
+    })?;
+    let prefix = format!("{key}.");
+    let options: BTreeMap<&str, &str> = p
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?, v.as_str())))
+        .collect();
+    let converter = match class.as_str() {
+        STRING_CONVERTER => Converter::String,
+        JSON_CONVERTER => Converter::Json {
+            schemas: match options.get("schemas.enable") {
+                Some(v) => parse_bool(&format!("{prefix}schemas.enable"), v)?,
+                None => true,
+            },
+        },
+        other => {
+            return Err(format!(
+                "{key}={other} is not supported by the relay (StringConverter or JsonConverter)"
+            ))
+        }
+    };
+    for (option, value) in options {
+        let ok = match (converter, option) {
+            (Converter::String, "encoding") => {
+                value.eq_ignore_ascii_case("utf-8") || value.eq_ignore_ascii_case("utf8")
+            }
+            (Converter::Json { .. }, "schemas.enable" | "schemas.cache.size") => true,
+            // Neither matters without decimals or defaults in the outbox's columns.
+            (Converter::Json { .. }, "decimal.format" | "replace.null.with.default") => true,
+            _ => false,
+        };
+        if !ok {
+            // The key only: a converter option may hold a credential.
+            return Err(format!("{prefix}{option} is not supported by the relay"));
+        }
+    }
+    Ok(converter)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    pub(crate) fn props(text: &str) -> BTreeMap<String, String> {
+        let mut p = BTreeMap::new();
+        parse_properties(text, &mut p).unwrap();
+        p
+    }
+
+    pub(crate) const BASE: &str = "\
+key.converter=org.apache.kafka.connect.json.JsonConverter
+value.converter=org.apache.kafka.connect.json.JsonConverter
+table.include.list=dbz.outbox
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+";
+
+    #[test]
+    fn properties_read_as_java_reads_them() {
+        let p = props("# comment\n! other\n  a = 1\nb:2\nc 3\nd=x\\\n   y\ne=\\u00e9\\t\\:\nf\n");
+        assert_eq!(p["a"], "1");
+        assert_eq!(p["b"], "2");
+        assert_eq!(p["c"], "3");
+        assert_eq!(p["d"], "xy");
+        assert_eq!(p["e"], "é\t:");
+        assert_eq!(p["f"], "");
+        assert!(parse_properties("g=\\u00zz", &mut BTreeMap::new()).is_err());
+    }
+
+    #[test]
+    fn debezium_defaults_apply() {
+        let c = RouterConfig::from_properties(&props(BASE)).unwrap();
+        assert_eq!((c.schema.as_str(), c.table.as_str()), ("dbz", "outbox"));
+        assert_eq!(c.id_column, "id");
+        assert_eq!(c.key_column, "aggregateid");
+        assert_eq!(c.route_by, "aggregatetype");
+        assert_eq!(c.topic, vec![Some("outbox.event.".to_owned()), None]);
+        assert!(!c.tombstone_on_empty_payload);
+        assert_eq!(c.key_converter, Converter::Json { schemas: true });
+    }
+
+    #[test]
+    fn every_option_that_changes_messages_is_reproduced_or_refused_by_name() {
+        for (extra, named) in [
+            ("transforms.outbox.table.expand.json.payload=true", "table.expand.json.payload"),
+            ("transforms.outbox.route.topic.regex=(.*)", "route.topic.regex"),
+            ("transforms.outbox.route.topic.replacement=t.$1", "route.topic.replacement"),
+            ("transforms.outbox.table.field.event.schema.version=v", "table.field.event.schema.version"),
+            ("transforms.outbox.tracing.span.context.field=t", "tracing.span.context.field"),
+            ("transforms.outbox.table.fields.additional.placement=a:envelope:b", "placement 'envelope'"),
+            ("transforms.outbox.table.fields.additional.placement=a:partition", "placement 'partition'"),
+            ("transforms.outbox.table.fields.additional.placement=a:header:id", "second `id` header"),
+            ("transforms=outbox,x\ntransforms.x.type=org.apache.kafka.connect.transforms.InsertField$Value", "transforms.x.type"),
+            ("value.converter=io.confluent.connect.avro.AvroConverter", "value.converter"),
+            ("key.converter.schema.content={}", "key.converter.schema.content"),
+            ("header.converter=org.apache.kafka.connect.json.JsonConverter", "header.converter"),
+            ("column.mask.with.4.chars=dbz.outbox.payload", "column.*"),
+            ("predicates=p", "predicates"),
+            ("binary.handling.mode=base64", "binary.handling.mode"),
+            ("table.include.list=dbz.outbox,dbz.other", "table.include.list"),
+            ("table.include.list=dbz\\..*", "table.include.list"),
+        ] {
+            let err = RouterConfig::from_properties(&props(&format!("{BASE}{extra}\n")))
+                .expect_err(extra);
+            assert!(err.contains(named), "{extra}: {err}");
+        }
+        let err = RouterConfig::from_properties(&props("table.include.list=a.b\ntransforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n")).unwrap_err();
+        assert!(err.contains("key.converter is not set"), "{err}");
+    }
+
+    #[test]
+    fn a_refused_option_is_named_without_its_value() {
+        let err = RouterConfig::from_properties(&props(&format!(
+            "{BASE}value.converter.basic.auth.user.info=alice:s3cret-Passw0rd\n"
+        )))
+        .unwrap_err();
+        assert!(
+            err.contains("value.converter.basic.auth.user.info"),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "no value in the message: {err}");
+        let err = RouterConfig::from_properties(&props(&format!(
+            "{BASE}column.mask.hash.SHA-256.with.salt.s3cret=dbz.outbox.payload\n"
+        )))
+        .unwrap_err();
+        assert!(err.contains("column.*"), "{err}");
+        assert!(
+            !err.contains("s3cret") && !err.contains("dbz.outbox.payload"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,250 @@
+//! The publisher and its producer session: creating the producer, the settings a publisher is
+//! built with, and replacing the session (after a fatal error, withdrawn messages, or when the
+//! lease changed hands) without anything of the old session being sent after the new one
+//! starts.
+
+use std::time::Duration;
+
+use outbox_kafka::PolledProducer;
+use outbox_writer::EventEnvelope;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer;
+use rdkafka::util::Timeout;
+
+use super::settings::transactional_producer_config;
+use super::transaction::Transactions;
+use crate::kafka_context::{BrokerGauge, RelayContext};
+
+/// What the relay adds to every message beyond the contract (shared DESIGN.md, "On the
+/// broker").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WireSettings {
+    /// CloudEvents attributes (Kafka protocol binding, binary mode) with this `ce_source`; off
+    /// when `None`.
+    pub cloudevents_source: Option<String>,
+}
+
+/// The Kafka side of the relay.
+pub struct Publisher {
+    pub(super) producer: PolledProducer<RelayContext>,
+    pub(super) context: RelayContext,
+    pub(super) generation: std::sync::atomic::AtomicU32,
+    brokers: String,
+    extra: Vec<(String, String)>,
+    topic_prefix: String,
+    broker_down: Option<BrokerGauge>,
+    pub(super) wire: WireSettings,
+    /// Spans are exported: each message with a writer's `traceparent` gets a PRODUCER span.
+    pub(super) spans: bool,
+    /// How long a batch may go without an acknowledgement while the cluster answers (see
+    /// [`Publisher::with_send_timeout`]); unbounded when `None`.
+    pub(super) send_timeout: Option<Duration>,
+    /// A send outlived `send_timeout` and its messages were withdrawn: the producer's session
+    /// must be replaced (withdrawn messages leave gaps in its sequence numbers).
+    pub(super) spent: std::sync::atomic::AtomicBool,
+    /// With `--transactions`: the id, and the session's transactional state.
+    pub(super) transactional: Option<(String, Transactions)>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("topic_prefix", &self.topic_prefix)
+            .finish()
+    }
+}
+
+/// A producer of [`transactional_producer_config`] whose delivery reports go to `context`.
+fn new_producer(
+    brokers: &str,
+    extra: &[(String, String)],
+    transactional_id: Option<&str>,
+    context: &RelayContext,
+) -> Result<PolledProducer<RelayContext>, KafkaError> {
+    PolledProducer::create(
+        &transactional_producer_config(brokers, extra, transactional_id),
+        context.clone(),
+        "relay-producer",
+    )
+}
+
+/// Lets a replaced (and purged) producer report what was purged, then tears it down (its
+/// threads joined, librdkafka's destroy): on the blocking pool when there is a runtime, whose
+/// one thread would otherwise stand still meanwhile, lease renewals included.
+fn retire_producer(old: PolledProducer<RelayContext>) {
+    let teardown = move || {
+        let _ = old.flush(Timeout::After(Duration::from_millis(100)));
+        drop(old);
+    };
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn_blocking(teardown);
+        }
+        Err(_) => teardown(),
+    }
+}
+
+impl Publisher {
+    /// Creates the producer (no connection is made until the first message).
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings.
+    pub fn new(
+        brokers: &str,
+        extra: &[(String, String)],
+        topic_prefix: &str,
+    ) -> Result<Self, KafkaError> {
+        Self::reporting(brokers, extra, topic_prefix, None)
+    }
+
+    /// [`Publisher::new`] that keeps `broker_down` at 1 while librdkafka reports every broker
+    /// unreachable, and at 0 otherwise (also across [`Publisher::replace`]); only between
+    /// [`Publisher::set_leading`] `true` and `false`.
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings.
+    pub fn reporting(
+        brokers: &str,
+        extra: &[(String, String)],
+        topic_prefix: &str,
+        broker_down: Option<prometheus::IntGauge>,
+    ) -> Result<Self, KafkaError> {
+        let broker_down = broker_down.map(BrokerGauge::new);
+        let context = RelayContext::reporting_on(broker_down.clone(), false);
+        let producer = new_producer(brokers, extra, None, &context)?;
+        Ok(Self {
+            producer,
+            context,
+            generation: Default::default(),
+            brokers: brokers.to_owned(),
+            extra: extra.to_vec(),
+            topic_prefix: topic_prefix.to_owned(),
+            broker_down,
+            wire: WireSettings::default(),
+            spans: outbox_trace::exporting(),
+            send_timeout: None,
+            spent: Default::default(),
+            transactional: None,
+        })
+    }
+
+    /// The publisher with a transactional producer of id `transactional_id`: each batch is
+    /// one Kafka transaction, its rows published once it committed; a relay that initialises
+    /// the same id fences this one at the broker (see `transaction`).
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings.
+    pub fn with_transactions(mut self, transactional_id: &str) -> Result<Self, KafkaError> {
+        let timeout = self.send_timeout.unwrap_or(Duration::from_secs(30));
+        self.transactional = Some((transactional_id.to_owned(), Transactions::new(timeout)));
+        self.replace()?;
+        Ok(self)
+    }
+
+    /// With transactions: initialises the producer session now, fencing every earlier producer
+    /// of the id (a deposed leader's open transaction is aborted at once, so `read_committed`
+    /// readers do not wait for its timeout). Called when the lease is acquired; the first
+    /// batch does it otherwise.
+    ///
+    /// # Errors
+    /// The broker did not answer in time, or refused.
+    pub async fn fence(&self) -> Result<(), KafkaError> {
+        match &self.transactional {
+            Some((_, t)) => t.fence(&self.producer).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Bounds each send: when no acknowledgement of a batch arrived for `timeout` and the
+    /// cluster still answers a metadata request, the messages not acknowledged are withdrawn
+    /// (purged) and fail as
+    /// [`FailureClass::Unacknowledged`](crate::failure::FailureClass::Unacknowledged) of their
+    /// own aggregates: a partition without a leader, or without enough in-sync replicas, which
+    /// librdkafka would retry for as long as the relay waits (it never times a message out
+    /// itself, see `settings`). While the cluster does not answer (an outage), the batch waits
+    /// on. The producer is then replaced ([`Publisher::must_replace`]).
+    #[must_use]
+    pub fn with_send_timeout(mut self, timeout: Duration) -> Self {
+        self.send_timeout = Some(timeout);
+        self
+    }
+
+    /// The publisher with these additions to every message.
+    #[must_use]
+    pub fn with_wire(mut self, wire: WireSettings) -> Self {
+        self.wire = wire;
+        self
+    }
+
+    /// Drops everything queued or in flight and starts a new producer session (after a fatal
+    /// error, or when the lease changed hands). The dropped rows stay unmarked and are sent
+    /// again.
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings (they were valid when the first producer was made).
+    pub fn replace(&mut self) -> Result<(), KafkaError> {
+        // Nothing queued in the old session is sent after this: the new one resends from the
+        // outbox, in order.
+        self.purge_queued();
+        let context =
+            RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
+        let id = self.transactional.as_ref().map(|(id, _)| id.as_str());
+        let producer = new_producer(&self.brokers, &self.extra, id, &context)?;
+        if let Some((_, t)) = &self.transactional {
+            t.reset();
+        }
+        // The old producer's errors are not the new one's.
+        self.context.retire();
+        let old = std::mem::replace(&mut self.producer, producer);
+        self.context = context;
+        self.spent
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        retire_producer(old);
+        Ok(())
+    }
+
+    /// The topic of a row.
+    pub fn topic_of(&self, row: &EventEnvelope) -> String {
+        row.topic(&self.topic_prefix)
+    }
+
+    /// Whether this relay leads (reports the broker state on its gauge) or stands by.
+    pub fn set_leading(&self, leading: bool) {
+        self.context.set_leading(leading);
+    }
+
+    /// The producer's client context (broker state).
+    pub fn context(&self) -> &RelayContext {
+        &self.context
+    }
+
+    /// The underlying producer, for metadata queries.
+    pub fn producer(&self) -> &PolledProducer<RelayContext> {
+        &self.producer
+    }
+
+    /// True once librdkafka raised a fatal error; the producer must be replaced.
+    pub fn is_fatal(&self) -> bool {
+        self.producer.client().fatal_error().is_some()
+    }
+
+    /// True once the producer must be replaced: a fatal error, or messages withdrawn after
+    /// the send timeout.
+    pub fn must_replace(&self) -> bool {
+        self.is_fatal() || self.spent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(super) fn purge_queued(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+    }
+
+    /// Drops everything queued or in flight (shutdown, producer replacement). Their rows stay
+    /// unmarked and are published again.
+    pub fn purge(&self) {
+        self.purge_queued();
+        let _ = self
+            .producer
+            .flush(Timeout::After(Duration::from_millis(100)));
+    }
+}
