@@ -184,13 +184,6 @@ impl Relay {
             self.metrics.lease_epoch.set(token.epoch);
             publisher.set_leading(true);
             let guard = LeaseGuard::start(self.store.clone(), token, s.lease_ttl, acquired_at);
-            // Fence the relays that held the lease before, now (their open transactions are
-            // aborted); failing that, the first batch tries again before it sends anything.
-            for p in [&publisher, &lone] {
-                if let Err(e) = p.fence().await {
-                    tracing::warn!(error = %e, "Could not initialise the Kafka transactional producer yet; the first batch tries again");
-                }
-            }
             let end = self
                 .lead(
                     &guard,
@@ -292,6 +285,7 @@ impl Relay {
             store: &self.store,
             metrics: &self.metrics,
             token: guard.token(),
+            lease_ttl: s.lease_ttl,
             publisher,
             lone,
             topics,
@@ -307,6 +301,12 @@ impl Relay {
             replaced: false,
             floor: ClaimFloor::new(crate::batch::CANDIDATE_EVERY),
         };
+        // Fence the relays that held the lease before, now (their open transactions are
+        // aborted, so `read_committed` readers do not wait for their timeout); failing that,
+        // the first batch tries again before it sends anything.
+        if batcher.initialise().await == Err(BatchEnd::LeaseLost) {
+            return LeadEnd::LeaseLost;
+        }
         loop {
             if shutdown.is_cancelled() {
                 return LeadEnd::Shutdown;

@@ -31,6 +31,7 @@ use crate::topics::TopicCatalog;
 
 mod claim;
 mod floor;
+mod init;
 mod mark;
 mod publish;
 
@@ -66,6 +67,8 @@ pub struct Batcher<'a> {
     pub metrics: &'a Metrics,
     /// The lease this term holds.
     pub token: &'a LeaseToken,
+    /// The lease's time-to-live (a producer's initialisation renews the lease: see `init`).
+    pub lease_ttl: Duration,
     /// The producer (replaced after fatal errors).
     pub publisher: &'a mut Publisher,
     /// The producer of lone sends (see [`Batcher::publish`]); replaced on its own.
@@ -144,6 +147,11 @@ impl Batcher<'_> {
             Ok(p) => p,
             Err(end) => return end,
         };
+        // A new producer session (the first, or one replaced after a failure) is initialised
+        // here, under the lease, never by the send itself.
+        if let Err(end) = self.initialise().await {
+            return end;
+        }
         // A full batch (or one the byte bound cut) means more is waiting: claim it while this
         // one is in flight.
         let full = cut || rows.len() as i64 >= asked;

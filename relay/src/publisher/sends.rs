@@ -41,7 +41,16 @@ impl Publisher {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let in_transaction = match &self.transactional {
             Some((_, t)) if rows.iter().any(|r| matches!(r, Send::Message(..))) => {
-                if let Err(e) = t.begin(&self.producer).await {
+                if !t.initialised() {
+                    // The batch initialises the session under the lease before it publishes;
+                    // that failed, and this session must not initialise itself.
+                    return not_sent(
+                        rows,
+                        "the Kafka producer's session is not initialised under the lease",
+                        alone,
+                    );
+                }
+                if let Err(e) = t.begin(&self.producer) {
                     tracing::warn!(error = %e, "Could not begin a Kafka transaction; the batch is sent again");
                     self.spent.store(true, std::sync::atomic::Ordering::Relaxed);
                     return not_sent(

@@ -141,10 +141,20 @@ impl Publisher {
         Ok(self)
     }
 
+    /// With transactions, while the current session is not initialised yet: how long its
+    /// `init_transactions` may take. `None` without transactions or once initialised.
+    pub fn init_timeout(&self) -> Option<Duration> {
+        self.transactional
+            .as_ref()
+            .filter(|(_, t)| !t.initialised())
+            .map(|(_, t)| t.timeout())
+    }
+
     /// With transactions: initialises the producer session now, fencing every earlier producer
     /// of the id (a deposed leader's open transaction is aborted at once, so `read_committed`
-    /// readers do not wait for its timeout). Called when the lease is acquired; the first
-    /// batch does it otherwise.
+    /// readers do not wait for its timeout). Call it only while nothing can take the lease
+    /// over (under [`crate::store::Store::hold_lease`]): batches never initialise a session
+    /// themselves.
     ///
     /// # Errors
     /// The broker did not answer in time, or refused.

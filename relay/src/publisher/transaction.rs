@@ -49,18 +49,23 @@ impl Transactions {
         self.initialised.store(false, Ordering::Relaxed);
     }
 
-    /// Initialises the session once (fencing every earlier producer of the id), then begins a
-    /// transaction.
+    /// True once `init_transactions` succeeded for the current session.
+    pub(super) fn initialised(&self) -> bool {
+        self.initialised.load(Ordering::Relaxed)
+    }
+
+    /// How long one `init_transactions`, commit or abort may take.
+    pub(super) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Begins a transaction on an initialised session. Never initialises one itself: a session
+    /// is initialised only under the lease ([`crate::batch`], `init`), or a relay that lost
+    /// the lease would fence the new leader's producer and commit its stale batch.
     ///
     /// # Errors
-    /// The broker did not answer in time, or refused (e.g. no `TransactionalId` ACL).
-    pub(super) async fn begin(
-        &self,
-        producer: &PolledProducer<RelayContext>,
-    ) -> Result<(), KafkaError> {
-        if !self.initialised.load(Ordering::Relaxed) {
-            self.fence(producer).await?;
-        }
+    /// The broker refused.
+    pub(super) fn begin(&self, producer: &PolledProducer<RelayContext>) -> Result<(), KafkaError> {
         producer.begin_transaction()
     }
 

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use sqlx::Row;
+use sqlx::{Executor, Row};
 
 use super::pool::Store;
+use super::session::Session;
 
 /// Proof of holding the relay lease: the lease name, this instance and the fencing epoch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +97,55 @@ impl Store {
         .rows_affected();
         s.finish().await?;
         Ok(n == 1)
+    }
+
+    /// Renews the lease and keeps its row locked in the returned open transaction: a takeover
+    /// (which updates the row) waits until the transaction ends. For what must happen while no
+    /// other relay can take the lease over, and be known to have happened before any could:
+    /// initialising the Kafka producer ([`crate::batch`], `init`). `hold_for` bounds how long
+    /// PostgreSQL keeps the transaction, and the lock, while this relay sends nothing on it (a
+    /// relay stopped or cut off mid-hold then loses the lock and the hold, not the lease).
+    /// `None` when the lease is no longer held under `lease`. Commit the hold with
+    /// [`Session::finish`]: only a successful commit proves the lock was held throughout.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn hold_lease(
+        &self,
+        lease: &LeaseToken,
+        ttl: Duration,
+        hold_for: Duration,
+    ) -> Result<Option<Session>, sqlx::Error> {
+        let mut s = self.transaction().await?;
+        let ms = hold_for.as_millis().clamp(1, i32::MAX as u128);
+        // Simple queries (no prepared statement); `SET LOCAL` ends with the transaction, also
+        // behind PgBouncer's transaction pooling.
+        s.conn()
+            .execute(
+                format!(
+                    "SET LOCAL idle_in_transaction_session_timeout = {ms}; \
+                     SET LOCAL lock_timeout = {ms}"
+                )
+                .as_str(),
+            )
+            .await?;
+        let held = sqlx::query(
+            "UPDATE outbox_relay_lease \
+             SET renewed_at = now(), expires_at = now() + make_interval(secs => $4) \
+             WHERE name = $1 AND holder = $2 AND epoch = $3 \
+             RETURNING 1",
+        )
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(ttl.as_secs_f64())
+        .fetch_optional(s.conn())
+        .await?;
+        if held.is_none() {
+            s.finish().await?;
+            return Ok(None);
+        }
+        Ok(Some(s))
     }
 
     /// Gives the lease up so a standby can take over at once.
