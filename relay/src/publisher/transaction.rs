@@ -123,7 +123,11 @@ impl Transactions {
             Ok(()) => Ending::Aborted(why, producer.client().fatal_error().is_some()),
             Err(e) if is_fenced(&e) => Ending::Aborted(why, true),
             Err(e) => {
-                tracing::warn!(error = %e, reason = %why, "Could not abort the Kafka transaction; starting a new producer session (it aborts the transaction)");
+                // After a commit that got no answer, the coordinator may have committed: the
+                // new session's initialisation then waits for that commit to complete, and the
+                // batch, sent again, is duplicated (the inbox absorbs it). Otherwise the new
+                // session's initialisation aborts the transaction.
+                tracing::warn!(error = %e, reason = %why, "Could not abort the Kafka transaction; starting a new producer session, the batch is sent again (duplicated if its commit went through after all)");
                 Ending::Aborted(format!("{why}; abort failed: {e}"), true)
             }
         }
