@@ -325,17 +325,13 @@ impl ConsumerServiceMetrics {
     /// programming error: both are constants of the calling service).
     pub fn new(service: &str, consumer_name: &str) -> Self {
         let registry = Registry::new();
-        let http_requests = IntCounterVec::new(
-            prometheus::Opts::new(
-                format!("{service}_http_requests_total"),
+        let http_requests = outbox_process::metrics::Registrar::new(&registry)
+            .int_counter_vec(
+                &format!("{service}_http_requests_total"),
                 "HTTP requests by method, route and status",
-            ),
-            &["method", "route", "status"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(http_requests.clone()))
-            .expect("unique metric");
+                &["method", "route", "status"],
+            )
+            .expect("valid, unique metric");
         let consumer = outbox_consumer::ConsumerMetrics::register(&registry, consumer_name)
             .expect("unique consumer metrics");
         Self {
