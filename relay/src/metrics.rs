@@ -94,17 +94,17 @@ impl Metrics {
     fn register(registry: Registry) -> prometheus::Result<Self> {
         let r = Registrar::new(&registry);
         let metrics = Self {
-            published: r.int_counter(
+            published: r.metric(
                 "outbox_events_published_total",
                 "Events acknowledged by the broker and marked published",
             )?,
-            publish_failures: r.int_counter_vec(
+            publish_failures: r.metric_vec(
                 "outbox_publish_failures_total",
                 "Events not published in a batch, by reason",
                 &["reason"],
             )?,
-            backlog: r.int_gauge("outbox_backlog_events", "Unpublished events in the outbox")?,
-            oldest_age: r.gauge(
+            backlog: r.metric("outbox_backlog_events", "Unpublished events in the outbox")?,
+            oldest_age: r.metric(
                 "outbox_oldest_unpublished_age_seconds",
                 "Age of the oldest unpublished event",
             )?,
@@ -142,64 +142,64 @@ impl Metrics {
                 "How late the relay's runtime woke a 50 ms timer: a stall during which no task of the process ran (lease renewal, /metrics); should stay far below a third of --lease-ttl-ms",
                 vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
             )?,
-            claimed_ahead: r.int_counter_vec(
+            claimed_ahead: r.metric_vec(
                 "outbox_batches_claimed_ahead_total",
                 "Batches claimed while the previous batch was in flight (overlapping its acknowledgements), by outcome: sent, or dropped (the previous batch did not end clean, or the rows below filled a batch; claimed again later)",
                 &["outcome"],
             )?,
-            late_rows: r.int_counter(
+            late_rows: r.metric(
                 "outbox_batch_late_rows_total",
                 "Rows found below a batch claimed ahead (a lower id that committed later) and sent before it",
             )?,
-            leader: r.int_gauge(
+            leader: r.metric(
                 "outbox_relay_leader",
                 "1 while this instance holds the relay lease",
             )?,
-            db_errors: r.int_counter(
+            db_errors: r.metric(
                 "outbox_relay_database_errors_total",
                 "Database errors seen by the relay loop",
             )?,
-            lease_epoch: r.int_gauge(
+            lease_epoch: r.metric(
                 "outbox_relay_lease_epoch",
                 "Fencing epoch of the lease this instance holds (0 when standing by)",
             )?,
-            parked: r.int_gauge_vec(
+            parked: r.metric_vec(
                 "outbox_parked_events",
                 "Events parked after failures, waiting for an operator (redrive or discard), by error class",
                 &["class"],
             )?,
-            parked_total: r.int_counter_vec(
+            parked_total: r.metric_vec(
                 "outbox_events_parked_total",
                 "Events this instance parked, by error class",
                 &["class"],
             )?,
-            retrying: r.int_gauge(
+            retrying: r.metric(
                 "outbox_retrying_events",
                 "Events that failed and are retried with backoff (not parked yet)",
             )?,
-            blocked_aggregates: r.int_gauge(
+            blocked_aggregates: r.metric(
                 "outbox_blocked_aggregates",
                 "Aggregates whose events wait behind a parked event",
             )?,
-            waiting_behind: r.int_gauge(
+            waiting_behind: r.metric(
                 "outbox_events_waiting_behind_parked",
                 "Events waiting behind a parked event of their aggregate",
             )?,
-            backlog_by_topic: r.int_gauge_vec(
+            backlog_by_topic: r.metric_vec(
                 "outbox_backlog_events_by_topic",
                 "Unpublished events per destination topic (the 20 largest; the rest as topic=\"other\")",
                 &["topic"],
             )?,
-            oldest_age_by_topic: r.gauge_vec(
+            oldest_age_by_topic: r.metric_vec(
                 "outbox_oldest_unpublished_age_seconds_by_topic",
                 "Age of the oldest unpublished event per destination topic",
                 &["topic"],
             )?,
-            db_oldest_transaction_age: r.gauge(
+            db_oldest_transaction_age: r.metric(
                 "outbox_db_oldest_transaction_age_seconds",
                 "Age of the oldest open transaction of another session in the outbox's database; it holds back vacuum of the outbox",
             )?,
-            broker_down: r.int_gauge(
+            broker_down: r.metric(
                 "outbox_kafka_brokers_down",
                 "1 while librdkafka reports every Kafka broker unreachable for the leading relay's producer (events stay unmarked and are retried); 0 otherwise and on standbys",
             )?,

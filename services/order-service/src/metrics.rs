@@ -66,7 +66,7 @@ impl Metrics {
     fn register(registry: Registry) -> prometheus::Result<Self> {
         let r = Registrar::new(&registry);
         let metrics = Self {
-            http_requests: r.int_counter_vec(
+            http_requests: r.metric_vec(
                 "order_http_requests_total",
                 "HTTP requests by method, route and status",
                 &["method", "route", "status"],
@@ -79,43 +79,43 @@ impl Metrics {
                 ],
                 &["route"],
             )?,
-            orders_created: r.int_counter("order_orders_created_total", "Orders created")?,
-            idempotent_replays: r.int_counter(
+            orders_created: r.metric("order_orders_created_total", "Orders created")?,
+            idempotent_replays: r.metric(
                 "order_idempotent_replays_total",
                 "Order creations answered from the stored response of an earlier request with the same Idempotency-Key",
             )?,
-            orders_cancelled: r.int_counter("order_orders_cancelled_total", "Orders cancelled")?,
-            payment_callbacks: r.int_counter_vec(
+            orders_cancelled: r.metric("order_orders_cancelled_total", "Orders cancelled")?,
+            payment_callbacks: r.metric_vec(
                 "order_payment_callbacks_total",
                 "Accepted payment notifications by outcome",
                 &["outcome"],
             )?,
-            payments_flagged_for_refund: r.int_counter_vec(
+            payments_flagged_for_refund: r.metric_vec(
                 "order_payments_flagged_for_refund_total",
                 "Payments recorded for orders that could not take them (cancelled, already paid); the money must be refunded",
                 &["reason"],
             )?,
             refunds_requested: r
-                .int_counter("order_refunds_requested_total", "Refunds requested")?,
-            refund_callbacks: r.int_counter_vec(
+                .metric("order_refunds_requested_total", "Refunds requested")?,
+            refund_callbacks: r.metric_vec(
                 "order_refund_callbacks_total",
                 "Accepted refund notifications by outcome",
                 &["outcome"],
             )?,
-            channel_messages: r.int_counter_vec(
+            channel_messages: r.metric_vec(
                 "order_channel_messages_total",
                 "Marketplace messages by source (push, query) and outcome (applied, duplicate_message = layer 1, duplicate_change = layer 2, stale)",
                 &["source", "outcome"],
             )?,
-            channel_recovered: r.int_counter(
+            channel_recovered: r.metric(
                 "order_channel_compensation_recovered_total",
                 "Marketplace changes applied by the compensation poller (their push was lost)",
             )?,
-            shipback_failures: r.int_counter(
+            shipback_failures: r.metric(
                 "order_shipback_failures_total",
                 "Ship-backs the platform refused for good (dead-lettered)",
             )?,
-            channel_compensation_failed: r.int_counter(
+            channel_compensation_failed: r.metric(
                 "order_channel_compensation_failed_changes_total",
                 "Changes fetched by the compensation poller that could not be applied (retried at the next pass)",
             )?,

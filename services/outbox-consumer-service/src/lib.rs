@@ -326,7 +326,7 @@ impl ConsumerServiceMetrics {
     pub fn new(service: &str, consumer_name: &str) -> Self {
         let registry = Registry::new();
         let http_requests = outbox_process::metrics::Registrar::new(&registry)
-            .int_counter_vec(
+            .metric_vec(
                 &format!("{service}_http_requests_total"),
                 "HTTP requests by method, route and status",
                 &["method", "route", "status"],

@@ -55,20 +55,20 @@ impl ConsumerMetrics {
     pub fn register(registry: &Registry, consumer_name: &str) -> prometheus::Result<Self> {
         let r = Registrar::new(registry).const_label("consumer", consumer_name);
         let metrics = Self {
-            messages: r.int_counter_vec(
+            messages: r.metric_vec(
                 "consumer_messages_total",
                 "Consumed messages finished, by outcome",
                 &["outcome"],
             )?,
-            inbox_duplicates: r.int_counter(
+            inbox_duplicates: r.metric(
                 "consumer_inbox_duplicates_total",
                 "Deliveries of events the inbox shows as already applied; their effect was skipped",
             )?,
-            retries: r.int_counter(
+            retries: r.metric(
                 "consumer_retries_total",
                 "Failed attempts to apply an event that are retried with backoff; the offset stays",
             )?,
-            dead_letters: r.int_counter_vec(
+            dead_letters: r.metric_vec(
                 "consumer_dead_letters_total",
                 "Messages sent to the dead-letter topic, by reason",
                 &["reason"],
@@ -80,33 +80,33 @@ impl ConsumerMetrics {
                     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                 ],
             )?,
-            assigned_partitions: r.int_gauge(
+            assigned_partitions: r.metric(
                 "consumer_assigned_partitions",
                 "Partitions currently assigned to this consumer",
             )?,
-            rebalances: r.int_counter_vec(
+            rebalances: r.metric_vec(
                 "consumer_rebalances_total",
                 "Rebalance callbacks by kind",
                 &["kind"],
             )?,
-            up: r.int_gauge("consumer_up", "1 while the consumer loop runs")?,
-            commit_failures: r.int_counter(
+            up: r.metric("consumer_up", "1 while the consumer loop runs")?,
+            commit_failures: r.metric(
                 "consumer_offset_commit_failures_total",
                 "Offset commits the broker did not accept",
             )?,
-            handler_panics: r.int_counter(
+            handler_panics: r.metric(
                 "consumer_handler_panics_total",
                 "Attempts to apply an event whose handler panicked; rolled back and retried, then dead-lettered",
             )?,
-            worker_restarts: r.int_counter(
+            worker_restarts: r.metric(
                 "consumer_worker_restarts_total",
                 "Partition workers that died of a panic outside the handler and were restarted from their first unapplied offset",
             )?,
-            paused_partitions: r.int_gauge(
+            paused_partitions: r.metric(
                 "consumer_paused_partitions",
                 "Partitions not being fetched because their worker is retrying or its queue is full",
             )?,
-            lag: r.int_gauge_vec(
+            lag: r.metric_vec(
                 "consumer_lag_messages",
                 "Messages not applied yet per assigned partition: high watermark minus committed offset",
                 &["topic", "partition"],

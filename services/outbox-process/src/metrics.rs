@@ -4,11 +4,46 @@
 
 use std::collections::HashMap;
 
-use prometheus::core::Collector;
-use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+use prometheus::core::{
+    Atomic, Collector, GenericCounter, GenericCounterVec, GenericGauge, GenericGaugeVec,
 };
+use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, Opts, Registry, TextEncoder};
+
+/// A metric made from a name and a help text: a counter or a gauge ([`Registrar::metric`]).
+pub trait Plain: Collector + Clone + Sized + 'static {
+    /// The metric described by `opts`.
+    ///
+    /// # Errors
+    /// An invalid name or label.
+    fn create(opts: Opts) -> prometheus::Result<Self>;
+}
+
+/// A metric with variable labels: a counter or gauge vector ([`Registrar::metric_vec`]).
+pub trait Labelled: Collector + Clone + Sized + 'static {
+    /// The metric described by `opts`, by `labels`.
+    ///
+    /// # Errors
+    /// An invalid name or label.
+    fn create(opts: Opts, labels: &[&str]) -> prometheus::Result<Self>;
+}
+
+macro_rules! plain_and_labelled {
+    ($($plain:ident, $labelled:ident);*) => {$(
+        impl<P: Atomic + 'static> Plain for $plain<P> {
+            fn create(opts: Opts) -> prometheus::Result<Self> {
+                Self::with_opts(opts)
+            }
+        }
+
+        impl<P: Atomic + 'static> Labelled for $labelled<P> {
+            fn create(opts: Opts, labels: &[&str]) -> prometheus::Result<Self> {
+                Self::new(opts, labels)
+            }
+        }
+    )*};
+}
+
+plain_and_labelled!(GenericCounter, GenericCounterVec; GenericGauge, GenericGaugeVec);
 
 /// Creates metrics and registers them in one registry, each with the same constant labels
 /// (none unless [`Registrar::const_label`]).
@@ -35,67 +70,27 @@ impl<'a> Registrar<'a> {
         self
     }
 
-    /// A counter `name` with help text `help`.
+    /// A counter or gauge `name` with help text `help` (its type says which:
+    /// `IntCounter`, `IntGauge`, `Gauge`, ...).
     ///
     /// # Errors
     /// An invalid name, or a metric of the same name registered already.
-    pub fn int_counter(&self, name: &str, help: &str) -> prometheus::Result<IntCounter> {
-        self.register(IntCounter::with_opts(self.opts(name, help))?)
+    pub fn metric<M: Plain>(&self, name: &str, help: &str) -> prometheus::Result<M> {
+        self.register(M::create(self.opts(name, help))?)
     }
 
-    /// A counter `name` with help text `help`, by `labels`.
+    /// A counter or gauge vector `name` with help text `help`, by `labels` (its type says
+    /// which: `IntCounterVec`, `IntGaugeVec`, `GaugeVec`, ...).
     ///
     /// # Errors
     /// An invalid name or label, or a metric of the same name registered already.
-    pub fn int_counter_vec(
+    pub fn metric_vec<M: Labelled>(
         &self,
         name: &str,
         help: &str,
         labels: &[&str],
-    ) -> prometheus::Result<IntCounterVec> {
-        self.register(IntCounterVec::new(self.opts(name, help), labels)?)
-    }
-
-    /// An integer gauge `name` with help text `help`.
-    ///
-    /// # Errors
-    /// An invalid name, or a metric of the same name registered already.
-    pub fn int_gauge(&self, name: &str, help: &str) -> prometheus::Result<IntGauge> {
-        self.register(IntGauge::with_opts(self.opts(name, help))?)
-    }
-
-    /// An integer gauge `name` with help text `help`, by `labels`.
-    ///
-    /// # Errors
-    /// An invalid name or label, or a metric of the same name registered already.
-    pub fn int_gauge_vec(
-        &self,
-        name: &str,
-        help: &str,
-        labels: &[&str],
-    ) -> prometheus::Result<IntGaugeVec> {
-        self.register(IntGaugeVec::new(self.opts(name, help), labels)?)
-    }
-
-    /// A gauge `name` with help text `help`.
-    ///
-    /// # Errors
-    /// An invalid name, or a metric of the same name registered already.
-    pub fn gauge(&self, name: &str, help: &str) -> prometheus::Result<Gauge> {
-        self.register(Gauge::with_opts(self.opts(name, help))?)
-    }
-
-    /// A gauge `name` with help text `help`, by `labels`.
-    ///
-    /// # Errors
-    /// An invalid name or label, or a metric of the same name registered already.
-    pub fn gauge_vec(
-        &self,
-        name: &str,
-        help: &str,
-        labels: &[&str],
-    ) -> prometheus::Result<GaugeVec> {
-        self.register(GaugeVec::new(self.opts(name, help), labels)?)
+    ) -> prometheus::Result<M> {
+        self.register(M::create(self.opts(name, help), labels)?)
     }
 
     /// A histogram `name` with help text `help` and the upper bounds `buckets`.
@@ -124,10 +119,8 @@ impl<'a> Registrar<'a> {
         buckets: Vec<f64>,
         labels: &[&str],
     ) -> prometheus::Result<HistogramVec> {
-        self.register(HistogramVec::new(
-            self.histogram_opts(name, help, buckets),
-            labels,
-        )?)
+        let opts = self.histogram_opts(name, help, buckets);
+        self.register(HistogramVec::new(opts, labels)?)
     }
 
     fn opts(&self, name: &str, help: &str) -> Opts {
@@ -157,24 +150,26 @@ pub fn render(registry: &Registry) -> String {
 
 #[cfg(test)]
 mod tests {
+    use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+
     use super::*;
 
     #[test]
     fn registered_metrics_render_with_their_constant_labels() {
         let registry = Registry::new();
         let r = Registrar::new(&registry).const_label("consumer", "wms");
-        r.int_counter("a_total", "A").unwrap().inc();
-        r.int_counter_vec("b_total", "B", &["outcome"])
+        r.metric::<IntCounter>("a_total", "A").unwrap().inc();
+        r.metric_vec::<IntCounterVec>("b_total", "B", &["outcome"])
             .unwrap()
             .with_label_values(&["applied"])
             .inc_by(2);
-        r.int_gauge("c", "C").unwrap().set(3);
-        r.int_gauge_vec("d", "D", &["topic"])
+        r.metric::<IntGauge>("c", "C").unwrap().set(3);
+        r.metric_vec::<IntGaugeVec>("d", "D", &["topic"])
             .unwrap()
             .with_label_values(&["t"])
             .set(4);
-        r.gauge("e_seconds", "E").unwrap().set(0.5);
-        r.gauge_vec("f_seconds", "F", &["topic"])
+        r.metric::<Gauge>("e_seconds", "E").unwrap().set(0.5);
+        r.metric_vec::<GaugeVec>("f_seconds", "F", &["topic"])
             .unwrap()
             .with_label_values(&["t"])
             .set(1.5);
@@ -202,11 +197,11 @@ mod tests {
     }
 
     #[test]
-    fn a_name_registered_twice_is_refused() {
+    fn an_invalid_or_taken_name_is_refused() {
         let registry = Registry::new();
         let r = Registrar::new(&registry);
-        r.int_counter("a_total", "A").unwrap();
-        assert!(r.int_gauge("a_total", "A again").is_err());
-        assert!(r.int_counter("not a name", "A").is_err());
+        r.metric::<IntCounter>("a_total", "A").unwrap();
+        assert!(r.metric::<IntGauge>("a_total", "A again").is_err());
+        assert!(r.metric::<IntCounter>("not a name", "A").is_err());
     }
 }

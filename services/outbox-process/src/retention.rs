@@ -111,17 +111,17 @@ impl RetentionMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let r = crate::metrics::Registrar::new(registry);
         Ok(Self {
-            deleted: r.int_counter_vec(
+            deleted: r.metric_vec(
                 "retention_rows_deleted_total",
                 "Rows removed by retention (older than the table's window), by table",
                 &["table"],
             )?,
-            batches: r.int_counter_vec(
+            batches: r.metric_vec(
                 "retention_batches_total",
                 "Bounded retention DELETE statements run, by table",
                 &["table"],
             )?,
-            pending: r.int_gauge_vec(
+            pending: r.metric_vec(
                 "retention_rows_pending",
                 "Rows past the retention window not removed yet, by table",
                 &["table"],

@@ -41,7 +41,7 @@ impl StateGauges {
     #[must_use]
     pub fn gauge(mut self, registry: &Registry, name: &str, help: &str, sql: &'static str) -> Self {
         let gauge = Registrar::new(registry)
-            .gauge(name, help)
+            .metric(name, help)
             .expect("valid, unique metric");
         self.entries.push(Entry::Plain(gauge, sql));
         self
@@ -61,7 +61,7 @@ impl StateGauges {
         sql: &'static str,
     ) -> Self {
         let gauge = Registrar::new(registry)
-            .gauge_vec(name, help, &[label])
+            .metric_vec(name, help, &[label])
             .expect("valid, unique metric");
         self.entries.push(Entry::Labelled(gauge, sql));
         self
