@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use outbox_http::service::ObserveHttp;
 
+use outbox_consumer_service::ConsumerServiceMetrics;
 use outbox_process::metrics::Registrar;
 use prometheus::{HistogramVec, IntCounter, IntCounterVec, Registry};
 
@@ -60,17 +61,14 @@ impl Metrics {
     /// # Panics
     /// Never: the names are constants, valid and unique.
     pub fn new() -> Self {
-        Self::register(Registry::new()).expect("valid, unique metric names")
+        Self::register(crate::subscription::IDENTITY.metrics()).expect("valid, unique metric names")
     }
 
-    fn register(registry: Registry) -> prometheus::Result<Self> {
-        let r = Registrar::new(&registry);
+    /// The service's own metrics, beside the ones every consuming service has (the HTTP
+    /// request counter, the fulfilment consumer's metrics) in `shared`'s registry.
+    fn register(shared: ConsumerServiceMetrics) -> prometheus::Result<Self> {
+        let r = Registrar::new(&shared.registry);
         let metrics = Self {
-            http_requests: r.metric_vec(
-                "order_http_requests_total",
-                "HTTP requests by method, route and status",
-                &["method", "route", "status"],
-            )?,
             http_duration: r.histogram_vec(
                 "order_http_request_duration_seconds",
                 "HTTP request latency by route",
@@ -124,11 +122,9 @@ impl Metrics {
                 "order_channel_compensation_last_success_timestamp_seconds",
                 "When the compensation poller last finished a pass with every fetched change applied (unix seconds; the process start before the first)",
             )?,
-            consumer: outbox_consumer::ConsumerMetrics::register(
-                &registry,
-                crate::subscription::CONSUMER_NAME,
-            )?,
-            registry,
+            http_requests: shared.http_requests,
+            consumer: shared.consumer,
+            registry: shared.registry,
         };
         // Show the refund flags at 0 from the start, so alerts can use `increase()`.
         for reason in ["order_cancelled", "already_paid", "stock_rejected"] {

@@ -3,7 +3,12 @@
 //! The skeleton of a consuming service (`wms-consumer`, `stock-consumer`): the flags they all
 //! take ([`ConsumerServiceArgs`]) and one builder ([`ConsumerService`]) that migrates, serves
 //! the HTTP API and consumes events until SIGTERM, or runs a `dlq` operator command and
-//! returns. Each service names itself and hands over its migrations, router and handler.
+//! returns. Each service names itself ([`ServiceIdentity`]) and hands over its migrations,
+//! router and handler.
+//!
+//! A service that consumes beside a life of its own (`order-service`) takes the pieces instead:
+//! its [`ServiceIdentity`] (runtime configuration, metrics), [`migrate`], [`run_dlq_command`]
+//! and the [`ServiceError`]s they return.
 
 use axum::Router;
 use sqlx::migrate::{MigrateError, Migrator};
@@ -15,6 +20,7 @@ use outbox_consumer::dlq_cli::ConsumerCommand;
 use outbox_consumer::redrive::DlqError;
 use outbox_consumer::{ConsumerArgs, ConsumerError, Handler, RuntimeConfig};
 use outbox_http::service::ServiceArgs;
+use outbox_kafka::KafkaSecurityError;
 use prometheus::{IntCounterVec, Registry};
 
 /// The flags and environment variables every consuming service takes: [`ServiceArgs`], the
@@ -61,7 +67,7 @@ pub enum ServiceError {
     },
     /// The Kafka security settings are incomplete or contradict each other.
     #[error("Kafka security settings")]
-    KafkaSecurity(#[from] outbox_kafka::KafkaSecurityError),
+    KafkaSecurity(#[from] KafkaSecurityError),
     /// A secret is weak or published (a placeholder) and `--allow-weak-secrets` is not set.
     #[error(transparent)]
     WeakSecrets(#[from] outbox_process::secrets::WeakSecrets),
@@ -91,6 +97,77 @@ pub enum ServiceError {
     Join(#[from] tokio::task::JoinError),
 }
 
+/// Who a consuming service is: what names its consumer group, metrics, inbox rows and topics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceIdentity {
+    /// The service's name (`wms-consumer`), also its consumer group unless `--group-id`.
+    pub name: &'static str,
+    /// The prefix of its metrics (`wms` gives `wms_http_requests_total`).
+    pub metrics_prefix: &'static str,
+    /// Its consumer's name (its inbox rows, its redrive topics, `dlq.consumer`).
+    pub consumer_name: &'static str,
+    /// The aggregate types whose topics (`<prefix><aggregate type>`) it consumes.
+    pub aggregate_types: &'static [&'static str],
+}
+
+impl ServiceIdentity {
+    /// The consumer runtime's configuration: the consumer flags `consumer`, reading from
+    /// `brokers`.
+    ///
+    /// # Errors
+    /// Incomplete or contradicting Kafka security settings.
+    pub fn runtime_config(
+        &self,
+        consumer: &ConsumerArgs,
+        brokers: &str,
+    ) -> Result<RuntimeConfig, KafkaSecurityError> {
+        consumer.runtime_config(self.consumer_name, brokers, self.name, self.aggregate_types)
+    }
+
+    /// The metrics every consuming service exposes ([`ConsumerServiceMetrics`]), in a
+    /// registry of their own.
+    ///
+    /// # Panics
+    /// When the names make an invalid metric name (a programming error: they are constants).
+    pub fn metrics(&self) -> ConsumerServiceMetrics {
+        ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name)
+    }
+}
+
+/// Applies the outbox and inbox migrations, then the service's own (`service`; set
+/// `ignore_missing` on it: they share sqlx's bookkeeping table).
+///
+/// # Errors
+/// When the database is unreachable or a migration fails.
+pub async fn migrate(pool: &PgPool, service: Option<&Migrator>) -> Result<(), MigrateError> {
+    outbox_writer::schema::migrate(pool).await?;
+    outbox_writer::schema::migrate_inbox(pool).await?;
+    match service {
+        Some(m) => m.run(pool).await,
+        None => Ok(()),
+    }
+}
+
+/// Runs the `dlq` operator `command` on the dead letters of the consumer `runtime` describes,
+/// writing to stdout; `dlq redrive` records what it sent in the service's database at
+/// `database_url` (one connection).
+///
+/// # Errors
+/// [`ServiceError::DatabaseUrl`] when the URL is invalid, [`ServiceError::Dlq`] when the
+/// command fails.
+pub async fn run_dlq_command(
+    command: &ConsumerCommand,
+    runtime: &RuntimeConfig,
+    database_url: &str,
+) -> Result<(), ServiceError> {
+    let pool =
+        outbox_http::service::connect_lazy(database_url, 1).map_err(ServiceError::DatabaseUrl)?;
+    let ran =
+        outbox_consumer::dlq_cli::run(command, runtime, &pool, &mut std::io::stdout().lock()).await;
+    pool.close().await;
+    Ok(ran?)
+}
+
 /// Builds the HTTP API from the pool and the process's metrics.
 type RouterFn = Box<dyn FnOnce(PgPool, ConsumerServiceMetrics) -> Router + Send>;
 
@@ -100,10 +177,7 @@ type StateGaugesFn =
 
 /// One consuming service: its name, consumer, migrations, HTTP API and event handler.
 pub struct ConsumerService<H> {
-    name: &'static str,
-    metrics_prefix: &'static str,
-    consumer_name: &'static str,
-    aggregate_types: &'static [&'static str],
+    identity: ServiceIdentity,
     migrator: Option<Migrator>,
     router: Option<RouterFn>,
     state_gauges: Option<StateGaugesFn>,
@@ -113,9 +187,7 @@ pub struct ConsumerService<H> {
 impl<H> std::fmt::Debug for ConsumerService<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsumerService")
-            .field("name", &self.name)
-            .field("consumer_name", &self.consumer_name)
-            .field("aggregate_types", &self.aggregate_types)
+            .field("identity", &self.identity)
             .finish_non_exhaustive()
     }
 }
@@ -123,8 +195,9 @@ impl<H> std::fmt::Debug for ConsumerService<H> {
 impl<H: Handler> ConsumerService<H> {
     /// Service `name` (also the default consumer group), whose metrics start with
     /// `metrics_prefix` (`wms` gives `wms_http_requests_total`), running `handler` as consumer
-    /// `consumer_name` on the topics of `aggregate_types`. Without [`Self::migrator`] only the
-    /// outbox and inbox migrations run; without [`Self::router`] the API is empty.
+    /// `consumer_name` on the topics of `aggregate_types` (its [`ServiceIdentity`]). Without
+    /// [`Self::migrator`] only the outbox and inbox migrations run; without [`Self::router`]
+    /// the API is empty.
     pub fn new(
         name: &'static str,
         metrics_prefix: &'static str,
@@ -133,10 +206,12 @@ impl<H: Handler> ConsumerService<H> {
         handler: H,
     ) -> Self {
         Self {
-            name,
-            metrics_prefix,
-            consumer_name,
-            aggregate_types,
+            identity: ServiceIdentity {
+                name,
+                metrics_prefix,
+                consumer_name,
+                aggregate_types,
+            },
             migrator: None,
             router: None,
             state_gauges: None,
@@ -180,13 +255,9 @@ impl<H: Handler> ConsumerService<H> {
     pub fn runtime_config(
         &self,
         args: &ConsumerServiceArgs,
-    ) -> Result<RuntimeConfig, outbox_kafka::KafkaSecurityError> {
-        args.consumer.runtime_config(
-            self.consumer_name,
-            &args.kafka_brokers,
-            self.name,
-            self.aggregate_types,
-        )
+    ) -> Result<RuntimeConfig, KafkaSecurityError> {
+        self.identity
+            .runtime_config(&args.consumer, &args.kafka_brokers)
     }
 
     /// Runs the `dlq` command of `args` if there is one; otherwise migrates, then serves the
@@ -200,18 +271,7 @@ impl<H: Handler> ConsumerService<H> {
         let runtime = self.runtime_config(&args)?;
         let settings = &args.service;
         if let Some(command) = &args.command {
-            // `dlq redrive` records what it sent in the service's database.
-            let pool = outbox_http::service::connect_lazy(&settings.database_url, 1)
-                .map_err(ServiceError::DatabaseUrl)?;
-            let ran = outbox_consumer::dlq_cli::run(
-                command,
-                &runtime,
-                &pool,
-                &mut std::io::stdout().lock(),
-            )
-            .await;
-            pool.close().await;
-            return Ok(ran?);
+            return run_dlq_command(command, &runtime, &settings.database_url).await;
         }
         let only = settings.migrations == outbox_http::service::Migrations::Only;
         let mut secrets = vec![runtime.client_config.password_secret()];
@@ -230,16 +290,16 @@ impl<H: Handler> ConsumerService<H> {
         )
         .map_err(ServiceError::DatabaseUrl)?;
         if settings.migrations != outbox_http::service::Migrations::Skip {
-            self.migrate(&pool)
+            migrate(&pool, self.migrator.as_ref())
                 .await
                 .map_err(|source| ServiceError::Migrate {
-                    service: self.name,
+                    service: self.identity.name,
                     source,
                 })?;
         }
         let Some(auth) = auth else {
             tracing::info!(
-                service = self.name,
+                service = self.identity.name,
                 "Migrations applied (DATABASE_MIGRATIONS=only)"
             );
             pool.close().await;
@@ -252,7 +312,7 @@ impl<H: Handler> ConsumerService<H> {
                 source,
             })?;
         let shutdown = outbox_http::service::shutdown_on_signal();
-        let metrics = ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name);
+        let metrics = self.identity.metrics();
         let gauges = self.state_gauges.map(|g| {
             tokio::spawn(g(&metrics.registry).run(
                 pool.clone(),
@@ -291,16 +351,6 @@ impl<H: Handler> ConsumerService<H> {
         served.map_err(ServiceError::Serve)?;
         tracing::info!("Stopped");
         Ok(())
-    }
-
-    /// Applies the outbox, inbox and service migrations.
-    async fn migrate(&self, pool: &PgPool) -> Result<(), MigrateError> {
-        outbox_writer::schema::migrate(pool).await?;
-        outbox_writer::schema::migrate_inbox(pool).await?;
-        match &self.migrator {
-            Some(m) => m.run(pool).await,
-            None => Ok(()),
-        }
     }
 }
 
@@ -391,5 +441,44 @@ mod tests {
                 outbox_consumer::dlq_cli::DlqCommand::List { json: true }
             ))
         );
+    }
+
+    #[test]
+    fn the_identity_names_the_consumer_its_group_topics_and_metrics() {
+        let identity = ServiceIdentity {
+            name: "svc",
+            metrics_prefix: "svc",
+            consumer_name: "probe",
+            aggregate_types: &["order", "stock"],
+        };
+        let c = Config::try_parse_from([
+            "svc",
+            "--database-url",
+            "postgres://x/svc",
+            "--kafka-brokers",
+            "k:9092",
+            "--topic-prefix",
+            "p.",
+        ])
+        .unwrap();
+        let runtime = identity
+            .runtime_config(&c.service.consumer, &c.service.kafka_brokers)
+            .unwrap();
+        assert_eq!(runtime.consumer_name, "probe");
+        assert_eq!(runtime.brokers, "k:9092");
+        assert_eq!(runtime.group_id, "svc");
+        assert_eq!(runtime.topics, ["p.order", "p.stock"]);
+        let metrics = identity.metrics();
+        metrics
+            .http_requests
+            .with_label_values(&["GET", "/x", "200"])
+            .inc();
+        let text = outbox_process::metrics::render(&metrics.registry);
+        for line in [
+            "svc_http_requests_total{method=\"GET\",route=\"/x\",status=\"200\"} 1",
+            "consumer_up{consumer=\"probe\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
     }
 }
