@@ -407,16 +407,21 @@ mod tests {
         service: ConsumerServiceArgs,
     }
 
-    #[test]
-    fn flags_parse_with_the_service_default_listen_and_a_dlq_subcommand() {
-        let c = Config::try_parse_from([
+    /// The required flags, then `more`.
+    fn parse(more: &[&str]) -> Config {
+        let required = [
             "svc",
             "--database-url",
             "postgres://x/svc",
             "--kafka-brokers",
             "k:9092",
-        ])
-        .unwrap();
+        ];
+        Config::try_parse_from(required.iter().chain(more)).unwrap()
+    }
+
+    #[test]
+    fn flags_parse_with_the_service_default_listen_and_a_dlq_subcommand() {
+        let c = parse(&[]);
         assert_eq!(c.service.service.listen, "127.0.0.1:9999");
         assert_eq!(c.service.service.database_max_connections, 20);
         assert_eq!(
@@ -424,17 +429,7 @@ mod tests {
             Duration::from_secs(10)
         );
         assert_eq!(c.service.command, None, "no subcommand: run the service");
-        let dlq = Config::try_parse_from([
-            "svc",
-            "--database-url",
-            "postgres://x/svc",
-            "--kafka-brokers",
-            "k:9092",
-            "dlq",
-            "list",
-            "--json",
-        ])
-        .unwrap();
+        let dlq = parse(&["dlq", "list", "--json"]);
         assert_eq!(
             dlq.service.command,
             Some(ConsumerCommand::Dlq(
@@ -451,16 +446,7 @@ mod tests {
             consumer_name: "probe",
             aggregate_types: &["order", "stock"],
         };
-        let c = Config::try_parse_from([
-            "svc",
-            "--database-url",
-            "postgres://x/svc",
-            "--kafka-brokers",
-            "k:9092",
-            "--topic-prefix",
-            "p.",
-        ])
-        .unwrap();
+        let c = parse(&["--topic-prefix", "p."]);
         let runtime = identity
             .runtime_config(&c.service.consumer, &c.service.kafka_brokers)
             .unwrap();
