@@ -20,7 +20,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{Body, Path};
-use outbox_http::service::{ApiError, ErrorBody, Operations};
+use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, Operations, OperatorOnly};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::ToSchema;
@@ -154,12 +154,10 @@ struct PutBody {
     params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
     request_body(content = PutBody, content_type = "application/json"),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The SKU's stock", body = StockView),
-        (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
         (status = 409, description = "`below_reserved`: fewer units than are reserved", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+        JsonBodyRefused,
+        OperatorOnly,
     )
 )]
 async fn put_stock(
@@ -184,11 +182,11 @@ async fn put_stock(
     security(("bearerAuth" = [])),
     params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The SKU's stock", body = StockView),
         (status = 400, description = "Undecodable path", body = ErrorBody),
         (status = 404, description = "`sku_not_found`", body = ErrorBody),
         (status = 422, description = "`validation_failed`: not a valid SKU id", body = ErrorBody),
+        OperatorOnly,
     )
 )]
 async fn get_stock(
@@ -208,8 +206,9 @@ async fn get_stock(
     tag = "stock",
     security(("bearerAuth" = [])),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
-        (status = 200, description = "Every SKU's stock", body = StockList))
+        (status = 200, description = "Every SKU's stock", body = StockList),
+        OperatorOnly,
+    )
 )]
 async fn list_stock(
     _operator: Operator,
@@ -245,10 +244,10 @@ struct ReservationView {
     security(("bearerAuth" = [])),
     params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no reservation (404)")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The reservation", body = ReservationView),
         (status = 400, description = "Undecodable path", body = ErrorBody),
         (status = 404, description = "`reservation_not_found`", body = ErrorBody),
+        OperatorOnly,
     )
 )]
 async fn get_reservation(

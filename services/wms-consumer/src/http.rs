@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{Body, Path, Query};
-use outbox_http::service::{ApiError, ErrorBody, Operations};
+use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, Operations, OperatorOnly};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
@@ -139,6 +139,16 @@ fn action_response(result: ActionResult) -> Response {
     r
 }
 
+outbox_http::error_answers!(
+    /// The answers of an operation on the outbound its path names to a path it cannot decode,
+    /// one that names no outbound, or one that is no outbound number.
+    OutboundPath {
+        400 => "Undecodable path",
+        404 => "`outbound_not_found`",
+        422 => "`validation_failed`: not a valid outbound number",
+    }
+);
+
 /// Ships an outbound (`CREATED -> SHIPPED`); the same carrier and tracking number again
 /// answers 200 with `Idempotent-Replayed: true`.
 #[utoipa::path(
@@ -149,13 +159,11 @@ fn action_response(result: ActionResult) -> Response {
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     request_body(content = ShipBody, content_type = "application/json"),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "Shipped (or shipped before with the same parcel)", body = OutboundView),
-        (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
         (status = 404, description = "`outbound_not_found`", body = ErrorBody),
         (status = 409, description = "`outbound_cancelled`, `outbound_intercepted`, `already_shipped` or `tracking_no_in_use`", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+        JsonBodyRefused,
+        OperatorOnly,
     )
 )]
 async fn ship(
@@ -179,12 +187,10 @@ async fn ship(
     security(("bearerAuth" = [])),
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "Returned (or returned before)", body = OutboundView),
-        (status = 400, description = "Undecodable path", body = ErrorBody),
-        (status = 404, description = "`outbound_not_found`", body = ErrorBody),
         (status = 409, description = "`no_return_expected`", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: not a valid outbound number", body = ErrorBody),
+        OutboundPath,
+        OperatorOnly,
     )
 )]
 async fn return_received(
@@ -205,11 +211,9 @@ async fn return_received(
     security(("bearerAuth" = [])),
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The outbound", body = OutboundView),
-        (status = 400, description = "Undecodable path", body = ErrorBody),
-        (status = 404, description = "`outbound_not_found`", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: not a valid outbound number", body = ErrorBody),
+        OutboundPath,
+        OperatorOnly,
     )
 )]
 async fn get_outbound(
@@ -245,10 +249,10 @@ struct OutboundList {
     security(("bearerAuth" = [])),
     params(ListQuery),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The order's outbounds", body = OutboundList),
         (status = 400, description = "`invalid_query`: `order_id` is not a UUID", body = ErrorBody),
         (status = 422, description = "`validation_failed`: `order_id` is missing", body = ErrorBody),
+        OperatorOnly,
     )
 )]
 async fn list_outbounds(
