@@ -4,12 +4,13 @@
 //! take ([`ConsumerServiceArgs`]) and one builder ([`ConsumerService`]) that migrates, serves
 //! the HTTP API and consumes events until SIGTERM, or runs a `dlq` operator command and
 //! returns. Each service names itself ([`ServiceIdentity`]) and hands over its migrations,
-//! router and handler.
+//! router (on [`ServiceState`]) and handler.
 //!
 //! A service that consumes beside a life of its own (`order-service`) takes the pieces instead:
 //! its [`ServiceIdentity`] (runtime configuration, metrics), [`migrate`], [`run_dlq_command`]
 //! and the [`ServiceError`]s they return.
 
+use axum::extract::FromRef;
 use axum::Router;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::PgPool;
@@ -19,7 +20,7 @@ use std::time::Duration;
 use outbox_consumer::dlq_cli::ConsumerCommand;
 use outbox_consumer::redrive::DlqError;
 use outbox_consumer::{ConsumerArgs, ConsumerError, Handler, RuntimeConfig};
-use outbox_http::service::ServiceArgs;
+use outbox_http::service::{Operations, ServiceArgs};
 use outbox_kafka::KafkaSecurityError;
 use prometheus::{IntCounterVec, Registry};
 
@@ -354,6 +355,35 @@ impl<H: Handler> ConsumerService<H> {
     }
 }
 
+/// What every handler of a consuming service's HTTP API shares: its database and the process's
+/// metrics, from which `/healthz` and `/metrics` answer too ([`Operations`]).
+#[derive(Debug, Clone)]
+pub struct ServiceState {
+    /// The service's database.
+    pub pool: PgPool,
+    /// The process's metrics.
+    pub metrics: ConsumerServiceMetrics,
+}
+
+impl ServiceState {
+    /// The service's `api` (its routes and the operations ones) on this state, every request
+    /// counted in `<service>_http_requests_total`.
+    pub fn into_router(self, api: Router<Self>) -> Router {
+        api.layer(axum::middleware::from_fn_with_state(
+            self.metrics.http_requests.clone(),
+            outbox_http::service::track_requests::<IntCounterVec>,
+        ))
+        .with_state(self)
+    }
+}
+
+impl FromRef<ServiceState> for Operations {
+    fn from_ref(state: &ServiceState) -> Self {
+        Operations::new(state.pool.clone(), state.metrics.registry.clone())
+            .consuming(state.metrics.consumer.up.clone())
+    }
+}
+
 /// The metrics every consuming service exposes: HTTP requests by method, matched route and
 /// status (`<service>_http_requests_total`) and the consumer runtime's metrics (including inbox
 /// duplicates), in one registry that `/metrics` renders.
@@ -462,6 +492,41 @@ mod tests {
         let text = outbox_process::metrics::render(&metrics.registry);
         for line in [
             "svc_http_requests_total{method=\"GET\",route=\"/x\",status=\"200\"} 1",
+            "consumer_up{consumer=\"probe\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_state_serves_the_operations_and_counts_every_request() {
+        use axum::body::Body;
+        use axum::http::Request;
+        use tower::ServiceExt;
+
+        let identity = ServiceIdentity {
+            name: "svc",
+            metrics_prefix: "svc",
+            consumer_name: "probe",
+            aggregate_types: &["order"],
+        };
+        let state = ServiceState {
+            // Never connects: `/metrics` reads the registry only.
+            pool: outbox_http::service::connect_lazy("postgres://x/svc", 1).unwrap(),
+            metrics: identity.metrics(),
+        };
+        let (api, _) = outbox_http::service::operations::routes().split_for_parts();
+        let router = state.into_router(api);
+        let get = || Request::get("/metrics").body(Body::empty()).unwrap();
+        let first = router.clone().oneshot(get()).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let second = router.oneshot(get()).await.unwrap();
+        let body = axum::body::to_bytes(second.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        for line in [
+            "svc_http_requests_total{method=\"GET\",route=\"/metrics\",status=\"200\"} 1",
             "consumer_up{consumer=\"probe\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");

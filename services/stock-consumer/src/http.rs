@@ -14,15 +14,13 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{Body, Path};
-use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, Operations, OperatorOnly};
+use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, OperatorOnly};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -33,16 +31,9 @@ use crate::error::Error;
 use crate::lines::LineAmounts;
 use crate::stock;
 use crate::store::StockRow;
-use crate::Metrics;
 
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The stock database.
-    pub pool: PgPool,
-    /// Metrics.
-    pub metrics: Metrics,
-}
+/// What every handler shares: the stock database and the process's metrics.
+pub type AppState = outbox_consumer_service::ServiceState;
 
 /// The routes and their OpenAPI document, from the same annotations.
 fn api() -> (Router<AppState>, serde_json::Value) {
@@ -67,13 +58,7 @@ pub fn openapi() -> serde_json::Value {
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    api()
-        .0
-        .layer(middleware::from_fn_with_state(
-            state.metrics.http_requests.clone(),
-            outbox_http::service::track_requests::<prometheus::IntCounterVec>,
-        ))
-        .with_state(state)
+    state.into_router(api().0)
 }
 
 impl From<Error> for ApiError {
@@ -263,13 +248,6 @@ async fn get_reservation(
         lines,
     })
     .into_response())
-}
-
-impl axum::extract::FromRef<AppState> for Operations {
-    fn from_ref(state: &AppState) -> Self {
-        Operations::new(state.pool.clone(), state.metrics.registry.clone())
-            .consuming(state.metrics.consumer.up.clone())
-    }
 }
 
 #[cfg(test)]

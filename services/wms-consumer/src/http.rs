@@ -15,14 +15,12 @@
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{Body, Path, Query};
-use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, Operations, OperatorOnly};
+use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, OperatorOnly};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -32,19 +30,12 @@ use crate::domain::{Carrier, OutboundNo, OutboundStatus, Shipment, TrackingNo, V
 use crate::error::Error;
 use crate::events::OutboundView;
 use crate::fulfilment::{self, ActionResult};
-use crate::Metrics;
 
 /// Response header set to `true` when an action had been done before.
 pub const REPLAYED: &str = "idempotent-replayed";
 
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The WMS database.
-    pub pool: PgPool,
-    /// Metrics.
-    pub metrics: Metrics,
-}
+/// What every handler shares: the WMS database and the process's metrics.
+pub type AppState = outbox_consumer_service::ServiceState;
 
 /// The routes and their OpenAPI document, from the same annotations.
 fn api() -> (Router<AppState>, serde_json::Value) {
@@ -70,13 +61,7 @@ pub fn openapi() -> serde_json::Value {
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    api()
-        .0
-        .layer(middleware::from_fn_with_state(
-            state.metrics.http_requests.clone(),
-            outbox_http::service::track_requests::<prometheus::IntCounterVec>,
-        ))
-        .with_state(state)
+    state.into_router(api().0)
 }
 
 impl From<Error> for ApiError {
@@ -265,13 +250,6 @@ async fn list_outbounds(
         .ok_or_else(|| ValidationError::new("order_id", "is required"))?;
     let outbounds = fulfilment::for_order(&state.pool, order_id).await?;
     Ok(Json(OutboundList { outbounds }).into_response())
-}
-
-impl axum::extract::FromRef<AppState> for Operations {
-    fn from_ref(state: &AppState) -> Self {
-        Operations::new(state.pool.clone(), state.metrics.registry.clone())
-            .consuming(state.metrics.consumer.up.clone())
-    }
 }
 
 #[cfg(test)]
