@@ -96,12 +96,7 @@ impl ClientContext for RelayContext {
     /// librdkafka logs every reconnect attempt; those go to debug level. The outage itself is
     /// reported once through [`ClientContext::error`].
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
-                tracing::error!(librdkafka.facility = fac, "{log_message}")
-            }
-            _ => tracing::debug!(librdkafka.facility = fac, "{log_message}"),
-        }
+        outbox_kafka::log_librdkafka!(level, fac, log_message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

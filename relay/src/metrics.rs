@@ -9,9 +9,10 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
+use outbox_process::metrics::Registrar;
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Gauge, GaugeVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Registry,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -83,232 +84,142 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Creates and registers every metric.
+    ///
+    /// # Panics
+    /// Never: the names are constants, valid and unique.
     pub fn new() -> Self {
-        let registry = Registry::new();
-        let published = IntCounter::new(
-            "outbox_events_published_total",
-            "Events acknowledged by the broker and marked published",
-        )
-        .unwrap();
-        let publish_failures = IntCounterVec::new(
-            Opts::new(
+        Self::register(Registry::new()).expect("valid, unique metric names")
+    }
+
+    fn register(registry: Registry) -> prometheus::Result<Self> {
+        let r = Registrar::new(&registry);
+        let metrics = Self {
+            published: r.metric(
+                "outbox_events_published_total",
+                "Events acknowledged by the broker and marked published",
+            )?,
+            publish_failures: r.metric_vec(
                 "outbox_publish_failures_total",
                 "Events not published in a batch, by reason",
-            ),
-            &["reason"],
-        )
-        .unwrap();
-        let backlog =
-            IntGauge::new("outbox_backlog_events", "Unpublished events in the outbox").unwrap();
-        let oldest_age = Gauge::new(
-            "outbox_oldest_unpublished_age_seconds",
-            "Age of the oldest unpublished event",
-        )
-        .unwrap();
-        let latency = Histogram::with_opts(
-            HistogramOpts::new(
+                &["reason"],
+            )?,
+            backlog: r.metric("outbox_backlog_events", "Unpublished events in the outbox")?,
+            oldest_age: r.metric(
+                "outbox_oldest_unpublished_age_seconds",
+                "Age of the oldest unpublished event",
+            )?,
+            latency: r.histogram(
                 "outbox_publish_latency_seconds",
                 "From the event's created_at (its transaction's start) to the broker's acknowledgement",
-            )
-            // Finer between 5 and 50 ms, where a healthy relay's p99 falls: a p99 interpolated
-            // within 10-25 ms said little about a 10 ms target.
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.1, 0.25,
-                0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-            ]),
-        )
-        .unwrap();
-        let batch_size = Histogram::with_opts(
-            HistogramOpts::new("outbox_batch_rows", "Rows per claimed batch").buckets(vec![
-                1.0, 10.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
-            ]),
-        )
-        .unwrap();
-        let batch_stage = HistogramVec::new(
-            HistogramOpts::new(
+                // Finer between 5 and 50 ms, where a healthy relay's p99 falls: a p99
+                // interpolated within 10-25 ms said little about a 10 ms target.
+                vec![
+                    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.1, 0.25,
+                    0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                ],
+            )?,
+            batch_size: r.histogram(
+                "outbox_batch_rows",
+                "Rows per claimed batch",
+                vec![1.0, 10.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0],
+            )?,
+            batch_stage: r.histogram_vec(
                 "outbox_batch_stage_seconds",
                 "Time of each step of a batch with rows, by stage: claim (each claim of rows: the failure view and the claim of the head, the claim ahead of a full batch in flight, the rows below a batch claimed ahead), publish (topics checked, every event sent and its acknowledgement received), mark (published rows deleted and failures recorded, when there was any)",
-            )
-            .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
-                1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["stage"],
-        )
-        .unwrap();
-        for stage in BatchStage::ALL {
-            batch_stage.with_label_values(&[stage.as_str()]);
-        }
-        let lone_sends = Histogram::with_opts(
-            HistogramOpts::new(
+                vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5,
+                    1.0, 2.5, 5.0, 10.0,
+                ],
+                &["stage"],
+            )?,
+            lone_sends: r.histogram(
                 "outbox_batch_lone_sends",
                 "Events of aggregates retried after a failure that a batch sent alone (one at a time, on a producer of their own, beside the batch's other events)",
-            )
-            .buckets(vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]),
-        )
-        .unwrap();
-        let runtime_stall = Histogram::with_opts(
-            HistogramOpts::new(
+                vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0],
+            )?,
+            runtime_stall: r.histogram(
                 "outbox_relay_runtime_stall_seconds",
                 "How late the relay's runtime woke a 50 ms timer: a stall during which no task of the process ran (lease renewal, /metrics); should stay far below a third of --lease-ttl-ms",
-            )
-            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
-        )
-        .unwrap();
-        let claimed_ahead = IntCounterVec::new(
-            Opts::new(
+                vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
+            )?,
+            claimed_ahead: r.metric_vec(
                 "outbox_batches_claimed_ahead_total",
                 "Batches claimed while the previous batch was in flight (overlapping its acknowledgements), by outcome: sent, or dropped (the previous batch did not end clean, or the rows below filled a batch; claimed again later)",
-            ),
-            &["outcome"],
-        )
-        .unwrap();
-        let late_rows = IntCounter::new(
-            "outbox_batch_late_rows_total",
-            "Rows found below a batch claimed ahead (a lower id that committed later) and sent before it",
-        )
-        .unwrap();
-        let broker_down = IntGauge::new(
-            "outbox_kafka_brokers_down",
-            "1 while librdkafka reports every Kafka broker unreachable for the leading relay's producer (events stay unmarked and are retried); 0 otherwise and on standbys",
-        )
-        .unwrap();
-        let leader = IntGauge::new(
-            "outbox_relay_leader",
-            "1 while this instance holds the relay lease",
-        )
-        .unwrap();
-        let db_errors = IntCounter::new(
-            "outbox_relay_database_errors_total",
-            "Database errors seen by the relay loop",
-        )
-        .unwrap();
-        let lease_epoch = IntGauge::new(
-            "outbox_relay_lease_epoch",
-            "Fencing epoch of the lease this instance holds (0 when standing by)",
-        )
-        .unwrap();
-        let parked = IntGaugeVec::new(
-            Opts::new(
+                &["outcome"],
+            )?,
+            late_rows: r.metric(
+                "outbox_batch_late_rows_total",
+                "Rows found below a batch claimed ahead (a lower id that committed later) and sent before it",
+            )?,
+            leader: r.metric(
+                "outbox_relay_leader",
+                "1 while this instance holds the relay lease",
+            )?,
+            db_errors: r.metric(
+                "outbox_relay_database_errors_total",
+                "Database errors seen by the relay loop",
+            )?,
+            lease_epoch: r.metric(
+                "outbox_relay_lease_epoch",
+                "Fencing epoch of the lease this instance holds (0 when standing by)",
+            )?,
+            parked: r.metric_vec(
                 "outbox_parked_events",
                 "Events parked after failures, waiting for an operator (redrive or discard), by error class",
-            ),
-            &["class"],
-        )
-        .unwrap();
-        let parked_total = IntCounterVec::new(
-            Opts::new(
+                &["class"],
+            )?,
+            parked_total: r.metric_vec(
                 "outbox_events_parked_total",
                 "Events this instance parked, by error class",
-            ),
-            &["class"],
-        )
-        .unwrap();
-        for class in crate::failure::FailureClass::ALL {
-            parked.with_label_values(&[class.as_str()]).set(0);
-            parked_total.with_label_values(&[class.as_str()]);
-        }
-        let retrying = IntGauge::new(
-            "outbox_retrying_events",
-            "Events that failed and are retried with backoff (not parked yet)",
-        )
-        .unwrap();
-        let blocked_aggregates = IntGauge::new(
-            "outbox_blocked_aggregates",
-            "Aggregates whose events wait behind a parked event",
-        )
-        .unwrap();
-        let waiting_behind = IntGauge::new(
-            "outbox_events_waiting_behind_parked",
-            "Events waiting behind a parked event of their aggregate",
-        )
-        .unwrap();
-        let backlog_by_topic = IntGaugeVec::new(
-            Opts::new(
+                &["class"],
+            )?,
+            retrying: r.metric(
+                "outbox_retrying_events",
+                "Events that failed and are retried with backoff (not parked yet)",
+            )?,
+            blocked_aggregates: r.metric(
+                "outbox_blocked_aggregates",
+                "Aggregates whose events wait behind a parked event",
+            )?,
+            waiting_behind: r.metric(
+                "outbox_events_waiting_behind_parked",
+                "Events waiting behind a parked event of their aggregate",
+            )?,
+            backlog_by_topic: r.metric_vec(
                 "outbox_backlog_events_by_topic",
                 "Unpublished events per destination topic (the 20 largest; the rest as topic=\"other\")",
-            ),
-            &["topic"],
-        )
-        .unwrap();
-        let oldest_age_by_topic = GaugeVec::new(
-            Opts::new(
+                &["topic"],
+            )?,
+            oldest_age_by_topic: r.metric_vec(
                 "outbox_oldest_unpublished_age_seconds_by_topic",
                 "Age of the oldest unpublished event per destination topic",
-            ),
-            &["topic"],
-        )
-        .unwrap();
-        let db_oldest_transaction_age = Gauge::new(
-            "outbox_db_oldest_transaction_age_seconds",
-            "Age of the oldest open transaction of another session in the outbox's database; it holds back vacuum of the outbox",
-        )
-        .unwrap();
-        for c in [
-            Box::new(published.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(publish_failures.clone()),
-            Box::new(backlog.clone()),
-            Box::new(oldest_age.clone()),
-            Box::new(latency.clone()),
-            Box::new(batch_size.clone()),
-            Box::new(batch_stage.clone()),
-            Box::new(lone_sends.clone()),
-            Box::new(runtime_stall.clone()),
-            Box::new(claimed_ahead.clone()),
-            Box::new(late_rows.clone()),
-            Box::new(leader.clone()),
-            Box::new(db_errors.clone()),
-            Box::new(lease_epoch.clone()),
-            Box::new(parked.clone()),
-            Box::new(parked_total.clone()),
-            Box::new(retrying.clone()),
-            Box::new(blocked_aggregates.clone()),
-            Box::new(waiting_behind.clone()),
-            Box::new(backlog_by_topic.clone()),
-            Box::new(oldest_age_by_topic.clone()),
-            Box::new(db_oldest_transaction_age.clone()),
-            Box::new(broker_down.clone()),
-        ] {
-            registry.register(c).unwrap();
-        }
-        let retention = outbox_process::retention::RetentionMetrics::register(&registry).unwrap();
-        Self {
+                &["topic"],
+            )?,
+            db_oldest_transaction_age: r.metric(
+                "outbox_db_oldest_transaction_age_seconds",
+                "Age of the oldest open transaction of another session in the outbox's database; it holds back vacuum of the outbox",
+            )?,
+            broker_down: r.metric(
+                "outbox_kafka_brokers_down",
+                "1 while librdkafka reports every Kafka broker unreachable for the leading relay's producer (events stay unmarked and are retried); 0 otherwise and on standbys",
+            )?,
+            retention: outbox_process::retention::RetentionMetrics::register(&registry)?,
             registry,
-            published,
-            publish_failures,
-            backlog,
-            oldest_age,
-            latency,
-            batch_size,
-            batch_stage,
-            lone_sends,
-            runtime_stall,
-            claimed_ahead,
-            late_rows,
-            leader,
-            db_errors,
-            lease_epoch,
-            parked,
-            parked_total,
-            retrying,
-            blocked_aggregates,
-            waiting_behind,
-            backlog_by_topic,
-            oldest_age_by_topic,
-            db_oldest_transaction_age,
-            broker_down,
-            retention,
             healthy: Arc::new(AtomicBool::new(true)),
+        };
+        for stage in BatchStage::ALL {
+            metrics.batch_stage.with_label_values(&[stage.as_str()]);
         }
+        for class in crate::failure::FailureClass::ALL {
+            metrics.parked.with_label_values(&[class.as_str()]).set(0);
+            metrics.parked_total.with_label_values(&[class.as_str()]);
+        }
+        Ok(metrics)
     }
 
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .unwrap();
-        String::from_utf8(buf).unwrap_or_default()
+        outbox_process::metrics::render(&self.registry)
     }
 
     /// Publishes the parking figures.

@@ -139,17 +139,10 @@ impl Config {
     pub fn runtime_config(
         &self,
     ) -> Result<Option<RuntimeConfig>, outbox_kafka::KafkaSecurityError> {
-        let Some(brokers) = self.kafka_brokers.as_deref() else {
-            return Ok(None);
-        };
-        self.consumer
-            .runtime_config(
-                crate::subscription::CONSUMER_NAME,
-                brokers,
-                "order-service",
-                &crate::subscription::CONSUMED_AGGREGATES,
-            )
-            .map(Some)
+        self.kafka_brokers
+            .as_deref()
+            .map(|brokers| crate::subscription::IDENTITY.runtime_config(&self.consumer, brokers))
+            .transpose()
     }
 }
 
@@ -189,5 +182,29 @@ mod tests {
             "",
         ])
         .is_err());
+    }
+
+    #[test]
+    fn the_fulfilment_consumer_is_configured_only_with_brokers() {
+        let flags = ["order-service", "--database-url", "postgres://x/db"];
+        if std::env::var_os("KAFKA_BROKERS").is_none() {
+            let c = Config::try_parse_from(flags).unwrap();
+            assert!(c.runtime_config().unwrap().is_none());
+        }
+        let c = Config::try_parse_from(flags.into_iter().chain([
+            "--kafka-brokers",
+            "k:9092",
+            "--topic-prefix",
+            "p.",
+        ]))
+        .unwrap();
+        let runtime = c.runtime_config().unwrap().unwrap();
+        assert_eq!(runtime.consumer_name, "order");
+        assert_eq!(runtime.group_id, "order-service");
+        let topics: Vec<String> = crate::subscription::CONSUMED_AGGREGATES
+            .iter()
+            .map(|a| format!("p.{a}"))
+            .collect();
+        assert_eq!(runtime.topics, topics);
     }
 }

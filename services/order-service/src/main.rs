@@ -10,6 +10,15 @@ use clap::Parser;
 use order_service::channel::PlatformClient;
 use order_service::config::Config;
 use order_service::{AppState, CallbackSecret, FulfilmentHandler, Metrics};
+use outbox_consumer_service::ServiceError;
+
+/// A failed migration, named as every consuming service names it.
+fn migration_failed(source: sqlx::migrate::MigrateError) -> ServiceError {
+    ServiceError::Migrate {
+        service: "order",
+        source,
+    }
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -18,32 +27,25 @@ async fn main() -> anyhow::Result<()> {
     if let Some(command) = &config.command {
         let runtime = config
             .runtime_config()
-            .context("Kafka security settings")?
+            .map_err(ServiceError::KafkaSecurity)?
             .context("the dlq commands need --kafka-brokers / KAFKA_BROKERS")?;
-        // `dlq redrive` records what it sent in the service's database.
-        let pool = outbox_http::service::connect_lazy(&config.service.database_url, 1)
-            .context("invalid DATABASE_URL")?;
-        let ran =
-            outbox_consumer::dlq_cli::run(command, &runtime, &pool, &mut std::io::stdout().lock())
-                .await;
-        pool.close().await;
-        return ran.context("dlq command failed");
+        let database_url = &config.service.database_url;
+        return Ok(
+            outbox_consumer_service::run_dlq_command(command, &runtime, database_url).await?,
+        );
     }
     if config.service.migrations == outbox_http::service::Migrations::Only {
         config.service.check_secrets(&[])?;
         let pool = outbox_http::service::connect_lazy(&config.service.database_url, 1)
-            .context("invalid DATABASE_URL")?;
+            .map_err(ServiceError::DatabaseUrl)?;
         order_service::migrate(&pool)
             .await
-            .context("applying the outbox, inbox and order migrations")?;
+            .map_err(migration_failed)?;
         tracing::info!("Migrations applied (DATABASE_MIGRATIONS=only)");
         return Ok(());
     }
     config.check_secrets()?;
-    let auth = config
-        .auth
-        .authenticator()
-        .context("bearer-token configuration")?;
+    let auth = config.auth.authenticator().map_err(ServiceError::Auth)?;
     let secret = CallbackSecret::new(
         config
             .payment_callback_secret
@@ -61,15 +63,18 @@ async fn main() -> anyhow::Result<()> {
         &config.service.database_url,
         config.service.database_max_connections,
     )
-    .context("invalid DATABASE_URL")?;
+    .map_err(ServiceError::DatabaseUrl)?;
     if config.service.migrations == outbox_http::service::Migrations::Apply {
         order_service::migrate(&pool)
             .await
-            .context("applying the outbox, inbox and order migrations")?;
+            .map_err(migration_failed)?;
     }
     let listener = outbox_http::service::bind(&config.service.listen)
         .await
-        .with_context(|| format!("binding {}", config.service.listen))?;
+        .map_err(|source| ServiceError::Bind {
+            addr: config.service.listen.clone(),
+            source,
+        })?;
     let shutdown = outbox_http::service::shutdown_on_signal();
     let metrics = Metrics::new();
     let marketplace = config.marketplace_url.as_deref().map(PlatformClient::new);
@@ -105,7 +110,10 @@ async fn main() -> anyhow::Result<()> {
         || true,
         shutdown.clone(),
     ));
-    let consumer = match config.runtime_config().context("Kafka security settings")? {
+    let consumer = match config
+        .runtime_config()
+        .map_err(ServiceError::KafkaSecurity)?
+    {
         Some(runtime) => {
             let consumed = outbox_consumer::run(
                 runtime,
@@ -150,7 +158,7 @@ async fn main() -> anyhow::Result<()> {
         &limits,
     )
     .await
-    .context("serving HTTP");
+    .map_err(ServiceError::Serve);
     shutdown.cancel();
     let _ = retention.await;
     let _ = state_gauges.await;
@@ -158,7 +166,7 @@ async fn main() -> anyhow::Result<()> {
         consumer
             .await
             .context("consumer task")?
-            .context("running the consumer")?;
+            .map_err(ServiceError::Consumer)?;
     }
     if let Some(compensation) = compensation {
         compensation.await.context("compensation task")?;

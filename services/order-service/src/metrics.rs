@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use outbox_http::service::ObserveHttp;
 
-use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
-};
+use outbox_consumer_service::ConsumerServiceMetrics;
+use outbox_process::metrics::Registrar;
+use prometheus::{HistogramVec, IntCounter, IntCounterVec, Registry};
 
 /// All order-service metrics.
 #[derive(Debug, Clone)]
@@ -57,134 +57,82 @@ impl Default for Metrics {
 
 impl Metrics {
     /// Creates and registers every metric.
+    ///
+    /// # Panics
+    /// Never: the names are constants, valid and unique.
     pub fn new() -> Self {
-        let registry = Registry::new();
-        let http_requests = IntCounterVec::new(
-            Opts::new(
-                "order_http_requests_total",
-                "HTTP requests by method, route and status",
-            ),
-            &["method", "route", "status"],
-        )
-        .unwrap();
-        let http_duration = HistogramVec::new(
-            HistogramOpts::new(
+        Self::register(crate::subscription::IDENTITY.metrics()).expect("valid, unique metric names")
+    }
+
+    /// The service's own metrics, beside the ones every consuming service has (the HTTP
+    /// request counter, the fulfilment consumer's metrics) in `shared`'s registry.
+    fn register(shared: ConsumerServiceMetrics) -> prometheus::Result<Self> {
+        let r = Registrar::new(&shared.registry);
+        let metrics = Self {
+            http_duration: r.histogram_vec(
                 "order_http_request_duration_seconds",
                 "HTTP request latency by route",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ]),
-            &["route"],
-        )
-        .unwrap();
-        let orders_created =
-            IntCounter::new("order_orders_created_total", "Orders created").unwrap();
-        let idempotent_replays = IntCounter::new(
-            "order_idempotent_replays_total",
-            "Order creations answered from the stored response of an earlier request with the same Idempotency-Key",
-        )
-        .unwrap();
-        let orders_cancelled =
-            IntCounter::new("order_orders_cancelled_total", "Orders cancelled").unwrap();
-        let payment_callbacks = IntCounterVec::new(
-            Opts::new(
+                vec![
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                ],
+                &["route"],
+            )?,
+            orders_created: r.metric("order_orders_created_total", "Orders created")?,
+            idempotent_replays: r.metric(
+                "order_idempotent_replays_total",
+                "Order creations answered from the stored response of an earlier request with the same Idempotency-Key",
+            )?,
+            orders_cancelled: r.metric("order_orders_cancelled_total", "Orders cancelled")?,
+            payment_callbacks: r.metric_vec(
                 "order_payment_callbacks_total",
                 "Accepted payment notifications by outcome",
-            ),
-            &["outcome"],
-        )
-        .unwrap();
-        let payments_flagged_for_refund = IntCounterVec::new(
-            Opts::new(
+                &["outcome"],
+            )?,
+            payments_flagged_for_refund: r.metric_vec(
                 "order_payments_flagged_for_refund_total",
                 "Payments recorded for orders that could not take them (cancelled, already paid); the money must be refunded",
-            ),
-            &["reason"],
-        )
-        .unwrap();
-        let refunds_requested =
-            IntCounter::new("order_refunds_requested_total", "Refunds requested").unwrap();
-        let refund_callbacks = IntCounterVec::new(
-            Opts::new(
+                &["reason"],
+            )?,
+            refunds_requested: r
+                .metric("order_refunds_requested_total", "Refunds requested")?,
+            refund_callbacks: r.metric_vec(
                 "order_refund_callbacks_total",
                 "Accepted refund notifications by outcome",
-            ),
-            &["outcome"],
-        )
-        .unwrap();
-        let channel_messages = IntCounterVec::new(
-            Opts::new(
+                &["outcome"],
+            )?,
+            channel_messages: r.metric_vec(
                 "order_channel_messages_total",
                 "Marketplace messages by source (push, query) and outcome (applied, duplicate_message = layer 1, duplicate_change = layer 2, stale)",
-            ),
-            &["source", "outcome"],
-        )
-        .unwrap();
-        let channel_recovered = IntCounter::new(
-            "order_channel_compensation_recovered_total",
-            "Marketplace changes applied by the compensation poller (their push was lost)",
-        )
-        .unwrap();
-        let shipback_failures = IntCounter::new(
-            "order_shipback_failures_total",
-            "Ship-backs the platform refused for good (dead-lettered)",
-        )
-        .unwrap();
-        let channel_compensation_failed = IntCounter::new(
-            "order_channel_compensation_failed_changes_total",
-            "Changes fetched by the compensation poller that could not be applied (retried at the next pass)",
-        )
-        .unwrap();
-        let channel_compensation_last_success = prometheus::Gauge::new(
-            "order_channel_compensation_last_success_timestamp_seconds",
-            "When the compensation poller last finished a pass with every fetched change applied (unix seconds; the process start before the first)",
-        )
-        .unwrap();
-        for c in [
-            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(channel_compensation_failed.clone()),
-            Box::new(channel_recovered.clone()),
-            Box::new(shipback_failures.clone()),
-            Box::new(channel_messages.clone()),
-            Box::new(http_duration.clone()),
-            Box::new(orders_created.clone()),
-            Box::new(idempotent_replays.clone()),
-            Box::new(orders_cancelled.clone()),
-            Box::new(payment_callbacks.clone()),
-            Box::new(payments_flagged_for_refund.clone()),
-            Box::new(refunds_requested.clone()),
-            Box::new(refund_callbacks.clone()),
-        ] {
-            registry.register(c).unwrap();
-        }
-        let consumer = outbox_consumer::ConsumerMetrics::register(
-            &registry,
-            crate::subscription::CONSUMER_NAME,
-        )
-        .unwrap();
+                &["source", "outcome"],
+            )?,
+            channel_recovered: r.metric(
+                "order_channel_compensation_recovered_total",
+                "Marketplace changes applied by the compensation poller (their push was lost)",
+            )?,
+            shipback_failures: r.metric(
+                "order_shipback_failures_total",
+                "Ship-backs the platform refused for good (dead-lettered)",
+            )?,
+            channel_compensation_failed: r.metric(
+                "order_channel_compensation_failed_changes_total",
+                "Changes fetched by the compensation poller that could not be applied (retried at the next pass)",
+            )?,
+            // Registered only where the poller runs: [`Metrics::enable_compensation`].
+            channel_compensation_last_success: prometheus::Gauge::new(
+                "order_channel_compensation_last_success_timestamp_seconds",
+                "When the compensation poller last finished a pass with every fetched change applied (unix seconds; the process start before the first)",
+            )?,
+            http_requests: shared.http_requests,
+            consumer: shared.consumer,
+            registry: shared.registry,
+        };
         // Show the refund flags at 0 from the start, so alerts can use `increase()`.
         for reason in ["order_cancelled", "already_paid", "stock_rejected"] {
-            payments_flagged_for_refund.with_label_values(&[reason]);
+            metrics
+                .payments_flagged_for_refund
+                .with_label_values(&[reason]);
         }
-        Self {
-            registry,
-            http_requests,
-            http_duration,
-            orders_created,
-            idempotent_replays,
-            orders_cancelled,
-            payment_callbacks,
-            payments_flagged_for_refund,
-            refunds_requested,
-            refund_callbacks,
-            channel_messages,
-            channel_recovered,
-            shipback_failures,
-            channel_compensation_failed,
-            channel_compensation_last_success,
-            consumer,
-        }
+        Ok(metrics)
     }
 
     /// Exports `order_channel_compensation_last_success_timestamp_seconds`, starting at now: a
@@ -255,11 +203,7 @@ impl Metrics {
 
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .unwrap();
-        String::from_utf8(buf).unwrap_or_default()
+        outbox_process::metrics::render(&self.registry)
     }
 }
 

@@ -25,9 +25,7 @@ pub fn migrator() -> sqlx::migrate::Migrator {
 /// # Errors
 /// When the database is unreachable or a migration fails.
 pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
-    outbox_writer::schema::migrate(pool).await?;
-    outbox_writer::schema::migrate_inbox(pool).await?;
-    migrator().run(pool).await
+    outbox_consumer_service::migrate(pool, Some(&migrator())).await
 }
 
 /// Serves the API on `listener` with the default limits until `shutdown` is cancelled, then

@@ -3,8 +3,14 @@
 //! The skeleton of a consuming service (`wms-consumer`, `stock-consumer`): the flags they all
 //! take ([`ConsumerServiceArgs`]) and one builder ([`ConsumerService`]) that migrates, serves
 //! the HTTP API and consumes events until SIGTERM, or runs a `dlq` operator command and
-//! returns. Each service names itself and hands over its migrations, router and handler.
+//! returns. Each service names itself ([`ServiceIdentity`]) and hands over its migrations,
+//! router (on [`ServiceState`]) and handler.
+//!
+//! A service that consumes beside a life of its own (`order-service`) takes the pieces instead:
+//! its [`ServiceIdentity`] (runtime configuration, metrics), [`migrate`], [`run_dlq_command`]
+//! and the [`ServiceError`]s they return.
 
+use axum::extract::FromRef;
 use axum::Router;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::PgPool;
@@ -14,7 +20,8 @@ use std::time::Duration;
 use outbox_consumer::dlq_cli::ConsumerCommand;
 use outbox_consumer::redrive::DlqError;
 use outbox_consumer::{ConsumerArgs, ConsumerError, Handler, RuntimeConfig};
-use outbox_http::service::ServiceArgs;
+use outbox_http::service::{Operations, ServiceArgs};
+use outbox_kafka::KafkaSecurityError;
 use prometheus::{IntCounterVec, Registry};
 
 /// The flags and environment variables every consuming service takes: [`ServiceArgs`], the
@@ -61,7 +68,7 @@ pub enum ServiceError {
     },
     /// The Kafka security settings are incomplete or contradict each other.
     #[error("Kafka security settings")]
-    KafkaSecurity(#[from] outbox_kafka::KafkaSecurityError),
+    KafkaSecurity(#[from] KafkaSecurityError),
     /// A secret is weak or published (a placeholder) and `--allow-weak-secrets` is not set.
     #[error(transparent)]
     WeakSecrets(#[from] outbox_process::secrets::WeakSecrets),
@@ -91,6 +98,77 @@ pub enum ServiceError {
     Join(#[from] tokio::task::JoinError),
 }
 
+/// Who a consuming service is: what names its consumer group, metrics, inbox rows and topics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceIdentity {
+    /// The service's name (`wms-consumer`), also its consumer group unless `--group-id`.
+    pub name: &'static str,
+    /// The prefix of its metrics (`wms` gives `wms_http_requests_total`).
+    pub metrics_prefix: &'static str,
+    /// Its consumer's name (its inbox rows, its redrive topics, `dlq.consumer`).
+    pub consumer_name: &'static str,
+    /// The aggregate types whose topics (`<prefix><aggregate type>`) it consumes.
+    pub aggregate_types: &'static [&'static str],
+}
+
+impl ServiceIdentity {
+    /// The consumer runtime's configuration: the consumer flags `consumer`, reading from
+    /// `brokers`.
+    ///
+    /// # Errors
+    /// Incomplete or contradicting Kafka security settings.
+    pub fn runtime_config(
+        &self,
+        consumer: &ConsumerArgs,
+        brokers: &str,
+    ) -> Result<RuntimeConfig, KafkaSecurityError> {
+        consumer.runtime_config(self.consumer_name, brokers, self.name, self.aggregate_types)
+    }
+
+    /// The metrics every consuming service exposes ([`ConsumerServiceMetrics`]), in a
+    /// registry of their own.
+    ///
+    /// # Panics
+    /// When the names make an invalid metric name (a programming error: they are constants).
+    pub fn metrics(&self) -> ConsumerServiceMetrics {
+        ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name)
+    }
+}
+
+/// Applies the outbox and inbox migrations, then the service's own (`service`; set
+/// `ignore_missing` on it: they share sqlx's bookkeeping table).
+///
+/// # Errors
+/// When the database is unreachable or a migration fails.
+pub async fn migrate(pool: &PgPool, service: Option<&Migrator>) -> Result<(), MigrateError> {
+    outbox_writer::schema::migrate(pool).await?;
+    outbox_writer::schema::migrate_inbox(pool).await?;
+    match service {
+        Some(m) => m.run(pool).await,
+        None => Ok(()),
+    }
+}
+
+/// Runs the `dlq` operator `command` on the dead letters of the consumer `runtime` describes,
+/// writing to stdout; `dlq redrive` records what it sent in the service's database at
+/// `database_url` (one connection).
+///
+/// # Errors
+/// [`ServiceError::DatabaseUrl`] when the URL is invalid, [`ServiceError::Dlq`] when the
+/// command fails.
+pub async fn run_dlq_command(
+    command: &ConsumerCommand,
+    runtime: &RuntimeConfig,
+    database_url: &str,
+) -> Result<(), ServiceError> {
+    let pool =
+        outbox_http::service::connect_lazy(database_url, 1).map_err(ServiceError::DatabaseUrl)?;
+    let ran =
+        outbox_consumer::dlq_cli::run(command, runtime, &pool, &mut std::io::stdout().lock()).await;
+    pool.close().await;
+    Ok(ran?)
+}
+
 /// Builds the HTTP API from the pool and the process's metrics.
 type RouterFn = Box<dyn FnOnce(PgPool, ConsumerServiceMetrics) -> Router + Send>;
 
@@ -100,10 +178,7 @@ type StateGaugesFn =
 
 /// One consuming service: its name, consumer, migrations, HTTP API and event handler.
 pub struct ConsumerService<H> {
-    name: &'static str,
-    metrics_prefix: &'static str,
-    consumer_name: &'static str,
-    aggregate_types: &'static [&'static str],
+    identity: ServiceIdentity,
     migrator: Option<Migrator>,
     router: Option<RouterFn>,
     state_gauges: Option<StateGaugesFn>,
@@ -113,9 +188,7 @@ pub struct ConsumerService<H> {
 impl<H> std::fmt::Debug for ConsumerService<H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsumerService")
-            .field("name", &self.name)
-            .field("consumer_name", &self.consumer_name)
-            .field("aggregate_types", &self.aggregate_types)
+            .field("identity", &self.identity)
             .finish_non_exhaustive()
     }
 }
@@ -123,8 +196,9 @@ impl<H> std::fmt::Debug for ConsumerService<H> {
 impl<H: Handler> ConsumerService<H> {
     /// Service `name` (also the default consumer group), whose metrics start with
     /// `metrics_prefix` (`wms` gives `wms_http_requests_total`), running `handler` as consumer
-    /// `consumer_name` on the topics of `aggregate_types`. Without [`Self::migrator`] only the
-    /// outbox and inbox migrations run; without [`Self::router`] the API is empty.
+    /// `consumer_name` on the topics of `aggregate_types` (its [`ServiceIdentity`]). Without
+    /// [`Self::migrator`] only the outbox and inbox migrations run; without [`Self::router`]
+    /// the API is empty.
     pub fn new(
         name: &'static str,
         metrics_prefix: &'static str,
@@ -133,10 +207,12 @@ impl<H: Handler> ConsumerService<H> {
         handler: H,
     ) -> Self {
         Self {
-            name,
-            metrics_prefix,
-            consumer_name,
-            aggregate_types,
+            identity: ServiceIdentity {
+                name,
+                metrics_prefix,
+                consumer_name,
+                aggregate_types,
+            },
             migrator: None,
             router: None,
             state_gauges: None,
@@ -180,13 +256,9 @@ impl<H: Handler> ConsumerService<H> {
     pub fn runtime_config(
         &self,
         args: &ConsumerServiceArgs,
-    ) -> Result<RuntimeConfig, outbox_kafka::KafkaSecurityError> {
-        args.consumer.runtime_config(
-            self.consumer_name,
-            &args.kafka_brokers,
-            self.name,
-            self.aggregate_types,
-        )
+    ) -> Result<RuntimeConfig, KafkaSecurityError> {
+        self.identity
+            .runtime_config(&args.consumer, &args.kafka_brokers)
     }
 
     /// Runs the `dlq` command of `args` if there is one; otherwise migrates, then serves the
@@ -200,18 +272,7 @@ impl<H: Handler> ConsumerService<H> {
         let runtime = self.runtime_config(&args)?;
         let settings = &args.service;
         if let Some(command) = &args.command {
-            // `dlq redrive` records what it sent in the service's database.
-            let pool = outbox_http::service::connect_lazy(&settings.database_url, 1)
-                .map_err(ServiceError::DatabaseUrl)?;
-            let ran = outbox_consumer::dlq_cli::run(
-                command,
-                &runtime,
-                &pool,
-                &mut std::io::stdout().lock(),
-            )
-            .await;
-            pool.close().await;
-            return Ok(ran?);
+            return run_dlq_command(command, &runtime, &settings.database_url).await;
         }
         let only = settings.migrations == outbox_http::service::Migrations::Only;
         let mut secrets = vec![runtime.client_config.password_secret()];
@@ -230,16 +291,16 @@ impl<H: Handler> ConsumerService<H> {
         )
         .map_err(ServiceError::DatabaseUrl)?;
         if settings.migrations != outbox_http::service::Migrations::Skip {
-            self.migrate(&pool)
+            migrate(&pool, self.migrator.as_ref())
                 .await
                 .map_err(|source| ServiceError::Migrate {
-                    service: self.name,
+                    service: self.identity.name,
                     source,
                 })?;
         }
         let Some(auth) = auth else {
             tracing::info!(
-                service = self.name,
+                service = self.identity.name,
                 "Migrations applied (DATABASE_MIGRATIONS=only)"
             );
             pool.close().await;
@@ -252,7 +313,7 @@ impl<H: Handler> ConsumerService<H> {
                 source,
             })?;
         let shutdown = outbox_http::service::shutdown_on_signal();
-        let metrics = ConsumerServiceMetrics::new(self.metrics_prefix, self.consumer_name);
+        let metrics = self.identity.metrics();
         let gauges = self.state_gauges.map(|g| {
             tokio::spawn(g(&metrics.registry).run(
                 pool.clone(),
@@ -292,15 +353,34 @@ impl<H: Handler> ConsumerService<H> {
         tracing::info!("Stopped");
         Ok(())
     }
+}
 
-    /// Applies the outbox, inbox and service migrations.
-    async fn migrate(&self, pool: &PgPool) -> Result<(), MigrateError> {
-        outbox_writer::schema::migrate(pool).await?;
-        outbox_writer::schema::migrate_inbox(pool).await?;
-        match &self.migrator {
-            Some(m) => m.run(pool).await,
-            None => Ok(()),
-        }
+/// What every handler of a consuming service's HTTP API shares: its database and the process's
+/// metrics, from which `/healthz` and `/metrics` answer too ([`Operations`]).
+#[derive(Debug, Clone)]
+pub struct ServiceState {
+    /// The service's database.
+    pub pool: PgPool,
+    /// The process's metrics.
+    pub metrics: ConsumerServiceMetrics,
+}
+
+impl ServiceState {
+    /// The service's `api` (its routes and the operations ones) on this state, every request
+    /// counted in `<service>_http_requests_total`.
+    pub fn into_router(self, api: Router<Self>) -> Router {
+        api.layer(axum::middleware::from_fn_with_state(
+            self.metrics.http_requests.clone(),
+            outbox_http::service::track_requests::<IntCounterVec>,
+        ))
+        .with_state(self)
+    }
+}
+
+impl FromRef<ServiceState> for Operations {
+    fn from_ref(state: &ServiceState) -> Self {
+        Operations::new(state.pool.clone(), state.metrics.registry.clone())
+            .consuming(state.metrics.consumer.up.clone())
     }
 }
 
@@ -325,17 +405,13 @@ impl ConsumerServiceMetrics {
     /// programming error: both are constants of the calling service).
     pub fn new(service: &str, consumer_name: &str) -> Self {
         let registry = Registry::new();
-        let http_requests = IntCounterVec::new(
-            prometheus::Opts::new(
-                format!("{service}_http_requests_total"),
+        let http_requests = outbox_process::metrics::Registrar::new(&registry)
+            .metric_vec(
+                &format!("{service}_http_requests_total"),
                 "HTTP requests by method, route and status",
-            ),
-            &["method", "route", "status"],
-        )
-        .expect("valid metric");
-        registry
-            .register(Box::new(http_requests.clone()))
-            .expect("unique metric");
+                &["method", "route", "status"],
+            )
+            .expect("valid, unique metric");
         let consumer = outbox_consumer::ConsumerMetrics::register(&registry, consumer_name)
             .expect("unique consumer metrics");
         Self {
@@ -361,16 +437,21 @@ mod tests {
         service: ConsumerServiceArgs,
     }
 
-    #[test]
-    fn flags_parse_with_the_service_default_listen_and_a_dlq_subcommand() {
-        let c = Config::try_parse_from([
+    /// The required flags, then `more`.
+    fn parse(more: &[&str]) -> Config {
+        let required = [
             "svc",
             "--database-url",
             "postgres://x/svc",
             "--kafka-brokers",
             "k:9092",
-        ])
-        .unwrap();
+        ];
+        Config::try_parse_from(required.iter().chain(more)).unwrap()
+    }
+
+    #[test]
+    fn flags_parse_with_the_service_default_listen_and_a_dlq_subcommand() {
+        let c = parse(&[]);
         assert_eq!(c.service.service.listen, "127.0.0.1:9999");
         assert_eq!(c.service.service.database_max_connections, 20);
         assert_eq!(
@@ -378,22 +459,77 @@ mod tests {
             Duration::from_secs(10)
         );
         assert_eq!(c.service.command, None, "no subcommand: run the service");
-        let dlq = Config::try_parse_from([
-            "svc",
-            "--database-url",
-            "postgres://x/svc",
-            "--kafka-brokers",
-            "k:9092",
-            "dlq",
-            "list",
-            "--json",
-        ])
-        .unwrap();
+        let dlq = parse(&["dlq", "list", "--json"]);
         assert_eq!(
             dlq.service.command,
             Some(ConsumerCommand::Dlq(
                 outbox_consumer::dlq_cli::DlqCommand::List { json: true }
             ))
         );
+    }
+
+    #[test]
+    fn the_identity_names_the_consumer_its_group_topics_and_metrics() {
+        let identity = ServiceIdentity {
+            name: "svc",
+            metrics_prefix: "svc",
+            consumer_name: "probe",
+            aggregate_types: &["order", "stock"],
+        };
+        let c = parse(&["--topic-prefix", "p."]);
+        let runtime = identity
+            .runtime_config(&c.service.consumer, &c.service.kafka_brokers)
+            .unwrap();
+        assert_eq!(runtime.consumer_name, "probe");
+        assert_eq!(runtime.brokers, "k:9092");
+        assert_eq!(runtime.group_id, "svc");
+        assert_eq!(runtime.topics, ["p.order", "p.stock"]);
+        let metrics = identity.metrics();
+        metrics
+            .http_requests
+            .with_label_values(&["GET", "/x", "200"])
+            .inc();
+        let text = outbox_process::metrics::render(&metrics.registry);
+        for line in [
+            "svc_http_requests_total{method=\"GET\",route=\"/x\",status=\"200\"} 1",
+            "consumer_up{consumer=\"probe\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_state_serves_the_operations_and_counts_every_request() {
+        use axum::body::Body;
+        use axum::http::Request;
+        use tower::ServiceExt;
+
+        let identity = ServiceIdentity {
+            name: "svc",
+            metrics_prefix: "svc",
+            consumer_name: "probe",
+            aggregate_types: &["order"],
+        };
+        let state = ServiceState {
+            // Never connects: `/metrics` reads the registry only.
+            pool: outbox_http::service::connect_lazy("postgres://x/svc", 1).unwrap(),
+            metrics: identity.metrics(),
+        };
+        let (api, _) = outbox_http::service::operations::routes().split_for_parts();
+        let router = state.into_router(api);
+        let get = || Request::get("/metrics").body(Body::empty()).unwrap();
+        let first = router.clone().oneshot(get()).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let second = router.oneshot(get()).await.unwrap();
+        let body = axum::body::to_bytes(second.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        for line in [
+            "svc_http_requests_total{method=\"GET\",route=\"/metrics\",status=\"200\"} 1",
+            "consumer_up{consumer=\"probe\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
     }
 }

@@ -50,12 +50,7 @@ impl rdkafka::producer::ProducerContext for ProducerContext {
 
 impl ClientContext for ProducerContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical => {
-                tracing::error!(librdkafka.facility = fac, "{log_message}")
-            }
-            _ => tracing::debug!(librdkafka.facility = fac, "{log_message}"),
-        }
+        outbox_kafka::log_librdkafka!(level, fac, log_message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

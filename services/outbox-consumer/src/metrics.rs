@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use outbox_process::metrics::Registrar;
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use super::event::Rejection;
 
@@ -54,116 +53,66 @@ impl ConsumerMetrics {
     /// # Errors
     /// When a metric of the same name is registered already.
     pub fn register(registry: &Registry, consumer_name: &str) -> prometheus::Result<Self> {
-        let labels = || {
-            let mut m = std::collections::HashMap::new();
-            m.insert("consumer".to_owned(), consumer_name.to_owned());
-            m
-        };
-        let messages = IntCounterVec::new(
-            Opts::new(
+        let r = Registrar::new(registry).const_label("consumer", consumer_name);
+        let metrics = Self {
+            messages: r.metric_vec(
                 "consumer_messages_total",
                 "Consumed messages finished, by outcome",
-            )
-            .const_labels(labels()),
-            &["outcome"],
-        )?;
-        let inbox_duplicates = IntCounter::with_opts(
-            Opts::new(
+                &["outcome"],
+            )?,
+            inbox_duplicates: r.metric(
                 "consumer_inbox_duplicates_total",
                 "Deliveries of events the inbox shows as already applied; their effect was skipped",
-            )
-            .const_labels(labels()),
-        )?;
-        let retries = IntCounter::with_opts(
-            Opts::new(
+            )?,
+            retries: r.metric(
                 "consumer_retries_total",
                 "Failed attempts to apply an event that are retried with backoff; the offset stays",
-            )
-            .const_labels(labels()),
-        )?;
-        let dead_letters = IntCounterVec::new(
-            Opts::new(
+            )?,
+            dead_letters: r.metric_vec(
                 "consumer_dead_letters_total",
                 "Messages sent to the dead-letter topic, by reason",
-            )
-            .const_labels(labels()),
-            &["reason"],
-        )?;
-        let apply_duration = Histogram::with_opts(
-            HistogramOpts::new(
+                &["reason"],
+            )?,
+            apply_duration: r.histogram(
                 "consumer_apply_duration_seconds",
                 "Time to apply one event: inbox row, business effect and commit",
-            )
-            .const_labels(labels())
-            .buckets(vec![
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-            ]),
-        )?;
-        let assigned_partitions = IntGauge::with_opts(
-            Opts::new(
+                vec![
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                ],
+            )?,
+            assigned_partitions: r.metric(
                 "consumer_assigned_partitions",
                 "Partitions currently assigned to this consumer",
-            )
-            .const_labels(labels()),
-        )?;
-        let rebalances = IntCounterVec::new(
-            Opts::new("consumer_rebalances_total", "Rebalance callbacks by kind")
-                .const_labels(labels()),
-            &["kind"],
-        )?;
-        let commit_failures = IntCounter::with_opts(
-            Opts::new(
+            )?,
+            rebalances: r.metric_vec(
+                "consumer_rebalances_total",
+                "Rebalance callbacks by kind",
+                &["kind"],
+            )?,
+            up: r.metric("consumer_up", "1 while the consumer loop runs")?,
+            commit_failures: r.metric(
                 "consumer_offset_commit_failures_total",
                 "Offset commits the broker did not accept",
-            )
-            .const_labels(labels()),
-        )?;
-        let handler_panics = IntCounter::with_opts(
-            Opts::new(
+            )?,
+            handler_panics: r.metric(
                 "consumer_handler_panics_total",
                 "Attempts to apply an event whose handler panicked; rolled back and retried, then dead-lettered",
-            )
-            .const_labels(labels()),
-        )?;
-        let worker_restarts = IntCounter::with_opts(
-            Opts::new(
+            )?,
+            worker_restarts: r.metric(
                 "consumer_worker_restarts_total",
                 "Partition workers that died of a panic outside the handler and were restarted from their first unapplied offset",
-            )
-            .const_labels(labels()),
-        )?;
-        let paused_partitions = IntGauge::with_opts(
-            Opts::new(
+            )?,
+            paused_partitions: r.metric(
                 "consumer_paused_partitions",
                 "Partitions not being fetched because their worker is retrying or its queue is full",
-            )
-            .const_labels(labels()),
-        )?;
-        let up = IntGauge::with_opts(
-            Opts::new("consumer_up", "1 while the consumer loop runs").const_labels(labels()),
-        )?;
-        registry.register(Box::new(up.clone()))?;
-        registry.register(Box::new(messages.clone()))?;
-        registry.register(Box::new(inbox_duplicates.clone()))?;
-        registry.register(Box::new(retries.clone()))?;
-        registry.register(Box::new(dead_letters.clone()))?;
-        registry.register(Box::new(apply_duration.clone()))?;
-        registry.register(Box::new(assigned_partitions.clone()))?;
-        registry.register(Box::new(rebalances.clone()))?;
-        registry.register(Box::new(commit_failures.clone()))?;
-        registry.register(Box::new(handler_panics.clone()))?;
-        registry.register(Box::new(worker_restarts.clone()))?;
-        registry.register(Box::new(paused_partitions.clone()))?;
-        let lag = IntGaugeVec::new(
-            Opts::new(
+            )?,
+            lag: r.metric_vec(
                 "consumer_lag_messages",
                 "Messages not applied yet per assigned partition: high watermark minus committed offset",
-            )
-            .const_labels(labels()),
-            &["topic", "partition"],
-        )?;
-        registry.register(Box::new(lag.clone()))?;
-        let retention = outbox_process::retention::RetentionMetrics::register(registry)?;
+                &["topic", "partition"],
+            )?,
+            retention: outbox_process::retention::RetentionMetrics::register(registry)?,
+        };
         // Show every series at 0 from the start, so alerts can use `increase()`.
         for outcome in [
             "applied",
@@ -172,27 +121,12 @@ impl ConsumerMetrics {
             "ignored",
             "dead_lettered",
         ] {
-            messages.with_label_values(&[outcome]);
+            metrics.messages.with_label_values(&[outcome]);
         }
         for reason in Rejection::REASONS {
-            dead_letters.with_label_values(&[reason]);
+            metrics.dead_letters.with_label_values(&[reason]);
         }
-        Ok(Self {
-            messages,
-            inbox_duplicates,
-            retries,
-            dead_letters,
-            apply_duration,
-            assigned_partitions,
-            rebalances,
-            up,
-            commit_failures,
-            handler_panics,
-            worker_restarts,
-            paused_partitions,
-            lag,
-            retention,
-        })
+        Ok(metrics)
     }
 
     /// Counts a finished message.
@@ -209,18 +143,13 @@ impl ConsumerMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus::{Encoder, TextEncoder};
 
     #[test]
     fn series_exist_from_the_start_with_the_consumer_label() {
         let registry = Registry::new();
         let m = ConsumerMetrics::register(&registry, "wms").unwrap();
         m.inbox_duplicates.inc();
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&registry.gather(), &mut buf)
-            .unwrap();
-        let text = String::from_utf8(buf).unwrap();
+        let text = outbox_process::metrics::render(&registry);
         for line in [
             "consumer_inbox_duplicates_total{consumer=\"wms\"} 1",
             "consumer_messages_total{consumer=\"wms\",outcome=\"dead_lettered\"} 0",

@@ -14,7 +14,8 @@ mod state_gauges;
 pub use api_error::ApiError;
 pub use args::{Migrations, ServiceArgs};
 pub use openapi::{
-    error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health, BEARER_SCHEME,
+    error_answers, error_response, error_responses, serve_openapi, ErrorBody, ErrorDetail, Health,
+    JsonBodyRefused, OperatorOnly, BEARER_SCHEME,
 };
 pub use operations::Operations;
 /// Logging and SIGTERM, from the process plumbing every binary shares (the relay too).

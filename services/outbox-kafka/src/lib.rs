@@ -6,12 +6,14 @@
 //! settings made from them ([`security`]), and the start-up check that tells a connection the
 //! broker refuses (authentication, certificate) from a broker that is not up yet ([`probe`]),
 //! and the refusal a running client is getting, for `/healthz` ([`refusal`]); a producer
-//! whose delivery reports a thread of its own serves without busy looping ([`polled`]).
+//! whose delivery reports a thread of its own serves without busy looping ([`polled`]); what
+//! every client context does with librdkafka's log lines ([`log_librdkafka!`], [`client_log`]).
 //!
 //! Binaries flatten [`KafkaSecurityArgs`] next to their `--kafka-config`, call
 //! [`KafkaSecurityArgs::settings`] once, and build every client from the [`KafkaSettings`] it
 //! returns.
 
+pub mod client_log;
 // The one module with `unsafe`: four librdkafka calls the safe API does not offer (the
 // producer's queue as a handle, its length, its wake-up socket), each with its SAFETY note.
 pub mod config_arg;

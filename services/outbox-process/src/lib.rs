@@ -10,7 +10,10 @@
 //!   `--allow-weak-secrets`.
 //! - [`retention`]: the bounded-batch purge of rows past a retention window.
 //! - [`poll`]: waiting on a condition with a deadline.
+//! - [`metrics`]: Prometheus metrics created and registered in one call, and a registry's text
+//!   exposition.
 
+pub mod metrics;
 pub mod pg;
 pub mod poll;
 pub mod retention;

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGaugeVec, Registry};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -109,34 +109,23 @@ impl RetentionMetrics {
     /// # Errors
     /// When metrics of the same names are registered already.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let deleted = IntCounterVec::new(
-            Opts::new(
+        let r = crate::metrics::Registrar::new(registry);
+        Ok(Self {
+            deleted: r.metric_vec(
                 "retention_rows_deleted_total",
                 "Rows removed by retention (older than the table's window), by table",
-            ),
-            &["table"],
-        )?;
-        let batches = IntCounterVec::new(
-            Opts::new(
+                &["table"],
+            )?,
+            batches: r.metric_vec(
                 "retention_batches_total",
                 "Bounded retention DELETE statements run, by table",
-            ),
-            &["table"],
-        )?;
-        let pending = IntGaugeVec::new(
-            Opts::new(
+                &["table"],
+            )?,
+            pending: r.metric_vec(
                 "retention_rows_pending",
                 "Rows past the retention window not removed yet, by table",
-            ),
-            &["table"],
-        )?;
-        registry.register(Box::new(deleted.clone()))?;
-        registry.register(Box::new(batches.clone()))?;
-        registry.register(Box::new(pending.clone()))?;
-        Ok(Self {
-            deleted,
-            batches,
-            pending,
+                &["table"],
+            )?,
         })
     }
 

@@ -14,15 +14,13 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{Body, Path};
-use outbox_http::service::{ApiError, ErrorBody, Operations};
+use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, OperatorOnly};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -33,16 +31,9 @@ use crate::error::Error;
 use crate::lines::LineAmounts;
 use crate::stock;
 use crate::store::StockRow;
-use crate::Metrics;
 
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The stock database.
-    pub pool: PgPool,
-    /// Metrics.
-    pub metrics: Metrics,
-}
+/// What every handler shares: the stock database and the process's metrics.
+pub type AppState = outbox_consumer_service::ServiceState;
 
 /// The routes and their OpenAPI document, from the same annotations.
 fn api() -> (Router<AppState>, serde_json::Value) {
@@ -67,13 +58,7 @@ pub fn openapi() -> serde_json::Value {
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    api()
-        .0
-        .layer(middleware::from_fn_with_state(
-            state.metrics.http_requests.clone(),
-            outbox_http::service::track_requests::<prometheus::IntCounterVec>,
-        ))
-        .with_state(state)
+    state.into_router(api().0)
 }
 
 impl From<Error> for ApiError {
@@ -154,12 +139,10 @@ struct PutBody {
     params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
     request_body(content = PutBody, content_type = "application/json"),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The SKU's stock", body = StockView),
-        (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
         (status = 409, description = "`below_reserved`: fewer units than are reserved", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+        JsonBodyRefused,
+        OperatorOnly,
     )
 )]
 async fn put_stock(
@@ -184,11 +167,11 @@ async fn put_stock(
     security(("bearerAuth" = [])),
     params(("sku_id" = inline(SkuId), Path, description = "The SKU")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The SKU's stock", body = StockView),
         (status = 400, description = "Undecodable path", body = ErrorBody),
         (status = 404, description = "`sku_not_found`", body = ErrorBody),
         (status = 422, description = "`validation_failed`: not a valid SKU id", body = ErrorBody),
+        OperatorOnly,
     )
 )]
 async fn get_stock(
@@ -208,8 +191,9 @@ async fn get_stock(
     tag = "stock",
     security(("bearerAuth" = [])),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
-        (status = 200, description = "Every SKU's stock", body = StockList))
+        (status = 200, description = "Every SKU's stock", body = StockList),
+        OperatorOnly,
+    )
 )]
 async fn list_stock(
     _operator: Operator,
@@ -245,10 +229,10 @@ struct ReservationView {
     security(("bearerAuth" = [])),
     params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no reservation (404)")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The reservation", body = ReservationView),
         (status = 400, description = "Undecodable path", body = ErrorBody),
         (status = 404, description = "`reservation_not_found`", body = ErrorBody),
+        OperatorOnly,
     )
 )]
 async fn get_reservation(
@@ -264,13 +248,6 @@ async fn get_reservation(
         lines,
     })
     .into_response())
-}
-
-impl axum::extract::FromRef<AppState> for Operations {
-    fn from_ref(state: &AppState) -> Self {
-        Operations::new(state.pool.clone(), state.metrics.registry.clone())
-            .consuming(state.metrics.consumer.up.clone())
-    }
 }
 
 #[cfg(test)]

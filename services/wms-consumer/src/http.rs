@@ -15,14 +15,12 @@
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode};
-use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{Body, Path, Query};
-use outbox_http::service::{ApiError, ErrorBody, Operations};
+use outbox_http::service::{ApiError, ErrorBody, JsonBodyRefused, OperatorOnly};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -32,19 +30,12 @@ use crate::domain::{Carrier, OutboundNo, OutboundStatus, Shipment, TrackingNo, V
 use crate::error::Error;
 use crate::events::OutboundView;
 use crate::fulfilment::{self, ActionResult};
-use crate::Metrics;
 
 /// Response header set to `true` when an action had been done before.
 pub const REPLAYED: &str = "idempotent-replayed";
 
-/// What every handler shares.
-#[derive(Debug, Clone)]
-pub struct AppState {
-    /// The WMS database.
-    pub pool: PgPool,
-    /// Metrics.
-    pub metrics: Metrics,
-}
+/// What every handler shares: the WMS database and the process's metrics.
+pub type AppState = outbox_consumer_service::ServiceState;
 
 /// The routes and their OpenAPI document, from the same annotations.
 fn api() -> (Router<AppState>, serde_json::Value) {
@@ -70,13 +61,7 @@ pub fn openapi() -> serde_json::Value {
 
 /// The whole API.
 pub fn router(state: AppState) -> Router {
-    api()
-        .0
-        .layer(middleware::from_fn_with_state(
-            state.metrics.http_requests.clone(),
-            outbox_http::service::track_requests::<prometheus::IntCounterVec>,
-        ))
-        .with_state(state)
+    state.into_router(api().0)
 }
 
 impl From<Error> for ApiError {
@@ -139,6 +124,16 @@ fn action_response(result: ActionResult) -> Response {
     r
 }
 
+outbox_http::error_answers!(
+    /// The answers of an operation on the outbound its path names to a path it cannot decode,
+    /// one that names no outbound, or one that is no outbound number.
+    OutboundPath {
+        400 => "Undecodable path",
+        404 => "`outbound_not_found`",
+        422 => "`validation_failed`: not a valid outbound number",
+    }
+);
+
 /// Ships an outbound (`CREATED -> SHIPPED`); the same carrier and tracking number again
 /// answers 200 with `Idempotent-Replayed: true`.
 #[utoipa::path(
@@ -149,13 +144,11 @@ fn action_response(result: ActionResult) -> Response {
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     request_body(content = ShipBody, content_type = "application/json"),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "Shipped (or shipped before with the same parcel)", body = OutboundView),
-        (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
         (status = 404, description = "`outbound_not_found`", body = ErrorBody),
         (status = 409, description = "`outbound_cancelled`, `outbound_intercepted`, `already_shipped` or `tracking_no_in_use`", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+        JsonBodyRefused,
+        OperatorOnly,
     )
 )]
 async fn ship(
@@ -179,12 +172,10 @@ async fn ship(
     security(("bearerAuth" = [])),
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "Returned (or returned before)", body = OutboundView),
-        (status = 400, description = "Undecodable path", body = ErrorBody),
-        (status = 404, description = "`outbound_not_found`", body = ErrorBody),
         (status = 409, description = "`no_return_expected`", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: not a valid outbound number", body = ErrorBody),
+        OutboundPath,
+        OperatorOnly,
     )
 )]
 async fn return_received(
@@ -205,11 +196,9 @@ async fn return_received(
     security(("bearerAuth" = [])),
     params(("outbound_no" = inline(OutboundNo), Path, description = "The outbound")),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The outbound", body = OutboundView),
-        (status = 400, description = "Undecodable path", body = ErrorBody),
-        (status = 404, description = "`outbound_not_found`", body = ErrorBody),
-        (status = 422, description = "`validation_failed`: not a valid outbound number", body = ErrorBody),
+        OutboundPath,
+        OperatorOnly,
     )
 )]
 async fn get_outbound(
@@ -245,10 +234,10 @@ struct OutboundList {
     security(("bearerAuth" = [])),
     params(ListQuery),
     responses(
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 200, description = "The order's outbounds", body = OutboundList),
         (status = 400, description = "`invalid_query`: `order_id` is not a UUID", body = ErrorBody),
         (status = 422, description = "`validation_failed`: `order_id` is missing", body = ErrorBody),
+        OperatorOnly,
     )
 )]
 async fn list_outbounds(
@@ -261,13 +250,6 @@ async fn list_outbounds(
         .ok_or_else(|| ValidationError::new("order_id", "is required"))?;
     let outbounds = fulfilment::for_order(&state.pool, order_id).await?;
     Ok(Json(OutboundList { outbounds }).into_response())
-}
-
-impl axum::extract::FromRef<AppState> for Operations {
-    fn from_ref(state: &AppState) -> Self {
-        Operations::new(state.pool.clone(), state.metrics.registry.clone())
-            .consuming(state.metrics.consumer.up.clone())
-    }
 }
 
 #[cfg(test)]

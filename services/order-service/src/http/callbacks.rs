@@ -12,7 +12,7 @@ use axum::Json;
 use outbox_http::service::extract::{parse_json, Body};
 use outbox_http::service::{ApiError, ErrorBody};
 
-use super::{AppState, CallbackAck, SIGNATURE, SIGNATURE_TIMESTAMP};
+use super::{AppState, CallbackAck, BODY_TOO_LARGE, SIGNATURE, SIGNATURE_TIMESTAMP};
 use crate::error::Error;
 use crate::payments::{self, PaymentCallbackBody, PaymentNotice, PaymentOutcome};
 use crate::refunds::{self, RefundCallbackBody, RefundNotice};
@@ -57,6 +57,16 @@ fn success() -> Json<CallbackAck> {
     })
 }
 
+outbox_http::error_answers!(
+    /// The answers of a signed callback to a signature it refuses, a body over the limit, or a
+    /// field that is not valid.
+    CallbackRefused {
+        401 => "`invalid_signature`, `invalid_signature_timestamp` or `stale_signature` (outside the replay window)",
+        413 => BODY_TOO_LARGE,
+        422 => "`validation_failed`",
+    }
+);
+
 /// The payment provider's notification that an order was paid. Without a valid timestamped
 /// signature it answers 401 and reads nothing.
 #[utoipa::path(
@@ -68,11 +78,9 @@ fn success() -> Json<CallbackAck> {
     responses(
         (status = 200, description = "Recognised (duplicates included)", body = CallbackAck),
         (status = 400, description = "`malformed_json`, `unreadable_body` or `amount_mismatch`", body = ErrorBody),
-        (status = 401, description = "`invalid_signature`, `invalid_signature_timestamp` or `stale_signature` (outside the replay window)", body = ErrorBody),
         (status = 404, description = "`order_not_found`", body = ErrorBody),
         (status = 409, description = "`transaction_id_reused` or `conflict`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
-        (status = 422, description = "`validation_failed`", body = ErrorBody),
+        CallbackRefused,
     )
 )]
 pub(super) async fn payment_callback(
@@ -110,11 +118,9 @@ pub(super) async fn payment_callback(
     responses(
         (status = 200, description = "Recognised (duplicates and stale snapshots included)", body = CallbackAck),
         (status = 400, description = "`malformed_json` or `unreadable_body`", body = ErrorBody),
-        (status = 401, description = "`invalid_signature`, `invalid_signature_timestamp` or `stale_signature` (outside the replay window)", body = ErrorBody),
         (status = 404, description = "`refund_not_found`", body = ErrorBody),
         (status = 409, description = "`illegal_transition` or `conflict`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
-        (status = 422, description = "`validation_failed`", body = ErrorBody),
+        CallbackRefused,
     )
 )]
 pub(super) async fn refund_callback(

@@ -4,9 +4,9 @@ use axum::extract::State;
 use axum::Json;
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{Body, Path};
-use outbox_http::service::{ApiError, ErrorBody};
+use outbox_http::service::{ApiError, ErrorBody, OperatorOnly};
 
-use super::AppState;
+use super::{AppState, BodyTooLarge};
 use crate::catalog::{self, Sku, SkuBody, SkuView};
 use crate::domain::SkuId;
 
@@ -21,10 +21,10 @@ use crate::domain::SkuId;
     responses(
         (status = 200, description = "The stored entry", body = SkuView),
         (status = 400, description = "`malformed_json`, `unreadable_body` or `invalid_path`", body = ErrorBody),
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 409, description = "`conflict` with the current state", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+        BodyTooLarge,
+        OperatorOnly,
     )
 )]
 pub(super) async fn put_sku(

@@ -16,12 +16,12 @@ use axum::http::HeaderMap;
 use axum::Json;
 use outbox_http::auth::Operator;
 use outbox_http::service::extract::{parse_json, Body};
-use outbox_http::service::{ApiError, ErrorBody};
+use outbox_http::service::{ApiError, ErrorBody, OperatorOnly};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::callbacks::verified;
-use super::AppState;
+use super::{AppState, BodyTooLarge};
 use crate::channel::compensation::Pass;
 use crate::channel::{self, ChannelMessage, PushBody, Source};
 use crate::error::Error;
@@ -51,8 +51,8 @@ pub(super) struct PushAck {
         (status = 401, description = "`invalid_signature`: missing or wrong `X-Signature`", body = ErrorBody),
         (status = 404, description = "`channel_disabled`", body = ErrorBody),
         (status = 409, description = "`unknown_channel_order`, `illegal_transition` or `conflict`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`validation_failed` or `unknown_message_type`", body = ErrorBody),
+        BodyTooLarge,
     )
 )]
 pub(super) async fn push(
@@ -88,8 +88,8 @@ pub(super) async fn push(
     security(("bearerAuth" = [])),
     responses(
         (status = 200, description = "What the pass did", body = Pass),
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 404, description = "`channel_disabled`: no marketplace URL configured", body = ErrorBody),
+        OperatorOnly,
     )
 )]
 pub(super) async fn compensate(

@@ -39,6 +39,16 @@ pub const UNAUTHENTICATED_ROUTES: &[&str] = &[
     "/channels/marketplace/push",
 ];
 
+outbox_http::error_answers!(
+    /// The answer of an operation that reads a JSON body to one over the server's limit.
+    BodyTooLarge {
+        413 => BODY_TOO_LARGE,
+    }
+);
+
+/// The description of the 413 answer.
+const BODY_TOO_LARGE: &str = "`body_too_large`";
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {

@@ -12,14 +12,30 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use outbox_http::auth::{AuthError, Customer, Operator};
 use outbox_http::service::extract::{Body, Path};
-use outbox_http::service::{ApiError, ErrorBody};
+use outbox_http::service::{ApiError, ErrorBody, OperatorOnly};
 
-use super::{AppState, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
+use super::{AppState, BodyTooLarge, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use crate::domain::{IdempotencyKey, LifecycleEvent, OrderId, UserId};
 use crate::error::Error;
 use crate::orders::{self, parse_order_id, CreateOrderBody, NewOrder};
 use crate::refunds::{self, RefundBody, RefundRequest};
 use crate::views::{OrderDetail, OrderView, RefundView};
+
+outbox_http::error_answers!(
+    /// The answers of an operation on the order its path names to a path it cannot decode, or
+    /// one that names no order the caller may see.
+    OrderPath {
+        400 => "`invalid_path`",
+        404 => "`order_not_found` (also another customer's order)",
+    }
+);
+
+outbox_http::error_answers!(
+    /// The answer of an operation that moves an order to a change its state does not allow.
+    IllegalTransition {
+        409 => "`illegal_transition` (`current_status` says where it is) or `conflict`",
+    }
+);
 
 /// The `Idempotency-Key` header, validated.
 fn idempotency_key(headers: &HeaderMap) -> Result<IdempotencyKey, Error> {
@@ -93,8 +109,8 @@ fn replayed(mut response: Response) -> Response {
             )),
         (status = 400, description = "`invalid_idempotency_key`, `malformed_json` or `unreadable_body`", body = ErrorBody),
         (status = 409, description = "`conflict` with the current state", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`validation_failed`, `unknown_sku` or `idempotency_key_reused`", body = ErrorBody),
+        BodyTooLarge,
     )
 )]
 pub(super) async fn create_order(
@@ -128,8 +144,7 @@ pub(super) async fn create_order(
     params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     responses(
         (status = 200, description = "The order", body = OrderDetail),
-        (status = 400, description = "`invalid_path`", body = ErrorBody),
-        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
+        OrderPath,
     )
 )]
 pub(super) async fn get_order(
@@ -160,9 +175,8 @@ async fn move_order(
     params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     responses(
         (status = 200, description = "The order (cancelled, or already cancelled)", body = OrderView),
-        (status = 400, description = "`invalid_path`", body = ErrorBody),
-        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
-        (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
+        OrderPath,
+        IllegalTransition,
     )
 )]
 pub(super) async fn cancel_order(
@@ -189,9 +203,9 @@ pub(super) async fn cancel_order(
     responses(
         (status = 200, description = "The order", body = OrderView),
         (status = 400, description = "`invalid_path`", body = ErrorBody),
-        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
         (status = 404, description = "`order_not_found`", body = ErrorBody),
-        (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
+        IllegalTransition,
+        OperatorOnly,
     )
 )]
 pub(super) async fn deliver_order(
@@ -212,9 +226,8 @@ pub(super) async fn deliver_order(
     params(("order_id" = Uuid, Path, description = "The order; anything but a UUID names no order (404)")),
     responses(
         (status = 200, description = "The order", body = OrderView),
-        (status = 400, description = "`invalid_path`", body = ErrorBody),
-        (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
-        (status = 409, description = "`illegal_transition` (`current_status` says where it is) or `conflict`", body = ErrorBody),
+        OrderPath,
+        IllegalTransition,
     )
 )]
 pub(super) async fn complete_order(
@@ -242,8 +255,8 @@ pub(super) async fn complete_order(
         (status = 400, description = "`malformed_json`, `unreadable_body`, `invalid_path` or `reserved_namespace` (a `refund_no` starting with `marketplace:`, the channel's)", body = ErrorBody),
         (status = 404, description = "`order_not_found` (also another customer's order)", body = ErrorBody),
         (status = 409, description = "`illegal_transition` or `conflict`", body = ErrorBody),
-        (status = 413, description = "`body_too_large`", body = ErrorBody),
         (status = 422, description = "`validation_failed`, `refund_exceeds_paid` or `refund_no_reused`", body = ErrorBody),
+        BodyTooLarge,
     )
 )]
 pub(super) async fn request_refund(

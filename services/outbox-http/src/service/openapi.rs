@@ -3,6 +3,11 @@
 //! handlers' `#[utoipa::path]` annotations, so a route cannot exist without its description),
 //! then [`serve_openapi`] adds what every service shares (the error envelope, 500/503 on every
 //! operation, `/openapi.json` itself, the JSON 404/405 fallbacks) and serves the document.
+//! Error answers that several operations give are declared once
+//! ([`error_answers!`](crate::error_answers): [`OperatorOnly`], [`JsonBodyRefused`], the
+//! services' own) and named in their `responses(...)`.
+
+use std::collections::BTreeMap;
 
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -65,6 +70,65 @@ pub fn error_response(description: &str) -> Response {
         )
         .build()
 }
+
+/// Error answers by status, each the error envelope with its description: what a type
+/// declared by [`error_answers!`](crate::error_answers) gives `responses(...)` of
+/// `#[utoipa::path]`.
+pub fn error_answers(answers: &[(u16, &str)]) -> BTreeMap<String, RefOr<Response>> {
+    answers
+        .iter()
+        .map(|(status, description)| (status.to_string(), RefOr::T(error_response(description))))
+        .collect()
+}
+
+/// Declares a type naming error answers that several operations give, to list in their
+/// `responses(...)` beside their own (`responses((status = 200, ...), OperatorOnly)`): each
+/// answer is the error envelope with its description.
+///
+/// ```ignore
+/// outbox_http::error_answers!(
+///     /// A path naming an order of someone else, or none.
+///     pub(crate) OrderPath {
+///         400 => "`invalid_path`",
+///         404 => "`order_not_found` (also another customer's order)",
+///     }
+/// );
+/// ```
+#[macro_export]
+macro_rules! error_answers {
+    ($(#[$doc:meta])* $vis:vis $name:ident { $($status:literal => $description:expr),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        $vis struct $name;
+
+        impl $crate::__utoipa::IntoResponses for $name {
+            fn responses() -> ::std::collections::BTreeMap<
+                String,
+                $crate::__utoipa::openapi::RefOr<$crate::__utoipa::openapi::response::Response>,
+            > {
+                $crate::service::error_answers(&[$(($status, $description)),+])
+            }
+        }
+    };
+}
+
+error_answers!(
+    /// The answer of an operation that needs the operator role (`Operator`) to a token without
+    /// it.
+    pub OperatorOnly {
+        403 => "`forbidden`: the operator role is required",
+    }
+);
+
+error_answers!(
+    /// The answers of an operation that reads a JSON body and a path to a body it cannot decode,
+    /// one too large, or a field that is not valid.
+    pub JsonBodyRefused {
+        400 => "Malformed JSON body or undecodable path",
+        413 => "Body too large",
+        422 => "`validation_failed`: `field` names the invalid one",
+    }
+);
 
 /// The answers every operation may give besides its own: 500 (a server fault) and 503 (a
 /// transient failure; `Retry-After` says when to send the same request again).
@@ -244,5 +308,42 @@ fn fix_link_field_names(doc: &mut serde_json::Value) {
                 link.insert(to.to_owned(), v);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::OpenApi;
+
+    use super::*;
+
+    /// The answers as each operation would list them.
+    #[utoipa::path(get, path = "/listed", responses(
+        (status = 400, description = "Malformed JSON body or undecodable path", body = ErrorBody),
+        (status = 403, description = "`forbidden`: the operator role is required", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 422, description = "`validation_failed`: `field` names the invalid one", body = ErrorBody),
+    ))]
+    #[allow(dead_code)]
+    fn listed() {}
+
+    /// The same answers, declared once.
+    #[utoipa::path(get, path = "/declared", responses(JsonBodyRefused, OperatorOnly))]
+    #[allow(dead_code)]
+    fn declared() {}
+
+    #[derive(OpenApi)]
+    #[openapi(paths(listed, declared))]
+    struct Doc;
+
+    #[test]
+    fn declared_answers_document_what_listing_them_would() {
+        let doc = serde_json::to_value(Doc::openapi()).unwrap();
+        let responses = |path: &str| doc["paths"][path]["get"]["responses"].clone();
+        assert_eq!(responses("/declared"), responses("/listed"));
+        assert_eq!(
+            responses("/declared")["403"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorBody"
+        );
     }
 }

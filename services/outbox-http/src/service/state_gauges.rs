@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use prometheus::{Gauge, GaugeVec, Opts, Registry};
+use outbox_process::metrics::Registrar;
+use prometheus::{Gauge, GaugeVec, Registry};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -39,10 +40,9 @@ impl StateGauges {
     /// An invalid or duplicate metric name (a constant of the calling service).
     #[must_use]
     pub fn gauge(mut self, registry: &Registry, name: &str, help: &str, sql: &'static str) -> Self {
-        let gauge = Gauge::with_opts(Opts::new(name, help)).expect("valid metric");
-        registry
-            .register(Box::new(gauge.clone()))
-            .expect("unique metric");
+        let gauge = Registrar::new(registry)
+            .metric(name, help)
+            .expect("valid, unique metric");
         self.entries.push(Entry::Plain(gauge, sql));
         self
     }
@@ -60,10 +60,9 @@ impl StateGauges {
         label: &str,
         sql: &'static str,
     ) -> Self {
-        let gauge = GaugeVec::new(Opts::new(name, help), &[label]).expect("valid metric");
-        registry
-            .register(Box::new(gauge.clone()))
-            .expect("unique metric");
+        let gauge = Registrar::new(registry)
+            .metric_vec(name, help, &[label])
+            .expect("valid, unique metric");
         self.entries.push(Entry::Labelled(gauge, sql));
         self
     }
