@@ -63,7 +63,7 @@ pub struct Metrics {
     pub blocked_aggregates: IntGauge,
     /// Events waiting behind parked events.
     pub waiting_behind: IntGauge,
-    /// Unpublished events per destination topic (bounded: see [`crate::backlog`]).
+    /// Unpublished events per destination topic (bounded: see [`crate::backlog_gauges`]).
     pub backlog_by_topic: IntGaugeVec,
     /// Age of the oldest unpublished event per destination topic.
     pub oldest_age_by_topic: GaugeVec,

@@ -71,7 +71,7 @@ pub struct Batcher<'a> {
     pub lease_ttl: Duration,
     /// The producer (replaced after fatal errors).
     pub publisher: &'a mut Publisher,
-    /// The producer of lone sends (see [`Batcher::publish`]); replaced on its own.
+    /// The producer of lone sends (see `Batcher::publish`); replaced on its own.
     pub lone: &'a mut Publisher,
     /// Topic checks.
     pub topics: &'a mut TopicCatalog,

@@ -13,7 +13,7 @@ use crate::failure::{FailureClass, Scope};
 use crate::publisher::Send;
 use crate::store::ClaimedRow;
 
-/// Most events a batch sends alone (see [`Batcher::publish`]).
+/// Most events a batch sends alone (see `Batcher::publish`).
 pub const LONE_SENDS_PER_BATCH: usize = 16;
 
 /// A claimed row before publishing.
