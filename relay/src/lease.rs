@@ -20,6 +20,7 @@ use crate::store::{LeaseToken, Store};
 #[derive(Debug)]
 pub struct LeaseGuard {
     token: LeaseToken,
+    ttl: Duration,
     valid_until: Arc<Mutex<Instant>>,
     lost: CancellationToken,
     stop: CancellationToken,
@@ -47,6 +48,7 @@ impl LeaseGuard {
         ));
         Self {
             token,
+            ttl,
             valid_until,
             lost,
             stop,
@@ -57,6 +59,17 @@ impl LeaseGuard {
     /// The lease token (name, holder, epoch).
     pub fn token(&self) -> &LeaseToken {
         &self.token
+    }
+
+    /// The lease's time-to-live.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The lease was renewed by a statement sent at `sent` (outside the background renewal:
+    /// a producer's initialisation renews it under its lock, see [`crate::batch`]).
+    pub fn renewed(&self, sent: Instant) {
+        extend(&self.valid_until, sent + trusted_for(self.ttl));
     }
 
     /// True while the lease is known to be held.
@@ -84,6 +97,12 @@ impl Drop for LeaseGuard {
     }
 }
 
+/// Moves `valid_until` to `to` if that is later.
+fn extend(valid_until: &Mutex<Instant>, to: Instant) {
+    let mut v = valid_until.lock().unwrap();
+    *v = (*v).max(to);
+}
+
 async fn renew_loop(
     store: Store,
     token: LeaseToken,
@@ -103,7 +122,9 @@ async fn renew_loop(
         match store.renew_lease(&token, ttl).await {
             Ok(true) => {
                 outage.recovered();
-                *valid_until.lock().unwrap() = sent + trusted_for(ttl);
+                // Never backwards: a renewal that waited behind this relay's own hold of the
+                // row (a producer's initialisation) was sent before the hold's own renewal.
+                extend(&valid_until, sent + trusted_for(ttl));
             }
             Ok(false) => {
                 tracing::warn!(lease.name = %token.name, lease.epoch = token.epoch, "Relay lease taken over by another instance");

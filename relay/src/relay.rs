@@ -285,7 +285,7 @@ impl Relay {
             store: &self.store,
             metrics: &self.metrics,
             token: guard.token(),
-            lease_ttl: s.lease_ttl,
+            guard,
             publisher,
             lone,
             topics,

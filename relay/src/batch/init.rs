@@ -37,9 +37,9 @@ impl Batcher<'_> {
             let Some(timeout) = publisher.init_timeout() else {
                 continue;
             };
-            let hold = match self
+            let mut hold = match self
                 .store
-                .hold_lease(self.token, self.lease_ttl, timeout + HOLD_SLACK)
+                .hold_lease(self.token, self.guard.ttl(), timeout + HOLD_SLACK)
                 .await
             {
                 Ok(Some(hold)) => hold,
@@ -60,7 +60,22 @@ impl Batcher<'_> {
                 ));
                 return Err(BatchEnd::Backoff);
             }
-            if let Err(e) = hold.finish().await {
+            // The initialisation may have outlasted the lease's local trust: renew it once more
+            // under the lock, and trust it from then on once the hold committed.
+            let renewing = tokio::time::Instant::now();
+            let confirmed = match self
+                .store
+                .renew_in_hold(&mut hold, self.token, self.guard.ttl())
+                .await
+            {
+                Ok(true) => hold.finish().await,
+                Ok(false) => Err(sqlx::Error::RowNotFound),
+                Err(e) => Err(e),
+            };
+            if confirmed.is_ok() {
+                self.guard.renewed(renewing);
+            }
+            if let Err(e) = confirmed {
                 // Whether the initialisation came before a takeover cannot be known: the
                 // session is never used.
                 tracing::warn!(error = %e, "Could not confirm the lease after initialising the Kafka producer; starting a new session instead");

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::decide::{decide, MarkPlan};
+use crate::lease::LeaseGuard;
 use crate::metrics::{BatchStage, Metrics};
 use crate::outage::Outage;
 use crate::parking::ParkPolicy;
@@ -67,8 +68,9 @@ pub struct Batcher<'a> {
     pub metrics: &'a Metrics,
     /// The lease this term holds.
     pub token: &'a LeaseToken,
-    /// The lease's time-to-live (a producer's initialisation renews the lease: see `init`).
-    pub lease_ttl: Duration,
+    /// The lease this term holds, renewed in the background (a producer's initialisation
+    /// renews it too, under its lock: see `init`).
+    pub guard: &'a LeaseGuard,
     /// The producer (replaced after fatal errors).
     pub publisher: &'a mut Publisher,
     /// The producer of lone sends (see `Batcher::publish`); replaced on its own.

@@ -148,6 +148,35 @@ impl Store {
         Ok(Some(s))
     }
 
+    /// Renews the lease again at the end of a [`Store::hold_lease`], from the statement's own
+    /// clock (the transaction's start is `now()`): the relay may trust the lease from when
+    /// this statement was sent, however long the hold took. False when the row no longer
+    /// carries the token (it cannot change while held: a defect if it does).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn renew_in_hold(
+        &self,
+        hold: &mut Session,
+        lease: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        let n = sqlx::query(
+            "UPDATE outbox_relay_lease \
+             SET renewed_at = clock_timestamp(), \
+                 expires_at = clock_timestamp() + make_interval(secs => $4) \
+             WHERE name = $1 AND holder = $2 AND epoch = $3",
+        )
+        .bind(&lease.name)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(ttl.as_secs_f64())
+        .execute(hold.conn())
+        .await?
+        .rows_affected();
+        Ok(n == 1)
+    }
+
     /// Gives the lease up so a standby can take over at once.
     ///
     /// # Errors
