@@ -219,14 +219,26 @@ pub fn install_sql(
         ident(&config.schema),
         ident(&trigger_name(&config.table))
     );
+    let table = format!("{}.{}", ident(&config.schema), ident(&config.table));
+    // The function runs with its owner's rights (it writes the outbox, which the Debezium
+    // table's writers may not): it copies rows of this one table, fired after each insert of a
+    // row, and nothing else, whoever attached it to what.
     let body = format!(
         "BEGIN\n    \
+             IF TG_RELID IS DISTINCT FROM {table_oid}::regclass OR TG_OP <> 'INSERT' \
+                OR TG_LEVEL <> 'ROW' OR TG_WHEN <> 'AFTER' THEN\n        \
+                 RAISE EXCEPTION 'outbox-relay: % copies only the rows inserted into %', \
+                     {function_text}, {table_text} USING ERRCODE = '42501';\n    \
+             END IF;\n    \
              INSERT INTO {outbox} (event_id, aggregate_type, aggregate_id, event_type, payload, \
              payload_bytes, message_key, headers, topic, created_at, relay_headers)\n    \
              VALUES ({id}, {route}::text, {key}::text, {event_type}, {payload_json}, {payload_bytes}, \
              {message_key}, jsonb_build_object({headers}), {topic}, {created_at}, false);\n    \
              RETURN NULL;\n\
          END",
+        table_oid = literal(&table),
+        function_text = literal(&function),
+        table_text = literal(&table),
         id = new(&config.id_column),
         route = new(&config.route_by),
         key = new(&config.key_column),
@@ -241,9 +253,13 @@ pub fn install_sql(
     Ok(vec![
         format!(
             "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql \
-             SECURITY DEFINER SET search_path = {}, pg_temp AS {TAG}\n{body}\n{TAG}",
+             SECURITY DEFINER SET search_path = pg_catalog, {}, pg_temp AS {TAG}\n{body}\n{TAG}",
             ident(outbox_schema)
         ),
+        // Functions are executable by PUBLIC when created: no other role may attach this one
+        // to a table of its own (a trigger's function needs EXECUTE when the trigger is
+        // created; the Debezium table's writers need nothing to fire it).
+        format!("REVOKE ALL ON FUNCTION {function}() FROM PUBLIC"),
         format!(
             "COMMENT ON FUNCTION {function}() IS {}",
             literal(
@@ -251,10 +267,9 @@ pub fn install_sql(
             )
         ),
         format!(
-            "CREATE OR REPLACE TRIGGER {} AFTER INSERT ON {}.{} FOR EACH ROW EXECUTE FUNCTION {function}()",
+            "CREATE OR REPLACE TRIGGER {} AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {function}()",
             ident(&trigger_name(&config.table)),
-            ident(&config.schema),
-            ident(&config.table)
+            table
         ),
     ])
 }

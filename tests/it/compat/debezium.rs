@@ -614,3 +614,118 @@ async fn cutover_from_a_running_debezium_loses_nothing_and_keeps_each_aggregates
         records.len()
     );
 }
+
+/// The copy function runs with its owner's rights (it writes `outbox`, which the Debezium
+/// table's writers need no right on). A role with no right on `outbox` (here a writer of the
+/// Debezium table) must not turn it on a table of its own and forge events with any topic,
+/// key, payload or event id: it may not attach the function at all, and a role that may (given
+/// EXECUTE) gets an error from the function for any table but the one it was installed on.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_role_cannot_forge_outbox_events_through_the_copy_function() {
+    let db = e2e::db::fresh_database().await;
+    create_outbox_table(&db.pool, TABLE).await;
+    let config = std::env::temp_dir().join(format!(
+        "relay-forge-{:08x}.properties",
+        rand::random::<u32>()
+    ));
+    std::fs::write(
+        &config,
+        "key.converter=org.apache.kafka.connect.storage.StringConverter\n\
+         value.converter=org.apache.kafka.connect.storage.StringConverter\n\
+         table.include.list=dbz.outbox\n\
+         transforms=outbox\n\
+         transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n",
+    )
+    .unwrap();
+    let out = relay_cli(&[
+        "debezium-install",
+        "--database-url",
+        &db.url,
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&config);
+    assert!(
+        out.status.success(),
+        "debezium-install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A writer of the Debezium table, with no right on `outbox`.
+    let role = format!("forger_{:08x}", rand::random::<u32>());
+    for sql in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT USAGE ON SCHEMA dbz TO {role}"),
+        format!("GRANT INSERT ON dbz.outbox TO {role}"),
+    ] {
+        sqlx::query(&sql).execute(&db.pool).await.unwrap();
+    }
+    let forger = sqlx::PgPool::connect(&e2e::roles::as_user(&db.url, &role))
+        .await
+        .expect("connect as the writer");
+    let mut conn = forger.acquire().await.unwrap();
+    sqlx::query(
+        "CREATE TEMP TABLE forged (id uuid, aggregatetype text, aggregateid text, type text, \
+         payload jsonb)",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let attach = "CREATE TRIGGER forge AFTER INSERT ON forged FOR EACH ROW \
+                  EXECUTE FUNCTION dbz.outbox_to_outbox_relay()";
+    let forge = "INSERT INTO forged VALUES (gen_random_uuid(), 'payments', 'order-1', \
+                 'RefundSucceeded', '{\"amount\": 1000000}')";
+    let refused = sqlx::query(attach).execute(&mut *conn).await;
+    if refused.is_ok() {
+        let _ = sqlx::query(forge).execute(&mut *conn).await;
+    }
+    let forged: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(forged, 0, "the writer's own table reached the outbox");
+    let err = refused.expect_err("a role without EXECUTE attached the copy function");
+    assert_eq!(
+        err.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("42501"),
+        "{err}"
+    );
+
+    // Given EXECUTE (a role trusted with triggers, still no right on `outbox`), it may attach
+    // the function, which refuses to copy anything but the Debezium table's rows.
+    sqlx::query(&format!(
+        "GRANT EXECUTE ON FUNCTION dbz.outbox_to_outbox_relay() TO {role}"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(attach).execute(&mut *conn).await.unwrap();
+    let err = sqlx::query(forge)
+        .execute(&mut *conn)
+        .await
+        .expect_err("the copy function copied a row of another table");
+    assert_eq!(
+        err.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("42501"),
+        "{err}"
+    );
+    // The table it was installed on is still copied, for this writer too.
+    sqlx::query(
+        "INSERT INTO dbz.outbox VALUES (gen_random_uuid(), 'order', 'order-1', 'OrderPaid', '{}')",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("the writer inserts into the Debezium table");
+    let copied: Vec<(String, String)> =
+        sqlx::query_as("SELECT aggregate_type, event_type FROM outbox")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(copied, [("order".to_owned(), "OrderPaid".to_owned())]);
+    drop(conn);
+    forger.close().await;
+    for sql in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
+        sqlx::query(&sql).execute(&db.pool).await.unwrap();
+    }
+}
