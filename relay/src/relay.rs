@@ -304,7 +304,7 @@ impl Relay {
         // Fence the relays that held the lease before, now (their open transactions are
         // aborted, so `read_committed` readers do not wait for their timeout); failing that,
         // the first batch tries again before it sends anything.
-        if batcher.initialise().await == Err(BatchEnd::LeaseLost) {
+        if batcher.initialise(true).await == Err(BatchEnd::LeaseLost) {
             return LeadEnd::LeaseLost;
         }
         loop {

@@ -26,70 +26,106 @@ const HOLD_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Batcher<'_> {
     /// Initialises the producers that need it (a transactional producer's new session), each
-    /// under the lease; nothing to do without transactions.
+    /// under the lease: the main producer always, the lone producer only with `lone` (it sends
+    /// only events retried alone, so a failure to initialise it must not stop the others'
+    /// batches). Nothing to do without transactions.
     ///
     /// # Errors
     /// [`BatchEnd::LeaseLost`] when the lease is no longer this relay's; [`BatchEnd::Backoff`]
     /// when the database or the broker failed (the next batch tries again).
-    pub(crate) async fn initialise(&mut self) -> Result<(), BatchEnd> {
-        for lone in [false, true] {
-            let publisher = if lone { &*self.lone } else { &*self.publisher };
-            let Some(timeout) = publisher.init_timeout() else {
-                continue;
-            };
-            let mut hold = match self
-                .store
-                .hold_lease(self.token, self.guard.ttl(), timeout + HOLD_SLACK)
-                .await
-            {
-                Ok(Some(hold)) => hold,
-                Ok(None) => {
-                    tracing::warn!(
-                        lease.epoch = self.token.epoch,
-                        "The lease is no longer this relay's: its Kafka producer is not initialised"
-                    );
-                    return Err(BatchEnd::LeaseLost);
-                }
-                Err(e) => return Err(self.db_failed(&e)),
-            };
-            if let Err(e) = publisher.fence().await {
-                drop(hold);
-                self.metrics.set_healthy(false);
-                self.kafka.failed(&format_args!(
-                    "initialising the transactional producer: {e}"
-                ));
-                return Err(BatchEnd::Backoff);
-            }
-            // The initialisation may have outlasted the lease's local trust: renew it once more
-            // under the lock, and trust it from then on once the hold committed.
-            let renewing = tokio::time::Instant::now();
-            let confirmed = match self
-                .store
-                .renew_in_hold(&mut hold, self.token, self.guard.ttl())
-                .await
-            {
-                Ok(true) => hold.finish().await,
-                Ok(false) => Err(sqlx::Error::RowNotFound),
-                Err(e) => Err(e),
-            };
-            if confirmed.is_ok() {
-                self.guard.renewed(renewing);
-            }
-            if let Err(e) = confirmed {
-                // Whether the initialisation came before a takeover cannot be known: the
-                // session is never used.
-                tracing::warn!(error = %e, "Could not confirm the lease after initialising the Kafka producer; starting a new session instead");
-                let publisher = if lone {
-                    &mut *self.lone
-                } else {
-                    &mut *self.publisher
-                };
-                if let Err(e) = publisher.replace() {
-                    tracing::error!(error = %e, "Could not start a new Kafka producer session");
-                }
-                return Err(self.db_failed(&e));
-            }
+    pub(crate) async fn initialise(&mut self, lone: bool) -> Result<(), BatchEnd> {
+        self.initialise_one(false).await?;
+        if lone {
+            self.initialise_one(true).await?;
         }
         Ok(())
+    }
+
+    async fn initialise_one(&mut self, lone: bool) -> Result<(), BatchEnd> {
+        let producer = if lone { "lone" } else { "main" };
+        let Some(timeout) = self.producer(lone).init_timeout() else {
+            return Ok(());
+        };
+        let ttl = self.guard.ttl();
+        let mut hold = match self
+            .store
+            .hold_lease(self.token, ttl, timeout + HOLD_SLACK)
+            .await
+        {
+            Ok(Some(hold)) => hold,
+            Ok(None) => return Err(self.not_held(producer)),
+            Err(e) => return Err(self.db_failed(&e)),
+        };
+        if let Err(e) = self.producer(lone).fence().await {
+            drop(hold);
+            // A session that cannot be initialised any more (a fatal or non-retriable error:
+            // an authorisation refused, say) is replaced; a timeout is retried on it.
+            let dead = self.producer(lone).is_fatal()
+                || matches!(&e, rdkafka::error::KafkaError::Transaction(t) if t.is_fatal() || !t.is_retriable());
+            if dead {
+                self.replace(lone, producer);
+            }
+            self.metrics.set_healthy(false);
+            self.kafka.failed(&format_args!(
+                "initialising the {producer} transactional producer: {e}"
+            ));
+            return Err(BatchEnd::Backoff);
+        }
+        // The initialisation may have outlasted the lease's local trust: renew it once more
+        // under the lock, and trust it from then on once the hold committed.
+        let renewing = tokio::time::Instant::now();
+        let confirmed = match self.store.renew_in_hold(&mut hold, self.token, ttl).await {
+            Ok(true) => hold.finish().await,
+            Ok(false) => {
+                // The row is locked by this hold: another relay cannot have changed it.
+                drop(hold);
+                self.replace(lone, producer);
+                return Err(self.not_held(producer));
+            }
+            Err(e) => Err(e),
+        };
+        match confirmed {
+            Ok(()) => {
+                self.guard.renewed(renewing);
+                self.producer(lone).confirm_initialised();
+                Ok(())
+            }
+            Err(e) => {
+                // Whether the initialisation came before a takeover cannot be known: the
+                // session is never used.
+                tracing::warn!(error = %e, producer, "Could not confirm the lease after initialising a Kafka producer; starting a new session instead");
+                self.replace(lone, producer);
+                Err(self.db_failed(&e))
+            }
+        }
+    }
+
+    fn producer(&self, lone: bool) -> &crate::publisher::Publisher {
+        if lone {
+            self.lone
+        } else {
+            self.publisher
+        }
+    }
+
+    /// Starts a new session of the producer (the old one is never used again).
+    fn replace(&mut self, lone: bool, producer: &str) {
+        let publisher = if lone {
+            &mut *self.lone
+        } else {
+            &mut *self.publisher
+        };
+        if let Err(e) = publisher.replace() {
+            tracing::error!(error = %e, producer, "Could not start a new Kafka producer session");
+        }
+    }
+
+    fn not_held(&self, producer: &str) -> BatchEnd {
+        tracing::warn!(
+            lease.epoch = self.token.epoch,
+            producer,
+            "The lease is no longer this relay's: its Kafka producer is not initialised"
+        );
+        BatchEnd::LeaseLost
     }
 }

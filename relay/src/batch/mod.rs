@@ -151,7 +151,7 @@ impl Batcher<'_> {
         };
         // A new producer session (the first, or one replaced after a failure) is initialised
         // here, under the lease, never by the send itself.
-        if let Err(end) = self.initialise().await {
+        if let Err(end) = self.initialise(!retrying.is_empty()).await {
             return end;
         }
         // A full batch (or one the byte bound cut) means more is waiting: claim it while this

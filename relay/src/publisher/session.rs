@@ -165,6 +165,14 @@ impl Publisher {
         }
     }
 
+    /// The session's initialisation ([`Publisher::fence`]) was confirmed under the lease: its
+    /// transactions may begin. Until then every send of the session is refused.
+    pub fn confirm_initialised(&self) {
+        if let Some((_, t)) = &self.transactional {
+            t.confirm();
+        }
+    }
+
     /// Bounds each send: when no acknowledgement of a batch arrived for `timeout` and the
     /// cluster still answers a metadata request, the messages not acknowledged are withdrawn
     /// (purged) and fail as

@@ -83,8 +83,13 @@ impl Transactions {
         tokio::task::spawn_blocking(move || shared.init_transactions(timeout))
             .await
             .map_err(|_| KafkaError::Canceled)??;
-        self.initialised.store(true, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The session's initialisation is confirmed (it happened under the lease): transactions
+    /// may begin.
+    pub(super) fn confirm(&self) {
+        self.initialised.store(true, Ordering::Relaxed);
     }
 
     /// Commits the open transaction, or aborts it when `abort` says why.

@@ -73,7 +73,9 @@ impl Store {
     }
 
     /// Extends the lease; `false` when it changed hands. An expired lease nobody else took is
-    /// extended under the same epoch.
+    /// extended under the same epoch. Never moves the expiry backwards: a renewal that waited
+    /// behind this relay's own hold of the row ([`Store::hold_lease`]) was sent before the
+    /// hold's own, later renewal.
     ///
     /// # Errors
     /// Database errors.
@@ -85,7 +87,8 @@ impl Store {
         let mut s = self.lease_session().await?;
         let n = sqlx::query(
             "UPDATE outbox_relay_lease \
-             SET renewed_at = now(), expires_at = now() + make_interval(secs => $4) \
+             SET renewed_at = now(), \
+                 expires_at = greatest(expires_at, now() + make_interval(secs => $4)) \
              WHERE name = $1 AND holder = $2 AND epoch = $3",
         )
         .bind(&lease.name)
@@ -131,7 +134,8 @@ impl Store {
             .await?;
         let held = sqlx::query(
             "UPDATE outbox_relay_lease \
-             SET renewed_at = now(), expires_at = now() + make_interval(secs => $4) \
+             SET renewed_at = now(), \
+                 expires_at = greatest(expires_at, now() + make_interval(secs => $4)) \
              WHERE name = $1 AND holder = $2 AND epoch = $3 \
              RETURNING 1",
         )
