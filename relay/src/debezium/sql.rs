@@ -221,11 +221,15 @@ pub fn install_sql(
     );
     let table = format!("{}.{}", ident(&config.schema), ident(&config.table));
     // The function runs with its owner's rights (it writes the outbox, which the Debezium
-    // table's writers may not): it copies rows of this one table, fired after each insert of a
-    // row, and nothing else, whoever attached it to what.
+    // table's writers may not): it copies rows of this one table (or of its partitions: a
+    // partitioned table's row trigger fires on the partition, and attaching one takes the
+    // table's owner), fired after each insert of a row, and nothing else, whoever attached it
+    // to what.
     let body = format!(
         "BEGIN\n    \
-             IF TG_RELID IS DISTINCT FROM {table_oid}::regclass OR TG_OP <> 'INSERT' \
+             IF (TG_RELID IS DISTINCT FROM {table_oid}::regclass \
+                 AND {table_oid}::regclass NOT IN (SELECT relid FROM pg_partition_ancestors(TG_RELID))) \
+                OR TG_OP <> 'INSERT' \
                 OR TG_LEVEL <> 'ROW' OR TG_WHEN <> 'AFTER' THEN\n        \
                  RAISE EXCEPTION 'outbox-relay: % copies only the rows inserted into %', \
                      {function_text}, {table_text} USING ERRCODE = '42501';\n    \

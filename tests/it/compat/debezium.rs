@@ -710,6 +710,11 @@ async fn an_unprivileged_role_cannot_forge_outbox_events_through_the_copy_functi
         Some("42501"),
         "{err}"
     );
+    assert!(
+        err.to_string()
+            .contains("copies only the rows inserted into"),
+        "the refusal says why: {err}"
+    );
     // The table it was installed on is still copied, for this writer too.
     sqlx::query(
         "INSERT INTO dbz.outbox VALUES (gen_random_uuid(), 'order', 'order-1', 'OrderPaid', '{}')",
