@@ -41,4 +41,10 @@ else
 fi
 
 cargo build --release -p outbox-relay -p relay-bench
-"$TARGET/release/relay-bench" --relay-bin "$TARGET/release/outbox-relay" "$@"
+# The release relay just built, unless the arguments name another (`--relay-bin PATH` or
+# `--relay-bin=PATH`: an older build for the "before" of a change).
+relay_bin=(--relay-bin "$TARGET/release/outbox-relay")
+for arg in "$@"; do
+    [[ "$arg" == --relay-bin || "$arg" == --relay-bin=* ]] && relay_bin=()
+done
+"$TARGET/release/relay-bench" "${relay_bin[@]}" "$@"
