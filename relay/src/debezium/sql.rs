@@ -257,9 +257,14 @@ pub fn install_sql(
     Ok(vec![
         format!(
             "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql \
-             SECURITY DEFINER SET search_path = pg_catalog, {}, pg_temp AS {TAG}\n{body}\n{TAG}",
+             SECURITY DEFINER SET search_path = pg_catalog, {}, pg_temp \
+             SET standard_conforming_strings = on AS {TAG}\n{body}\n{TAG}",
             ident(outbox_schema)
         ),
+        // `standard_conforming_strings = on` whatever the writer's session says: the body's
+        // literals (and the JSON encoder's backslashes it calls) are parsed when it runs, and
+        // with it off a backslash would be an escape (every insert failed, or a backslash in an
+        // option changed the SQL).
         // Functions are executable by PUBLIC when created: no other role may attach this one
         // to a table of its own (a trigger's function needs EXECUTE when the trigger is
         // created; the Debezium table's writers need nothing to fire it).

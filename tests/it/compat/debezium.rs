@@ -734,3 +734,73 @@ async fn an_unprivileged_role_cannot_forge_outbox_events_through_the_copy_functi
         sqlx::query(&sql).execute(&db.pool).await.unwrap();
     }
 }
+
+/// A writer whose session has `standard_conforming_strings = off` (old drivers, some ORMs)
+/// inserts into a JsonConverter Debezium table as any other: the copy is the same bytes. With
+/// it off a backslash in a literal is an escape, and the copy's encoder is full of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_writer_without_standard_conforming_strings_is_copied_the_same() {
+    let db = e2e::db::fresh_database().await;
+    create_outbox_table(&db.pool, TABLE).await;
+    let config = std::env::temp_dir().join(format!(
+        "relay-scs-{:08x}.properties",
+        rand::random::<u32>()
+    ));
+    std::fs::write(
+        &config,
+        "key.converter=org.apache.kafka.connect.json.JsonConverter\n\
+         value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+         table.include.list=dbz.outbox\n\
+         transforms=outbox\n\
+         transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n",
+    )
+    .unwrap();
+    let out = relay_cli(&[
+        "debezium-install",
+        "--database-url",
+        &db.url,
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let _ = std::fs::remove_file(&config);
+    assert!(
+        out.status.success(),
+        "debezium-install: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A key and a payload with a quote, a backslash and a control character: the encoder's
+    // escaping path.
+    let mut copies = Vec::new();
+    for setting in ["on", "off"] {
+        let mut conn = db.pool.acquire().await.unwrap();
+        sqlx::query(&format!("SET standard_conforming_strings = {setting}"))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO dbz.outbox VALUES ($1, 'order', $2, 'OrderPaid', $3::jsonb)")
+            .bind(Uuid::new_v4())
+            .bind(format!("order \"7\" \\ {setting}\u{1}"))
+            .bind(r#"{"note": "a \"quoted\" \\ backslash\u0001"}"#)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("insert with standard_conforming_strings = {setting}: {e}"));
+        let copy: (Option<String>, Option<Vec<u8>>) = sqlx::query_as(
+            "SELECT message_key, payload_bytes FROM outbox ORDER BY id DESC LIMIT 1",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        copies.push(copy);
+    }
+    let key = |k: &Option<String>| k.clone().unwrap_or_default();
+    assert_eq!(
+        key(&copies[1].0),
+        key(&copies[0].0).replace(" on", " off"),
+        "the key as JsonConverter writes it"
+    );
+    let text = |b: &Option<Vec<u8>>| {
+        String::from_utf8_lossy(b.as_deref().unwrap_or_default()).into_owned()
+    };
+    assert_eq!(text(&copies[1].1), text(&copies[0].1), "the value's bytes");
+}
