@@ -615,26 +615,25 @@ async fn cutover_from_a_running_debezium_loses_nothing_and_keeps_each_aggregates
     );
 }
 
-/// The copy function runs with its owner's rights (it writes `outbox`, which the Debezium
-/// table's writers need no right on). A role with no right on `outbox` (here a writer of the
-/// Debezium table) must not turn it on a table of its own and forge events with any topic,
-/// key, payload or event id: it may not attach the function at all, and a role that may (given
-/// EXECUTE) gets an error from the function for any table but the one it was installed on.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_unprivileged_role_cannot_forge_outbox_events_through_the_copy_function() {
+/// A fresh database with Debezium's table `dbz.outbox` and the relay's copy installed by
+/// `debezium-install` from properties naming `converter` for keys and values (Debezium itself
+/// is not started: the tests using this check the copy inside PostgreSQL).
+async fn installed_without_debezium(converter: &str) -> e2e::db::TestDb {
     let db = e2e::db::fresh_database().await;
     create_outbox_table(&db.pool, TABLE).await;
     let config = std::env::temp_dir().join(format!(
-        "relay-forge-{:08x}.properties",
+        "relay-install-{:08x}.properties",
         rand::random::<u32>()
     ));
     std::fs::write(
         &config,
-        "key.converter=org.apache.kafka.connect.storage.StringConverter\n\
-         value.converter=org.apache.kafka.connect.storage.StringConverter\n\
-         table.include.list=dbz.outbox\n\
-         transforms=outbox\n\
-         transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n",
+        format!(
+            "key.converter={converter}\n\
+             value.converter={converter}\n\
+             table.include.list=dbz.outbox\n\
+             transforms=outbox\n\
+             transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n"
+        ),
     )
     .unwrap();
     let out = relay_cli(&[
@@ -651,6 +650,17 @@ async fn an_unprivileged_role_cannot_forge_outbox_events_through_the_copy_functi
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    db
+}
+
+/// The copy function runs with its owner's rights (it writes `outbox`, which the Debezium
+/// table's writers need no right on). A role with no right on `outbox` (here a writer of the
+/// Debezium table) must not turn it on a table of its own and forge events with any topic,
+/// key, payload or event id: it may not attach the function at all, and a role that may (given
+/// EXECUTE) gets an error from the function for any table but the one it was installed on.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unprivileged_role_cannot_forge_outbox_events_through_the_copy_function() {
+    let db = installed_without_debezium("org.apache.kafka.connect.storage.StringConverter").await;
 
     // A writer of the Debezium table, with no right on `outbox`.
     let role = format!("forger_{:08x}", rand::random::<u32>());
@@ -740,35 +750,7 @@ async fn an_unprivileged_role_cannot_forge_outbox_events_through_the_copy_functi
 /// it off a backslash in a literal is an escape, and the copy's encoder is full of them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_writer_without_standard_conforming_strings_is_copied_the_same() {
-    let db = e2e::db::fresh_database().await;
-    create_outbox_table(&db.pool, TABLE).await;
-    let config = std::env::temp_dir().join(format!(
-        "relay-scs-{:08x}.properties",
-        rand::random::<u32>()
-    ));
-    std::fs::write(
-        &config,
-        "key.converter=org.apache.kafka.connect.json.JsonConverter\n\
-         value.converter=org.apache.kafka.connect.json.JsonConverter\n\
-         table.include.list=dbz.outbox\n\
-         transforms=outbox\n\
-         transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n",
-    )
-    .unwrap();
-    let out = relay_cli(&[
-        "debezium-install",
-        "--database-url",
-        &db.url,
-        "--config",
-        config.to_str().unwrap(),
-    ]);
-    let _ = std::fs::remove_file(&config);
-    assert!(
-        out.status.success(),
-        "debezium-install: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let db = installed_without_debezium("org.apache.kafka.connect.json.JsonConverter").await;
     // A key and a payload with a quote, a backslash and a control character: the encoder's
     // escaping path.
     let mut copies = Vec::new();
