@@ -85,6 +85,9 @@ INSERT INTO outbox_grants (tbl, relay, service) VALUES
     -- producers insert (RETURNING reads); the relay reads, locks (FOR UPDATE) and deletes
     ('outbox',             'SELECT, UPDATE, DELETE',         'SELECT, INSERT'),
     ('outbox_relay_lease', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+    ('outbox_relay_member', 'SELECT, INSERT, UPDATE, DELETE', NULL),
+    -- the bucket count: changed by `outbox-relay buckets --set`, run as the migrator
+    ('outbox_buckets',     'SELECT',                         NULL),
     ('outbox_failure',     'SELECT, INSERT, UPDATE, DELETE', NULL),
     ('outbox_discarded',   'SELECT, INSERT, DELETE',         NULL),
     -- migration bookkeeping: the migrator's alone

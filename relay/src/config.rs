@@ -41,6 +41,27 @@ pub enum Command {
     /// (naming the option), and installs a trigger on the table that copies each inserted row
     /// into the outbox, encoded as Debezium's converters encode it. Run `migrate` first.
     DebeziumInstall(DebeziumInstallArgs),
+    /// Show the outbox's buckets and who holds each; with `--set N`, change the bucket count
+    /// (refused while any relay of the lease publishes: stop them with SIGTERM first). Several
+    /// buckets let several relays publish at once, each its share.
+    Buckets(BucketsArgs),
+}
+
+/// Settings of `outbox-relay buckets`.
+#[derive(Debug, Clone, Args)]
+pub struct BucketsArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub db: DbArgs,
+    /// Lease name of the relays.
+    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default")]
+    pub lease_name: String,
+    /// Change the bucket count to this (1 to 256).
+    #[arg(long)]
+    pub set: Option<i64>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Settings of `outbox-relay debezium-install`.

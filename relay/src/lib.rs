@@ -20,6 +20,7 @@
 
 pub mod backlog_gauges;
 pub mod batch;
+pub mod buckets;
 pub mod config;
 pub mod debezium;
 pub mod decide;

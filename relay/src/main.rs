@@ -90,6 +90,13 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Run(args) => run(*args).await?,
         Command::DebeziumInstall(args) => outbox_relay::debezium::install(&args).await?,
+        Command::Buckets(args) => {
+            let store = Store::connect_lazy_with(&args.db.database_url, args.db.pgbouncer)
+                .context("invalid DATABASE_URL")?;
+            exit_with(
+                outbox_relay::ops::buckets(&store, &args.lease_name, args.set, args.json).await?,
+            );
+        }
     }
     Ok(())
 }

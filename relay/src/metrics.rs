@@ -47,8 +47,11 @@ pub struct Metrics {
     /// Rows that committed below a batch claimed ahead (a lower `id`, a later commit) and were
     /// sent before it.
     pub late_rows: IntCounter,
-    /// 1 while this instance holds the lease.
+    /// 1 while this instance holds the lease of bucket 0 (with one bucket, the whole outbox's
+    /// lease): its holder also does the work the relays share (retention, the orphan sweep).
     pub leader: IntGauge,
+    /// Buckets of the outbox this instance holds.
+    pub buckets_held: IntGauge,
     /// Database errors seen by the relay loop.
     pub db_errors: IntCounter,
     /// Fencing epoch of the lease this instance holds (0 when it holds none).
@@ -153,7 +156,11 @@ impl Metrics {
             )?,
             leader: r.metric(
                 "outbox_relay_leader",
-                "1 while this instance holds the relay lease",
+                "1 while this instance holds the relay lease (with several buckets: bucket 0's, whose holder also runs the retention purge and the orphan sweep)",
+            )?,
+            buckets_held: r.metric(
+                "outbox_relay_buckets_held",
+                "Buckets of the outbox this instance holds and publishes",
             )?,
             db_errors: r.metric(
                 "outbox_relay_database_errors_total",
@@ -319,6 +326,7 @@ mod tests {
             "outbox_publish_latency_seconds_bucket",
             "outbox_relay_leader",
             "outbox_relay_lease_epoch",
+            "outbox_relay_buckets_held 0",
             "outbox_parked_events{class=\"undecodable\"} 0",
             "outbox_events_parked_total{class=\"refused\"} 0",
             "outbox_retrying_events",

@@ -1,4 +1,5 @@
-//! The operator's commands on parked events: `blocked`, `redrive`, `discard`. Each prints text
+//! The operator's commands on parked events (`blocked`, `redrive`, `discard`) and on the
+//! outbox's buckets (`buckets`). Each prints text
 //! or one JSON document and says how it went in its exit code: 0 done, 2 nothing to do for the
 //! request (no such event, not parked), 1 for errors (database unreachable, ...).
 
@@ -134,4 +135,70 @@ pub async fn discard(
         text
     };
     Ok(Report { output, code })
+}
+
+/// `buckets`: the outbox's bucket count and each bucket's holder; with `set`, changes the
+/// count first ([`Store::set_buckets`]: refused, exit code 1 with the reason, while a relay
+/// holds a lease of `lease`).
+///
+/// # Errors
+/// Database errors.
+pub async fn buckets(
+    store: &Store,
+    lease: &str,
+    set: Option<i64>,
+    json: bool,
+) -> Result<Report, sqlx::Error> {
+    use crate::store::SetBucketsError;
+    if let Some(n) = set {
+        match store.set_buckets(lease, n).await {
+            Ok(_) => {}
+            Err(SetBucketsError::Database(e)) => return Err(e),
+            Err(refused) => {
+                let output = if json {
+                    serde_json::json!({ "error": refused.to_string() }).to_string()
+                } else {
+                    format!("refused: {refused}\n")
+                };
+                return Ok(Report { output, code: 1 });
+            }
+        }
+    }
+    let layout = store.layout().await?;
+    let rows = store.bucket_rows(lease, layout).await?;
+    let output = if json {
+        #[derive(Serialize)]
+        struct Bucket<'a> {
+            bucket: i16,
+            lease: String,
+            holder: Option<&'a str>,
+        }
+        serde_json::json!({
+            "buckets": layout.buckets,
+            "layout": layout.number,
+            "leases": rows.iter().map(|r| Bucket {
+                bucket: r.bucket,
+                lease: layout.lease_name(lease, r.bucket),
+                holder: r.holder.as_deref(),
+            }).collect::<Vec<_>>(),
+        })
+        .to_string()
+    } else {
+        let mut s = format!(
+            "{} bucket{} (layout {})\n",
+            layout.buckets,
+            if layout.buckets == 1 { "" } else { "s" },
+            layout.number
+        );
+        for r in &rows {
+            s.push_str(&format!(
+                "bucket {:>3}  {:<24} {}\n",
+                r.bucket,
+                layout.lease_name(lease, r.bucket),
+                r.holder.as_deref().unwrap_or("(free)")
+            ));
+        }
+        s
+    };
+    Ok(Report { output, code: 0 })
 }

@@ -1,5 +1,7 @@
-//! The relay loop: wait for the lease as a hot standby, then run batches ([`crate::batch`])
-//! until shutdown or until the lease is lost.
+//! The relay loop: take this relay's share of the outbox's buckets ([`crate::buckets`]) and
+//! publish each under its lease, running batches ([`crate::batch`]) until shutdown, until the
+//! bucket goes to another relay or until its lease is lost; stand by while other relays hold
+//! every bucket.
 //!
 //! Shutdown is only observed between batches or while waiting; never between "acknowledged"
 //! and "marked" except by abandoning marks, which only causes duplicates.
@@ -10,11 +12,15 @@ use std::time::Duration;
 use backoff::backoff::Backoff;
 use outbox_writer::outbox::NOTIFY_CHANNEL;
 use sqlx::postgres::PgListener;
-use tokio::sync::Notify;
+use std::collections::BTreeMap;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{BatchEnd, Batcher, ClaimFloor};
+use crate::buckets::Layout;
 use crate::lease::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::outage::Outage;
@@ -62,9 +68,10 @@ pub struct RelaySettings {
     pub purge: outbox_process::retention::PurgeSettings,
 }
 
-/// Why leading stopped.
+/// Why publishing a bucket stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LeadEnd {
+    /// Shutdown, or the bucket is released to another relay: the lease is released.
     Shutdown,
     LeaseLost,
 }
@@ -72,10 +79,16 @@ enum LeadEnd {
 /// A relay instance.
 #[derive(Debug)]
 pub struct Relay {
+    shared: Arc<Shared>,
+    wake: watch::Sender<u64>,
+}
+
+/// What every bucket's publishing task of the process reads.
+#[derive(Debug)]
+struct Shared {
     store: Store,
     settings: RelaySettings,
     metrics: Metrics,
-    wake: Arc<Notify>,
 }
 
 /// How long after the last non-empty batch the relay keeps polling at the shortest interval.
@@ -94,130 +107,77 @@ fn lone_config(extra: &[(String, String)]) -> Vec<(String, String)> {
     config
 }
 
+/// A bucket this process publishes: its task, and the token that makes it release the bucket.
+struct Held {
+    release: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
 impl Relay {
     /// A relay over `store` with `settings`, reporting into `metrics`.
     pub fn new(store: Store, settings: RelaySettings, metrics: Metrics) -> Self {
         Self {
-            store,
-            settings,
-            metrics,
-            wake: Arc::new(Notify::new()),
+            shared: Arc::new(Shared {
+                store,
+                settings,
+                metrics,
+            }),
+            wake: watch::channel(0).0,
         }
     }
 
-    /// Runs until `shutdown` fires: standby until the lease is free, then active.
+    /// Runs until `shutdown` fires: takes this relay's share of the outbox's buckets and
+    /// publishes each, standing by while the other relays hold them all.
     ///
     /// # Errors
-    /// Only for configuration errors (invalid librdkafka settings); outages are retried.
+    /// Only for configuration errors (invalid librdkafka settings, an id sequence the
+    /// per-aggregate order cannot rest on); outages are retried.
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let s = &self.settings;
-        let mut publisher = Publisher::reporting(
-            &s.brokers,
-            &s.kafka_config,
-            &s.topic_prefix,
-            Some(self.metrics.broker_down.clone()),
-        )?
-        .with_wire(s.wire.clone())
-        .with_send_timeout(s.send_timeout);
-        // Events of aggregates retried after a failure go out one at a time on a producer of
-        // their own ([`crate::batch::Batcher::publish`]).
-        let mut lone = Publisher::new(&s.brokers, &lone_config(&s.kafka_config), &s.topic_prefix)?
-            .with_wire(s.wire.clone())
-            .with_send_timeout(s.send_timeout);
-        if let Some(id) = &s.transactional_id {
-            publisher = publisher.with_transactions(id)?;
-            lone = lone.with_transactions(&format!("{id}.lone"))?;
-            tracing::info!(transactional.id = %id, "Publishing each batch as a Kafka transaction");
-        }
-        let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
+        let shared = &self.shared;
+        let s = &shared.settings;
+        // Invalid librdkafka settings stop the relay here, before it takes any bucket.
+        drop(bucket_publishers(
+            s,
+            Layout {
+                buckets: 1,
+                number: 1,
+            },
+            0,
+            None,
+        )?);
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
         // only polls.
-        let listener = (!self.store.behind_pgbouncer()).then(|| {
+        let listener = (!shared.store.behind_pgbouncer()).then(|| {
             tokio::spawn(listen_for_wakeups(
-                self.store.clone(),
+                shared.store.clone(),
                 self.wake.clone(),
                 helpers.clone(),
             ))
         });
         let refresher = tokio::spawn(refresh_backlog(
-            self.store.clone(),
+            shared.store.clone(),
             s.topic_prefix.clone(),
-            self.metrics.clone(),
+            shared.metrics.clone(),
             helpers.clone(),
         ));
-        let stalls = tokio::spawn(watch_stalls(self.metrics.clone(), helpers.clone()));
+        let stalls = tokio::spawn(watch_stalls(shared.metrics.clone(), helpers.clone()));
         let sweeper = tokio::spawn(forget_orphan_failures(
-            self.store.clone(),
-            self.metrics.clone(),
+            shared.store.clone(),
+            shared.metrics.clone(),
             helpers.clone(),
         ));
-
-        let mut db = Outage::new("database");
-        let mut kafka = Outage::new("kafka publish");
-        let leader = self.metrics.leader.clone();
+        let leader = shared.metrics.leader.clone();
         let retention = tokio::spawn(outbox_process::retention::run(
-            self.store.pool().clone(),
+            shared.store.pool().clone(),
             vec![crate::store::discarded_rule(s.discarded_retention)],
             s.purge,
-            self.metrics.retention.clone(),
+            shared.metrics.retention.clone(),
             move || leader.get() == 1,
             helpers.clone(),
         ));
         tracing::info!(instance = %s.instance_id, lease.name = %s.lease_name, "Relay started");
-        while let Some((token, acquired_at)) = self.wait_for_lease(&shutdown).await {
-            // What per-aggregate order rests on, checked before anything is published (a
-            // database error here is an outage: the lease's first batch meets it too).
-            match self.store.id_sequence_problem().await {
-                Ok(Some(problem)) => {
-                    if let Err(e) = self.store.release_lease(&token).await {
-                        tracing::warn!(error = %e, "Could not release the lease");
-                    }
-                    helpers.cancel();
-                    anyhow::bail!(problem);
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "Could not check the outbox's id sequence"),
-            }
-            tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, "Acquired the relay lease; publishing");
-            self.metrics.leader.set(1);
-            self.metrics.lease_epoch.set(token.epoch);
-            publisher.set_leading(true);
-            let guard = LeaseGuard::start(self.store.clone(), token, s.lease_ttl, acquired_at);
-            let end = self
-                .lead(
-                    &guard,
-                    (&mut publisher, &mut lone),
-                    &mut topics,
-                    (&mut db, &mut kafka),
-                    &shutdown,
-                )
-                .await;
-            let token = guard.token().clone();
-            guard.stop().await;
-            self.metrics.leader.set(0);
-            self.metrics.lease_epoch.set(0);
-            publisher.set_leading(false);
-            match end {
-                LeadEnd::Shutdown => {
-                    if let Err(e) = self.store.release_lease(&token).await {
-                        tracing::warn!(error = %e, "Could not release the lease; a standby takes over when it expires");
-                    }
-                    break;
-                }
-                LeadEnd::LeaseLost => {
-                    tracing::warn!(
-                        lease.epoch = token.epoch,
-                        "Lost the relay lease; back to standby"
-                    );
-                    // Whatever is still queued belongs to a lease we no longer hold.
-                    publisher.replace()?;
-                    lone.replace()?;
-                }
-            }
-        }
-        publisher.purge();
-        lone.purge();
+        let result = self.share_buckets(&shutdown).await;
         helpers.cancel();
         if let Some(listener) = listener {
             let _ = listener.await;
@@ -227,138 +187,412 @@ impl Relay {
         let _ = stalls.await;
         let _ = retention.await;
         tracing::info!("Relay stopped");
-        Ok(())
+        result
     }
 
-    /// Polls for the lease; `None` on shutdown.
-    async fn wait_for_lease(&self, shutdown: &CancellationToken) -> Option<(LeaseToken, Instant)> {
-        let s = &self.settings;
+    /// Every `min(ttl / 5, 1 s)`: renews this relay's membership, releases the buckets it
+    /// holds beyond its share and takes free ones up to it; on shutdown, stops every bucket's
+    /// task (each releases its lease) and leaves.
+    async fn share_buckets(&self, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        let shared = &self.shared;
+        let s = &shared.settings;
         let every = (s.lease_ttl / 5).min(Duration::from_secs(1));
         let mut outage = Outage::new("database (lease)");
+        let mut held: BTreeMap<i16, Held> = BTreeMap::new();
+        let mut leaving: Vec<JoinHandle<anyhow::Result<()>>> = Vec::new();
+        let mut layout: Option<Layout> = None;
+        let mut sequence_checked = false;
         let mut announced = false;
-        loop {
-            if shutdown.is_cancelled() {
-                return None;
+        let result = loop {
+            if let Err(e) = reap(&mut held, &mut leaving).await {
+                break Err(e);
             }
-            let sent = Instant::now();
+            if shutdown.is_cancelled() {
+                break Ok(());
+            }
             match self
-                .store
-                .try_acquire_lease(&s.lease_name, &s.instance_id, s.lease_ttl)
+                .round(
+                    &mut held,
+                    &mut leaving,
+                    &mut layout,
+                    &mut sequence_checked,
+                    shutdown,
+                )
                 .await
             {
-                Ok(Some(token)) => {
+                Ok(Round::Holding) => {
                     outage.recovered();
-                    return Some((token, sent));
+                    announced = false;
                 }
-                Ok(None) => {
+                Ok(Round::StandingBy) => {
                     outage.recovered();
                     if !announced {
                         announced = true;
                         tracing::info!(lease.name = %s.lease_name, "Another instance holds the relay lease; standing by");
                     }
                 }
+                Ok(Round::Refused(problem)) => break Err(anyhow::anyhow!(problem)),
                 Err(e) => {
-                    self.metrics.db_errors.inc();
+                    shared.metrics.db_errors.inc();
                     outage.failed(&e);
                 }
             }
+            shared.metrics.buckets_held.set(held.len() as i64);
             if !sleep_unless(every, shutdown).await {
-                return None;
+                break Ok(());
+            }
+        };
+        for (_, h) in std::mem::take(&mut held) {
+            h.release.cancel();
+            leaving.push(h.task);
+        }
+        for task in leaving {
+            match task.await {
+                Ok(Err(e)) => tracing::error!(error = %e, "A bucket's publisher failed"),
+                Err(e) => tracing::error!(error = %e, "A bucket's publisher panicked"),
+                Ok(Ok(())) => {}
             }
         }
+        shared.metrics.buckets_held.set(0);
+        if let Err(e) = shared
+            .store
+            .leave_membership(&s.lease_name, &s.instance_id)
+            .await
+        {
+            tracing::debug!(error = %e, "Could not leave the relays' membership; it expires");
+        }
+        result
     }
 
-    async fn lead(
+    /// One round of [`Relay::share_buckets`].
+    async fn round(
         &self,
-        guard: &LeaseGuard,
-        (publisher, lone): (&mut Publisher, &mut Publisher),
-        topics: &mut TopicCatalog,
-        (db, kafka): (&mut Outage, &mut Outage),
+        held: &mut BTreeMap<i16, Held>,
+        leaving: &mut Vec<JoinHandle<anyhow::Result<()>>>,
+        layout: &mut Option<Layout>,
+        sequence_checked: &mut bool,
         shutdown: &CancellationToken,
-    ) -> LeadEnd {
-        let s = &self.settings;
-        let (min_poll, max_poll) = s.poll;
-        let mut idle = min_poll;
-        let mut last_rows = Instant::now();
-        let mut backoff = new_backoff();
-        let mut batcher = Batcher {
-            store: &self.store,
-            metrics: &self.metrics,
-            token: guard.token(),
-            guard,
-            publisher,
-            lone,
-            topics,
-            limits: s.limits,
-            row_limit: s.limits.rows,
-            policy: s.park,
-            shutdown_timeout: s.shutdown_timeout,
-            db,
-            kafka,
-            failures_known: true,
-            prefetched: None,
-            batches: 0,
-            replaced: false,
-            floor: ClaimFloor::new(crate::batch::CANDIDATE_EVERY),
-        };
-        // Fence the relays that held the lease before, now (their open transactions are
-        // aborted, so `read_committed` readers do not wait for their timeout); failing that,
-        // the first batch tries again before it sends anything.
-        if batcher.initialise(true).await == Err(BatchEnd::LeaseLost) {
+    ) -> Result<Round, sqlx::Error> {
+        let shared = &self.shared;
+        let s = &shared.settings;
+        let current = shared.store.layout().await?;
+        if layout.is_some_and(|l| l != current) {
+            tracing::info!(
+                buckets = current.buckets,
+                layout = current.number,
+                "The outbox's buckets changed; taking buckets of the new layout"
+            );
+            for (_, h) in std::mem::take(held) {
+                h.release.cancel();
+                leaving.push(h.task);
+            }
+        }
+        *layout = Some(current);
+        let members = shared
+            .store
+            .renew_membership(&s.lease_name, &s.instance_id, s.lease_ttl)
+            .await?;
+        let share = crate::buckets::share(current.buckets, members);
+        // Beyond the share: the highest buckets go, each after its batch in flight.
+        while held.len() > share {
+            let Some((bucket, h)) = held.pop_last() else {
+                break;
+            };
+            tracing::info!(
+                bucket,
+                members,
+                share,
+                "Releasing a bucket to another relay"
+            );
+            h.release.cancel();
+            leaving.push(h.task);
+        }
+        if held.len() >= share {
+            return Ok(if held.is_empty() {
+                Round::StandingBy
+            } else {
+                Round::Holding
+            });
+        }
+        // What per-aggregate order rests on, checked before anything is published.
+        if !*sequence_checked {
+            if let Some(problem) = shared.store.id_sequence_problem().await? {
+                return Ok(Round::Refused(problem));
+            }
+            *sequence_checked = true;
+        }
+        let rows = shared.store.bucket_rows(&s.lease_name, current).await?;
+        for row in rows {
+            if held.len() >= share {
+                break;
+            }
+            if row.holder.is_some() || held.contains_key(&row.bucket) {
+                continue;
+            }
+            let name = current.lease_name(&s.lease_name, row.bucket);
+            let sent = Instant::now();
+            let Some(token) = shared
+                .store
+                .try_acquire(
+                    &name,
+                    current.scope(row.bucket),
+                    &s.instance_id,
+                    s.lease_ttl,
+                )
+                .await?
+            else {
+                continue;
+            };
+            let release = CancellationToken::new();
+            let task = tokio::spawn(publish_bucket(
+                shared.clone(),
+                self.wake.subscribe(),
+                (current, row.bucket),
+                (token, sent),
+                (shutdown.clone(), release.clone()),
+            ));
+            held.insert(row.bucket, Held { release, task });
+        }
+        Ok(if held.is_empty() {
+            Round::StandingBy
+        } else {
+            Round::Holding
+        })
+    }
+}
+
+/// What a round of [`Relay::share_buckets`] found.
+enum Round {
+    /// This relay holds buckets.
+    Holding,
+    /// Every bucket is held by other relays.
+    StandingBy,
+    /// Publishing would break what the relay's guarantees rest on (the id sequence).
+    Refused(String),
+}
+
+/// Forgets the tasks that ended: a bucket whose lease was lost can be taken again. A task that
+/// failed (a configuration error) stops the relay.
+async fn reap(
+    held: &mut BTreeMap<i16, Held>,
+    leaving: &mut Vec<JoinHandle<anyhow::Result<()>>>,
+) -> anyhow::Result<()> {
+    let ended: Vec<i16> = held
+        .iter()
+        .filter(|(_, h)| h.task.is_finished())
+        .map(|(b, _)| *b)
+        .collect();
+    let mut tasks: Vec<JoinHandle<anyhow::Result<()>>> = ended
+        .into_iter()
+        .filter_map(|b| held.remove(&b))
+        .map(|h| h.task)
+        .collect();
+    let (done, running): (Vec<_>, Vec<_>) = std::mem::take(leaving)
+        .into_iter()
+        .partition(JoinHandle::is_finished);
+    *leaving = running;
+    tasks.extend(done);
+    for task in tasks {
+        match task.await {
+            Ok(r) => r?,
+            Err(e) => anyhow::bail!("a bucket's publisher panicked: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// The producers of one bucket: the batches' (reporting the brokers' state for bucket 0 when
+/// `broker_down` is given) and the lone sends', each transactional under the bucket's own
+/// `transactional.id` when transactions are on.
+fn bucket_publishers(
+    s: &RelaySettings,
+    layout: Layout,
+    bucket: i16,
+    broker_down: Option<prometheus::IntGauge>,
+) -> anyhow::Result<(Publisher, Publisher)> {
+    let mut publisher =
+        Publisher::reporting(&s.brokers, &s.kafka_config, &s.topic_prefix, broker_down)?
+            .with_wire(s.wire.clone())
+            .with_send_timeout(s.send_timeout);
+    // Events of aggregates retried after a failure go out one at a time on a producer of
+    // their own ([`crate::batch::Batcher::publish`]).
+    let mut lone = Publisher::new(&s.brokers, &lone_config(&s.kafka_config), &s.topic_prefix)?
+        .with_wire(s.wire.clone())
+        .with_send_timeout(s.send_timeout);
+    if let Some(base) = &s.transactional_id {
+        let id = layout.transactional_id(base, bucket);
+        publisher = publisher.with_transactions(&id)?;
+        lone = lone.with_transactions(&format!("{id}.lone"))?;
+    }
+    Ok((publisher, lone))
+}
+
+/// Publishes `bucket` of `layout` under `token` until `shutdown`, until `release` (the bucket
+/// goes to another relay: after the batch in flight) or until the lease is lost; releases the
+/// lease unless lost.
+async fn publish_bucket(
+    shared: Arc<Shared>,
+    wake: watch::Receiver<u64>,
+    (layout, bucket): (Layout, i16),
+    (token, acquired_at): (LeaseToken, Instant),
+    (shutdown, release): (CancellationToken, CancellationToken),
+) -> anyhow::Result<()> {
+    let s = &shared.settings;
+    let first = bucket == 0;
+    let (mut publisher, mut lone) = bucket_publishers(
+        s,
+        layout,
+        bucket,
+        first.then(|| shared.metrics.broker_down.clone()),
+    )?;
+    let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
+    let mut db = Outage::new("database");
+    let mut kafka = Outage::new("kafka publish");
+    if let Some(id) = &s.transactional_id {
+        tracing::info!(transactional.id = %layout.transactional_id(id, bucket), bucket, "Publishing each batch as a Kafka transaction");
+    }
+    tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, bucket, buckets = layout.buckets, "Acquired the relay lease; publishing");
+    if first {
+        shared.metrics.leader.set(1);
+        shared.metrics.lease_epoch.set(token.epoch);
+        publisher.set_leading(true);
+    }
+    let guard = LeaseGuard::start(shared.store.clone(), token, s.lease_ttl, acquired_at);
+    let end = lead(
+        &shared,
+        wake,
+        &guard,
+        (&mut publisher, &mut lone),
+        &mut topics,
+        (&mut db, &mut kafka),
+        (&shutdown, &release),
+    )
+    .await;
+    let token = guard.token().clone();
+    guard.stop().await;
+    if first {
+        shared.metrics.leader.set(0);
+        shared.metrics.lease_epoch.set(0);
+        publisher.set_leading(false);
+    }
+    // Whatever is still queued belongs to a lease this relay no longer holds, or is about to
+    // release.
+    publisher.purge();
+    lone.purge();
+    match end {
+        LeadEnd::Shutdown => {
+            if let Err(e) = shared.store.release_lease(&token).await {
+                tracing::warn!(error = %e, bucket, "Could not release the lease; another relay takes over when it expires");
+            }
+        }
+        LeadEnd::LeaseLost => {
+            tracing::warn!(
+                lease.epoch = token.epoch,
+                bucket,
+                "Lost the relay lease; back to standby"
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn lead(
+    shared: &Shared,
+    mut wake: watch::Receiver<u64>,
+    guard: &LeaseGuard,
+    (publisher, lone): (&mut Publisher, &mut Publisher),
+    topics: &mut TopicCatalog,
+    (db, kafka): (&mut Outage, &mut Outage),
+    (shutdown, release): (&CancellationToken, &CancellationToken),
+) -> LeadEnd {
+    let s = &shared.settings;
+    let (min_poll, max_poll) = s.poll;
+    let mut idle = min_poll;
+    let mut last_rows = Instant::now();
+    let mut backoff = new_backoff();
+    let mut batcher = Batcher {
+        store: &shared.store,
+        metrics: &shared.metrics,
+        token: guard.token(),
+        guard,
+        publisher,
+        lone,
+        topics,
+        limits: s.limits,
+        row_limit: s.limits.rows,
+        policy: s.park,
+        shutdown_timeout: s.shutdown_timeout,
+        db,
+        kafka,
+        failures_known: true,
+        prefetched: None,
+        batches: 0,
+        replaced: false,
+        floor: ClaimFloor::new(crate::batch::CANDIDATE_EVERY),
+    };
+    // Fence the relays that held the lease before, now (their open transactions are
+    // aborted, so `read_committed` readers do not wait for their timeout); failing that,
+    // the first batch tries again before it sends anything.
+    if batcher.initialise(true).await == Err(BatchEnd::LeaseLost) {
+        return LeadEnd::LeaseLost;
+    }
+    loop {
+        if shutdown.is_cancelled() || release.is_cancelled() {
+            return LeadEnd::Shutdown;
+        }
+        if !guard.is_valid() {
             return LeadEnd::LeaseLost;
         }
-        loop {
-            if shutdown.is_cancelled() {
-                return LeadEnd::Shutdown;
-            }
-            if !guard.is_valid() {
-                return LeadEnd::LeaseLost;
-            }
-            match batcher.run(shutdown).await {
-                BatchEnd::Empty => {
-                    tokio::select! {
-                        _ = self.wake.notified() => {}
-                        _ = tokio::time::sleep(idle) => {}
-                        _ = shutdown.cancelled() => return LeadEnd::Shutdown,
-                        _ = guard.lost() => return LeadEnd::LeaseLost,
-                    }
-                    // Stay at the shortest interval while events keep coming (a probe of an
-                    // empty index costs well under a millisecond); back off only once the
-                    // outbox has been quiet for a while, so an idle relay does not busy-poll.
-                    if last_rows.elapsed() >= HOT_WINDOW {
-                        idle = (idle * 2).min(max_poll);
-                    }
+        // A release waits for the batch in flight; a shutdown cuts its wait for
+        // acknowledgements short (`--shutdown-timeout-ms`).
+        match batcher.run(shutdown).await {
+            BatchEnd::Empty => {
+                tokio::select! {
+                    r = wake.changed() => if r.is_err() {
+                        // The listener is gone: poll only.
+                        tokio::time::sleep(idle).await;
+                    },
+                    _ = tokio::time::sleep(idle) => {}
+                    _ = shutdown.cancelled() => return LeadEnd::Shutdown,
+                    _ = release.cancelled() => return LeadEnd::Shutdown,
+                    _ = guard.lost() => return LeadEnd::LeaseLost,
                 }
-                BatchEnd::Done { clean } => {
-                    idle = min_poll;
-                    last_rows = Instant::now();
-                    if clean {
-                        backoff.reset();
-                    }
+                // Stay at the shortest interval while events keep coming (a probe of an
+                // empty index costs well under a millisecond); back off only once the
+                // outbox has been quiet for a while, so an idle relay does not busy-poll.
+                if last_rows.elapsed() >= HOT_WINDOW {
+                    idle = (idle * 2).min(max_poll);
                 }
-                BatchEnd::Backoff => {
-                    let wait = backoff.next_backoff().unwrap_or(max_poll);
-                    if !sleep_unless(wait, shutdown).await {
-                        return LeadEnd::Shutdown;
-                    }
-                }
-                BatchEnd::LeaseLost => return LeadEnd::LeaseLost,
-                BatchEnd::Shutdown => return LeadEnd::Shutdown,
             }
+            BatchEnd::Done { clean } => {
+                idle = min_poll;
+                last_rows = Instant::now();
+                if clean {
+                    backoff.reset();
+                }
+            }
+            BatchEnd::Backoff => {
+                let wait = backoff.next_backoff().unwrap_or(max_poll);
+                if !sleep_unless(wait, shutdown).await || release.is_cancelled() {
+                    return LeadEnd::Shutdown;
+                }
+            }
+            BatchEnd::LeaseLost => return LeadEnd::LeaseLost,
+            BatchEnd::Shutdown => return LeadEnd::Shutdown,
         }
     }
 }
 
 /// Wakes the loop on `NOTIFY outbox_relay`; polling covers any notification lost while
 /// reconnecting (and poolers that do not pass LISTEN through).
-async fn listen_for_wakeups(store: Store, wake: Arc<Notify>, stop: CancellationToken) {
+async fn listen_for_wakeups(store: Store, wake: watch::Sender<u64>, stop: CancellationToken) {
     loop {
         if let Ok(mut listener) = PgListener::connect_with(store.pool()).await {
             if listener.listen(NOTIFY_CHANNEL).await.is_ok() {
                 loop {
                     tokio::select! {
                         r = listener.recv() => match r {
-                            Ok(_) => wake.notify_one(),
+                            Ok(_) => wake.send_modify(|n| *n = n.wrapping_add(1)),
                             Err(_) => break,
                         },
                         _ = stop.cancelled() => return,

@@ -12,6 +12,7 @@ mod common;
 /// cannot be overridden, and with `--transactions` a deposed leader cannot add to the log
 /// (guarantees 1, 2, 3, 4, 6 and 7); through crashes, outages, failovers, PgBouncer and chaos.
 mod delivery {
+    mod buckets;
     mod chaos;
     mod commit_order;
     mod committed_events;

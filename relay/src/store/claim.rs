@@ -218,6 +218,16 @@ impl Store {
             (None, Some(b)) => format!("AND o.id < {b}"),
             (Some(a), Some(b)) => format!("AND o.id > {a} AND o.id < {b}"),
         };
+        // The token's bucket, when the outbox has several: a literal too, so that the scan is
+        // a range of the `(bucket, id)` index.
+        let range = match lease.bucket {
+            Some(b) => format!("AND o.bucket = {b} {range}"),
+            None => range,
+        };
+        let scope = match lease.bucket {
+            Some(b) => format!("AND o.bucket = {b}"),
+            None => String::new(),
+        };
         const COLUMNS: &str = "o.id, o.event_id, o.aggregate_type, o.aggregate_id, \
              o.event_type, o.payload, o.headers, o.topic, o.created_at, f.attempts AS attempts, \
              o.payload_bytes, o.content_type, o.message_key, o.relay_headers";
@@ -272,11 +282,11 @@ impl Store {
                      SELECT * FROM ( \
                          (SELECT {COLUMNS} FROM outbox o {join} \
                           WHERE l.held AND o.id > (CASE WHEN l.applied THEN $6 ELSE {min} END) \
-                                {exclusion} \
+                                {scope} {exclusion} \
                           ORDER BY o.id LIMIT $4) \
                          UNION ALL \
                          (SELECT {COLUMNS} FROM outbox_failure f JOIN outbox o ON o.id = f.outbox_id \
-                          WHERE l.held AND l.applied AND o.id <= $6 \
+                          WHERE l.held AND l.applied AND o.id <= $6 {scope} \
                                 AND f.parked_at IS NULL AND f.retry_at <= now()) \
                      ) u ORDER BY u.id LIMIT $4 \
                  ) o ON true",

@@ -18,6 +18,9 @@ pub struct LeaseToken {
     pub holder: String,
     /// Fencing epoch, grows with every change of holder.
     pub epoch: i64,
+    /// The bucket the lease is for, when the outbox has several (`None`: the whole outbox).
+    /// Claims made under the token read only this bucket's rows.
+    pub bucket: Option<i16>,
 }
 
 /// Current lease row, for `status`.
@@ -49,6 +52,21 @@ impl Store {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<LeaseToken>, sqlx::Error> {
+        self.try_acquire(name, None, holder, ttl).await
+    }
+
+    /// Takes the lease row `name`, for `bucket` (see [`LeaseToken::bucket`]), if it is free or
+    /// expired; returns the token with the new epoch.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn try_acquire(
+        &self,
+        name: &str,
+        bucket: Option<i16>,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Option<LeaseToken>, sqlx::Error> {
         let mut s = self.lease_session().await?;
         let epoch: Option<i64> = sqlx::query_scalar(
             "INSERT INTO outbox_relay_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at) \
@@ -69,6 +87,7 @@ impl Store {
             name: name.to_owned(),
             holder: holder.to_owned(),
             epoch,
+            bucket,
         }))
     }
 
@@ -85,21 +104,9 @@ impl Store {
         ttl: Duration,
     ) -> Result<bool, sqlx::Error> {
         let mut s = self.lease_session().await?;
-        let n = sqlx::query(
-            "UPDATE outbox_relay_lease \
-             SET renewed_at = now(), \
-                 expires_at = greatest(expires_at, now() + make_interval(secs => $4)) \
-             WHERE name = $1 AND holder = $2 AND epoch = $3",
-        )
-        .bind(&lease.name)
-        .bind(&lease.holder)
-        .bind(lease.epoch)
-        .bind(ttl.as_secs_f64())
-        .execute(s.conn())
-        .await?
-        .rows_affected();
+        let held = renew(s.conn(), lease, ttl).await?;
         s.finish().await?;
-        Ok(n == 1)
+        Ok(held)
     }
 
     /// Renews the lease and keeps its row locked in the returned open transaction: a takeover
@@ -132,20 +139,8 @@ impl Store {
                 .as_str(),
             )
             .await?;
-        let held = sqlx::query(
-            "UPDATE outbox_relay_lease \
-             SET renewed_at = now(), \
-                 expires_at = greatest(expires_at, now() + make_interval(secs => $4)) \
-             WHERE name = $1 AND holder = $2 AND epoch = $3 \
-             RETURNING 1",
-        )
-        .bind(&lease.name)
-        .bind(&lease.holder)
-        .bind(lease.epoch)
-        .bind(ttl.as_secs_f64())
-        .fetch_optional(s.conn())
-        .await?;
-        if held.is_none() {
+        let held = renew(s.conn(), lease, ttl).await?;
+        if !held {
             s.finish().await?;
             return Ok(None);
         }
@@ -165,20 +160,7 @@ impl Store {
         lease: &LeaseToken,
         ttl: Duration,
     ) -> Result<bool, sqlx::Error> {
-        let n = sqlx::query(
-            "UPDATE outbox_relay_lease \
-             SET renewed_at = clock_timestamp(), \
-                 expires_at = clock_timestamp() + make_interval(secs => $4) \
-             WHERE name = $1 AND holder = $2 AND epoch = $3",
-        )
-        .bind(&lease.name)
-        .bind(&lease.holder)
-        .bind(lease.epoch)
-        .bind(ttl.as_secs_f64())
-        .execute(hold.conn())
-        .await?
-        .rows_affected();
-        Ok(n == 1)
+        renew(hold.conn(), lease, ttl).await
     }
 
     /// Gives the lease up so a standby can take over at once.
@@ -223,4 +205,29 @@ impl Store {
             expires_in_seconds: r.get("expires_in"),
         }))
     }
+}
+
+/// Extends the lease row of `lease` from the statement's own clock (`clock_timestamp()`, not
+/// the transaction's start: a renewal inside a hold counts from when it was sent); `false`
+/// when the row no longer carries the token. Never moves the expiry backwards: a renewal that
+/// waited behind this relay's own hold of the row was sent before the hold's own, later one.
+async fn renew(
+    conn: &mut sqlx::PgConnection,
+    lease: &LeaseToken,
+    ttl: Duration,
+) -> Result<bool, sqlx::Error> {
+    let n = sqlx::query(
+        "UPDATE outbox_relay_lease \
+         SET renewed_at = clock_timestamp(), \
+             expires_at = greatest(expires_at, clock_timestamp() + make_interval(secs => $4)) \
+         WHERE name = $1 AND holder = $2 AND epoch = $3",
+    )
+    .bind(&lease.name)
+    .bind(&lease.holder)
+    .bind(lease.epoch)
+    .bind(ttl.as_secs_f64())
+    .execute(conn)
+    .await?
+    .rows_affected();
+    Ok(n == 1)
 }

@@ -13,6 +13,7 @@
 //! (fencing), so a relay that lost its lease can never mark anything.
 
 mod backlog;
+mod buckets;
 mod claim;
 pub(crate) mod debezium;
 mod failures;
@@ -23,6 +24,7 @@ mod pool;
 pub mod session;
 
 pub use backlog::{Backlog, TopicBacklog};
+pub use buckets::{BucketRow, SetBucketsError};
 pub use claim::{
     ClaimLimits, ClaimedBatch, ClaimedRow, FloorQuery, FloorSeen, IdRange, Undecodable,
 };

@@ -41,12 +41,15 @@ impl Store {
         if pgbouncer {
             options = options.statement_cache_capacity(0).extra_float_digits(None);
         }
+        // Renewals of several buckets' leases share the lease's pool.
         let lease_pool = PgPoolOptions::new()
-            .max_connections(1)
+            .max_connections(2)
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(options.clone());
+        // Connections open as needed: a relay publishing one bucket uses two or three; one
+        // holding several buckets claims, marks and initialises producers for each.
         let pool = PgPoolOptions::new()
-            .max_connections(4)
+            .max_connections(10)
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(options);
         Ok(Self {

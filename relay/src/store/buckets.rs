@@ -1,0 +1,244 @@
+//! The outbox's buckets as the store sees them: the layout (how many buckets, under which
+//! layout number), the relays sharing them (`outbox_relay_member`), the bucket leases' rows and
+//! the operator's change of the bucket count. What a bucket is and how relays share them:
+//! [`crate::buckets`].
+
+use std::time::Duration;
+
+use sqlx::{Executor, Row};
+
+use super::pool::Store;
+use crate::buckets::{Layout, MAX_BUCKETS};
+
+/// A bucket's lease row as the relays' acquisition rounds see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketRow {
+    /// The bucket.
+    pub bucket: i16,
+    /// The holder, while the lease is unexpired.
+    pub holder: Option<String>,
+}
+
+/// Why `buckets set` refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SetBucketsError {
+    /// A count outside 1..=[`MAX_BUCKETS`].
+    #[error("the bucket count must be between 1 and {MAX_BUCKETS}, not {0}")]
+    OutOfRange(i64),
+    /// A relay holds a lease of the outbox: the count changes only while none publishes.
+    #[error("relay {holder} holds {lease:?}: stop every relay of the outbox (SIGTERM, so it releases its leases), then run the command again")]
+    Held {
+        /// The lease row.
+        lease: String,
+        /// Its holder.
+        holder: String,
+    },
+    /// The database.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+impl Store {
+    /// The outbox's bucket layout.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn layout(&self) -> Result<Layout, sqlx::Error> {
+        let mut s = self.lease_session().await?;
+        let row = sqlx::query("SELECT buckets, layout FROM outbox_buckets")
+            .fetch_one(s.conn())
+            .await?;
+        s.finish().await?;
+        Ok(Layout {
+            buckets: row.get::<i32, _>(0) as i16,
+            number: row.get(1),
+        })
+    }
+
+    /// Renews this relay's membership of the relays sharing `lease` (joining if new) and
+    /// returns how many members are alive, itself included. Rows of members gone for an hour
+    /// are deleted on the way.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn renew_membership(
+        &self,
+        lease: &str,
+        instance: &str,
+        ttl: Duration,
+    ) -> Result<i64, sqlx::Error> {
+        let mut s = self.lease_session().await?;
+        let live: i64 = sqlx::query_scalar(
+            "WITH me AS ( \
+                 INSERT INTO outbox_relay_member AS m (lease, instance, expires_at) \
+                 VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3)) \
+                 ON CONFLICT (lease, instance) DO UPDATE SET expires_at = EXCLUDED.expires_at \
+                 RETURNING 1), \
+             gone AS ( \
+                 DELETE FROM outbox_relay_member \
+                 WHERE lease = $1 AND expires_at < now() - interval '1 hour') \
+             SELECT 1 + count(*) FROM outbox_relay_member \
+             WHERE lease = $1 AND instance <> $2 AND expires_at > now()",
+        )
+        .bind(lease)
+        .bind(instance)
+        .bind(ttl.as_secs_f64())
+        .fetch_one(s.conn())
+        .await?;
+        s.finish().await?;
+        Ok(live)
+    }
+
+    /// Leaves the relays sharing `lease` (on shutdown, after releasing its buckets): the others
+    /// count one member fewer at once instead of after its row expired.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn leave_membership(&self, lease: &str, instance: &str) -> Result<(), sqlx::Error> {
+        let mut s = self.lease_session().await?;
+        sqlx::query("DELETE FROM outbox_relay_member WHERE lease = $1 AND instance = $2")
+            .bind(lease)
+            .bind(instance)
+            .execute(s.conn())
+            .await?;
+        s.finish().await?;
+        Ok(())
+    }
+
+    /// The lease rows of `layout`'s buckets (a bucket whose row does not exist yet is free).
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn bucket_rows(
+        &self,
+        lease: &str,
+        layout: Layout,
+    ) -> Result<Vec<BucketRow>, sqlx::Error> {
+        let names: Vec<String> = (0..layout.buckets)
+            .map(|b| layout.lease_name(lease, b))
+            .collect();
+        let mut s = self.lease_session().await?;
+        let rows = sqlx::query(
+            "SELECT n.bucket::int2, l.holder \
+             FROM unnest($1::text[]) WITH ORDINALITY AS n(name, bucket) \
+             LEFT JOIN outbox_relay_lease l ON l.name = n.name AND l.expires_at > now() \
+             ORDER BY n.bucket",
+        )
+        .bind(&names)
+        .fetch_all(s.conn())
+        .await?;
+        s.finish().await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| BucketRow {
+                bucket: r.get::<i16, _>(0) - 1,
+                holder: r.get(1),
+            })
+            .collect())
+    }
+
+    /// Changes the outbox's bucket count to `buckets` (the operator's `buckets set`), in one
+    /// transaction that locks the outbox against writers: refused while any relay holds a
+    /// lease of `lease` (the whole-outbox row or a bucket's). Every row of the outbox moves to
+    /// its bucket under the new count; with more than one bucket, the insert trigger that sets
+    /// it and the index claims scan are created (dropped again for one bucket). The
+    /// whole-outbox row is parked as held forever by `<buckets>` while the outbox has several
+    /// buckets, so a relay of a version without buckets stands by instead of publishing
+    /// beside the bucketed ones. Returns the new layout (unchanged when the count is).
+    ///
+    /// # Errors
+    /// [`SetBucketsError`].
+    pub async fn set_buckets(&self, lease: &str, buckets: i64) -> Result<Layout, SetBucketsError> {
+        if !(1..=i64::from(MAX_BUCKETS)).contains(&buckets) {
+            return Err(SetBucketsError::OutOfRange(buckets));
+        }
+        let buckets = buckets as i16;
+        let mut tx = self.transaction().await?;
+        tx.conn()
+            .execute(
+                "SET LOCAL lock_timeout = '30s'; LOCK TABLE outbox IN SHARE ROW EXCLUSIVE MODE",
+            )
+            .await?;
+        let row = sqlx::query("SELECT buckets, layout FROM outbox_buckets FOR UPDATE")
+            .fetch_one(tx.conn())
+            .await?;
+        let old = Layout {
+            buckets: row.get::<i32, _>(0) as i16,
+            number: row.get(1),
+        };
+        if old.buckets == buckets {
+            tx.finish().await?;
+            return Ok(old);
+        }
+        // Every lease row of the outbox, locked: a relay's acquisition waits for this change
+        // and then finds the new layout's rows.
+        let held: Option<(String, String)> = sqlx::query_as(
+            "SELECT name, holder FROM outbox_relay_lease \
+             WHERE (name = $1 OR name LIKE $2) AND expires_at > now() \
+               AND holder <> $3 \
+             ORDER BY name LIMIT 1 FOR UPDATE",
+        )
+        .bind(lease)
+        .bind(format!("{}/%", like_escape(lease)))
+        .bind(crate::buckets::BUCKETED_HOLDER)
+        .fetch_optional(tx.conn())
+        .await?;
+        if let Some((lease, holder)) = held {
+            return Err(SetBucketsError::Held { lease, holder });
+        }
+        let new = Layout {
+            buckets,
+            number: old.number + 1,
+        };
+        // The old layout's bucket rows go; the whole-outbox row stays (its epoch keeps growing).
+        sqlx::query("DELETE FROM outbox_relay_lease WHERE name LIKE $1")
+            .bind(format!("{}/%", like_escape(lease)))
+            .execute(tx.conn())
+            .await?;
+        tx.conn()
+            .execute(crate::buckets::bucket_ddl(buckets).as_str())
+            .await?;
+        sqlx::query(
+            "UPDATE outbox SET bucket = CASE WHEN $1 = 1 THEN 0 \
+                 ELSE outbox_bucket_of(aggregate_type, aggregate_id) END \
+             WHERE bucket IS DISTINCT FROM (CASE WHEN $1 = 1 THEN 0 \
+                 ELSE outbox_bucket_of(aggregate_type, aggregate_id) END)",
+        )
+        .bind(i32::from(buckets))
+        .execute(tx.conn())
+        .await?;
+        // Several buckets: the whole-outbox row is held for good by `<buckets>` (a relay
+        // without buckets never sees it expire); one bucket: it is free again, under a new
+        // epoch.
+        sqlx::query(
+            "INSERT INTO outbox_relay_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at) \
+             VALUES ($1, $2, 1, now(), now(), CASE WHEN $3 THEN 'infinity'::timestamptz ELSE now() END) \
+             ON CONFLICT (name) DO UPDATE \
+                SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = now(), \
+                    renewed_at = now(), expires_at = EXCLUDED.expires_at",
+        )
+        .bind(lease)
+        .bind(if buckets > 1 {
+            crate::buckets::BUCKETED_HOLDER
+        } else {
+            ""
+        })
+        .bind(buckets > 1)
+        .execute(tx.conn())
+        .await?;
+        sqlx::query("UPDATE outbox_buckets SET buckets = $1, layout = $2, changed_at = now()")
+            .bind(i32::from(new.buckets))
+            .bind(new.number)
+            .execute(tx.conn())
+            .await?;
+        tx.finish().await?;
+        Ok(new)
+    }
+}
+
+/// `s` with `LIKE`'s special characters escaped (the default escape, backslash).
+fn like_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
