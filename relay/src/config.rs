@@ -54,7 +54,7 @@ pub struct BucketsArgs {
     #[command(flatten)]
     pub db: DbArgs,
     /// Lease name of the relays.
-    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default")]
+    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default", value_parser = lease_name)]
     pub lease_name: String,
     /// Change the bucket count to this (1 to 256).
     #[arg(long)]
@@ -296,7 +296,7 @@ pub struct RunArgs {
 
     /// Name of the relay lease: relays sharing a lease name and a database elect one active
     /// publisher; the others are hot standbys.
-    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default")]
+    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default", value_parser = lease_name)]
     pub lease_name: String,
 
     /// Lease time-to-live in milliseconds. A standby takes over at most this long (plus one
@@ -341,6 +341,13 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOX_TRANSACTIONAL_ID")]
     pub transactional_id: Option<String>,
 
+    /// With `--transactions`: the relay's compacted topic where each Kafka transaction also
+    /// records which outbox rows it published, so that a relay taking a bucket over marks
+    /// them instead of sending them again. Created (compacted) with `--create-missing-topics`.
+    /// Default: `<topic prefix>outbox-relay.records`.
+    #[arg(long, env = "OUTBOX_RECORDS_TOPIC")]
+    pub records_topic: Option<String>,
+
     /// Days a row of the `outbox_discarded` audit table is kept; the leading relay deletes
     /// older ones in the background.
     #[arg(long, env = "OUTBOX_DISCARDED_RETENTION_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..))]
@@ -358,7 +365,7 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub db: DbArgs,
     /// Lease name to report on.
-    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default")]
+    #[arg(long, env = "OUTBOX_LEASE_NAME", default_value = "default", value_parser = lease_name)]
     pub lease_name: String,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -436,6 +443,14 @@ fn default_instance_id() -> String {
         .unwrap_or_else(|| "relay".to_owned());
     let suffix: u16 = rand::random();
     format!("{host}-{}-{suffix:04x}", std::process::id())
+}
+
+/// A lease name: not empty, without `/` (the bucket leases are named `<lease>/l<layout>/b<n>`).
+fn lease_name(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.contains('/') {
+        return Err("a lease name is not empty and has no '/' (bucket leases are named <lease>/l<layout>/b<bucket>)".into());
+    }
+    Ok(s.to_owned())
 }
 
 #[cfg(test)]

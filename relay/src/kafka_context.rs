@@ -126,8 +126,8 @@ impl ClientContext for RelayContext {
 /// What a delivery report said about one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Report {
-    /// Persisted; the time the report arrived.
-    Acked(chrono::DateTime<chrono::Utc>),
+    /// Persisted; the time the report arrived, and the message's offset.
+    Acked(chrono::DateTime<chrono::Utc>, i64),
     /// Not persisted (or not known to be).
     Failed(RDKafkaErrorCode),
 }
@@ -227,7 +227,7 @@ impl rdkafka::producer::ProducerContext for RelayContext {
 
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, opaque: usize) {
         let report = match result {
-            Ok(_) => Report::Acked(chrono::Utc::now()),
+            Ok(m) => Report::Acked(chrono::Utc::now(), rdkafka::message::Message::offset(m)),
             Err((e, _)) => Report::Failed(e.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail)),
         };
         let batch = self.batch.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -119,14 +119,17 @@ async fn renew_loop(
             _ = tokio::time::sleep(every) => {}
         }
         let sent = Instant::now();
-        match store.renew_lease(&token, ttl).await {
-            Ok(true) => {
+        match store.renew_lease_within(&token, ttl, every / 2).await {
+            // This relay's own producer initialisation holds the row; it renews the lease
+            // itself when it ends.
+            Ok(None) => outage.recovered(),
+            Ok(Some(true)) => {
                 outage.recovered();
                 // Never backwards: a renewal that waited behind this relay's own hold of the
                 // row (a producer's initialisation) was sent before the hold's own renewal.
                 extend(&valid_until, sent + trusted_for(ttl));
             }
-            Ok(false) => {
+            Ok(Some(false)) => {
                 tracing::warn!(lease.name = %token.name, lease.epoch = token.epoch, "Relay lease taken over by another instance");
                 lost.cancel();
                 return;

@@ -32,6 +32,7 @@ pub mod ops;
 pub mod outage;
 pub mod parking;
 pub mod publisher;
+pub mod records;
 pub mod relay;
 pub mod retry;
 pub mod status;

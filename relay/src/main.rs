@@ -168,6 +168,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown_timeout: args.shutdown_timeout(),
         send_timeout: args.send_timeout(),
         transactional_id: args.transactional_id().context("--transactional-id")?,
+        records_topic: args.records_topic.clone().unwrap_or_else(|| {
+            format!(
+                "{}{}",
+                args.kafka.topic_prefix,
+                outbox_relay::records::DEFAULT_TOPIC
+            )
+        }),
         discarded_retention: args.discarded_retention(),
         purge: args.purge.settings(),
     };

@@ -52,6 +52,9 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Buckets of the outbox this instance holds.
     pub buckets_held: IntGauge,
+    /// Events a committed transaction published that were marked from the bucket's record
+    /// (settling), instead of being sent again.
+    pub settled: IntCounter,
     /// Database errors seen by the relay loop.
     pub db_errors: IntCounter,
     /// Fencing epoch of the lease this instance holds (0 when it holds none).
@@ -161,6 +164,10 @@ impl Metrics {
             buckets_held: r.metric(
                 "outbox_relay_buckets_held",
                 "Buckets of the outbox this instance holds and publishes",
+            )?,
+            settled: r.metric(
+                "outbox_events_settled_total",
+                "Events a committed Kafka transaction published whose rows were marked from the bucket's record (after a takeover or an unanswered commit) instead of being sent again",
             )?,
             db_errors: r.metric(
                 "outbox_relay_database_errors_total",

@@ -19,13 +19,14 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{BatchEnd, Batcher, ClaimFloor};
+use crate::batch::{BatchEnd, Batcher, ClaimFloor, Settle};
 use crate::buckets::Layout;
 use crate::lease::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::outage::Outage;
 use crate::parking::ParkPolicy;
 use crate::publisher::Publisher;
+use crate::records::RecordSink;
 use crate::retry::{new_backoff, sleep_unless};
 use crate::store::{ClaimLimits, LeaseToken, Store};
 use crate::topics::{TopicCatalog, TopicSpec};
@@ -62,6 +63,9 @@ pub struct RelaySettings {
     pub send_timeout: Duration,
     /// With `--transactions`: the `transactional.id` all relays of the lease share.
     pub transactional_id: Option<String>,
+    /// With `--transactions`: the relay's compacted topic of bucket records
+    /// ([`crate::records`]).
+    pub records_topic: String,
     /// How long `outbox_discarded` audit rows are kept (deleted by the leader).
     pub discarded_retention: Duration,
     /// How the retention purge runs.
@@ -89,6 +93,8 @@ struct Shared {
     store: Store,
     settings: RelaySettings,
     metrics: Metrics,
+    /// With transactions: the number of partitions of the records topic, once known.
+    record_partitions: std::sync::OnceLock<i32>,
 }
 
 /// How long after the last non-empty batch the relay keeps polling at the shortest interval.
@@ -113,6 +119,15 @@ struct Held {
     task: JoinHandle<anyhow::Result<()>>,
 }
 
+impl Held {
+    /// Tells the task to release the bucket after its batch in flight; its end is awaited
+    /// with the others `leaving`.
+    fn let_go(self, leaving: &mut Vec<JoinHandle<anyhow::Result<()>>>) {
+        self.release.cancel();
+        leaving.push(self.task);
+    }
+}
+
 impl Relay {
     /// A relay over `store` with `settings`, reporting into `metrics`.
     pub fn new(store: Store, settings: RelaySettings, metrics: Metrics) -> Self {
@@ -121,6 +136,7 @@ impl Relay {
                 store,
                 settings,
                 metrics,
+                record_partitions: std::sync::OnceLock::new(),
             }),
             wake: watch::channel(0).0,
         }
@@ -136,15 +152,20 @@ impl Relay {
         let shared = &self.shared;
         let s = &shared.settings;
         // Invalid librdkafka settings stop the relay here, before it takes any bucket.
-        drop(bucket_publishers(
-            s,
-            Layout {
-                buckets: 1,
-                number: 1,
-            },
-            0,
-            None,
-        )?);
+        let one = Layout {
+            buckets: 1,
+            number: 1,
+        };
+        let (probe, _) = bucket_publishers(s, one, 0, None, None)?;
+        // With transactions, the records topic must exist (or be created) before any bucket
+        // is published.
+        if s.transactional_id.is_some() {
+            let Some(n) = self.records_topic(&probe, &shutdown).await? else {
+                return Ok(());
+            };
+            let _ = shared.record_partitions.set(n);
+        }
+        drop(probe);
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
         // only polls.
@@ -188,6 +209,35 @@ impl Relay {
         let _ = retention.await;
         tracing::info!("Relay stopped");
         result
+    }
+
+    /// The records topic's partitions (created when missing and allowed), retried while the
+    /// broker does not answer; `None` on shutdown.
+    async fn records_topic(
+        &self,
+        probe: &Publisher,
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<Option<i32>> {
+        let s = &self.shared.settings;
+        let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
+        let buckets = self.shared.store.layout().await.map_or(1, |l| l.buckets);
+        let mut outage = Outage::new("kafka (records topic)");
+        loop {
+            match topics
+                .records_topic(probe.producer(), &s.records_topic, buckets)
+                .await
+            {
+                Ok(n) => {
+                    outage.recovered();
+                    return Ok(Some(n));
+                }
+                Err(Ok(why)) => anyhow::bail!(why),
+                Err(Err(e)) => outage.failed(&e),
+            }
+            if !sleep_unless(Duration::from_secs(1), shutdown).await {
+                return Ok(None);
+            }
+        }
     }
 
     /// Every `min(ttl / 5, 1 s)`: renews this relay's membership, releases the buckets it
@@ -243,8 +293,7 @@ impl Relay {
             }
         };
         for (_, h) in std::mem::take(&mut held) {
-            h.release.cancel();
-            leaving.push(h.task);
+            h.let_go(&mut leaving);
         }
         for task in leaving {
             match task.await {
@@ -283,8 +332,7 @@ impl Relay {
                 "The outbox's buckets changed; taking buckets of the new layout"
             );
             for (_, h) in std::mem::take(held) {
-                h.release.cancel();
-                leaving.push(h.task);
+                h.let_go(leaving);
             }
         }
         *layout = Some(current);
@@ -304,8 +352,7 @@ impl Relay {
                 share,
                 "Releasing a bucket to another relay"
             );
-            h.release.cancel();
-            leaving.push(h.task);
+            h.let_go(leaving);
         }
         if held.len() >= share {
             return Ok(if held.is_empty() {
@@ -335,7 +382,7 @@ impl Relay {
                 .store
                 .try_acquire(
                     &name,
-                    current.scope(row.bucket),
+                    (current.scope(row.bucket), Some(current.number)),
                     &s.instance_id,
                     s.lease_ttl,
                 )
@@ -409,6 +456,7 @@ fn bucket_publishers(
     layout: Layout,
     bucket: i16,
     broker_down: Option<prometheus::IntGauge>,
+    records: Option<&Settle>,
 ) -> anyhow::Result<(Publisher, Publisher)> {
     let mut publisher =
         Publisher::reporting(&s.brokers, &s.kafka_config, &s.topic_prefix, broker_down)?
@@ -423,6 +471,15 @@ fn bucket_publishers(
         let id = layout.transactional_id(base, bucket);
         publisher = publisher.with_transactions(&id)?;
         lone = lone.with_transactions(&format!("{id}.lone"))?;
+    }
+    if let Some(r) = records {
+        let sink = |key: &str| RecordSink {
+            topic: r.topic.clone(),
+            partition: r.partition,
+            key: key.to_owned(),
+        };
+        publisher = publisher.with_records(sink(&r.keys[0]));
+        lone = lone.with_records(sink(&r.keys[1]));
     }
     Ok((publisher, lone))
 }
@@ -439,11 +496,27 @@ async fn publish_bucket(
 ) -> anyhow::Result<()> {
     let s = &shared.settings;
     let first = bucket == 0;
+    // With transactions, each transaction of the bucket's producers ends with its record, keyed
+    // by the producer's `transactional.id`.
+    let records = match (&s.transactional_id, shared.record_partitions.get()) {
+        (Some(base), Some(&partitions)) => {
+            let id = layout.transactional_id(base, bucket);
+            Some(Settle {
+                brokers: s.brokers.clone(),
+                extra: s.kafka_config.to_vec(),
+                topic: s.records_topic.clone(),
+                partition: crate::records::partition_of(bucket, partitions),
+                keys: vec![id.clone(), format!("{id}.lone")],
+            })
+        }
+        _ => None,
+    };
     let (mut publisher, mut lone) = bucket_publishers(
         s,
         layout,
         bucket,
         first.then(|| shared.metrics.broker_down.clone()),
+        records.as_ref(),
     )?;
     let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
     let mut db = Outage::new("database");
@@ -460,7 +533,7 @@ async fn publish_bucket(
     let guard = LeaseGuard::start(shared.store.clone(), token, s.lease_ttl, acquired_at);
     let end = lead(
         &shared,
-        wake,
+        (wake, records),
         &guard,
         (&mut publisher, &mut lone),
         &mut topics,
@@ -498,7 +571,7 @@ async fn publish_bucket(
 
 async fn lead(
     shared: &Shared,
-    mut wake: watch::Receiver<u64>,
+    (mut wake, records): (watch::Receiver<u64>, Option<Settle>),
     guard: &LeaseGuard,
     (publisher, lone): (&mut Publisher, &mut Publisher),
     topics: &mut TopicCatalog,
@@ -529,6 +602,9 @@ async fn lead(
         batches: 0,
         replaced: false,
         floor: ClaimFloor::new(crate::batch::CANDIDATE_EVERY),
+        // A new owner settles the bucket from its records before its first claim.
+        unsettled: records.is_some(),
+        records,
     };
     // Fence the relays that held the lease before, now (their open transactions are
     // aborted, so `read_committed` readers do not wait for their timeout); failing that,

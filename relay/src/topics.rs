@@ -207,6 +207,76 @@ impl TopicCatalog {
 }
 
 impl TopicCatalog {
+    /// The number of partitions of the relay's records topic `name` ([`crate::records`]),
+    /// creating it (compacted, [`crate::records::MIN_PARTITIONS`] or `buckets` partitions,
+    /// whichever is more) when missing and the relay may create topics.
+    ///
+    /// # Errors
+    /// `Err(Ok(why))` when the topic is missing and may not be created, or its creation was
+    /// refused; `Err(Err(e))` when the broker could not be asked.
+    pub async fn records_topic(
+        &mut self,
+        producer: &PolledProducer<RelayContext>,
+        name: &str,
+        buckets: i16,
+    ) -> Result<i32, Result<String, KafkaError>> {
+        if let Some(n) = partitions(producer, name).await.map_err(Err)? {
+            return Ok(n);
+        }
+        let Some(spec) = self.create else {
+            return Err(Ok(format!(
+                "the records topic {name} does not exist: create it with cleanup.policy=compact and at least {} partitions, or run the relay with --create-missing-topics",
+                crate::records::MIN_PARTITIONS.max(i32::from(buckets))
+            )));
+        };
+        let replication = match spec.replication {
+            Some(r) => Some(r),
+            None => self.default_replication(producer).await,
+        };
+        let min_insync = spec
+            .min_insync_replicas
+            .or(replication.map(majority))
+            .map(|n| n.to_string());
+        let count = crate::records::MIN_PARTITIONS.max(i32::from(buckets));
+        let mut topic = NewTopic::new(
+            name,
+            count,
+            TopicReplication::Fixed(spec.replication.unwrap_or(-1)),
+        )
+        .set("cleanup.policy", "compact");
+        if let Some(n) = &min_insync {
+            topic = topic.set("min.insync.replicas", n);
+        }
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let created = self
+            .admin
+            .create_topics(&[topic], &opts)
+            .await
+            .map_err(Err)?;
+        match created.into_iter().next() {
+            Some(Ok(_)) => {
+                tracing::info!(
+                    topic = name,
+                    partitions = count,
+                    "Created the relay's records topic (compacted)"
+                );
+                Ok(count)
+            }
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => partitions(producer, name)
+                .await
+                .map_err(Err)?
+                .ok_or_else(|| {
+                    Ok(format!(
+                        "the records topic {name} was created but has no partitions yet"
+                    ))
+                }),
+            Some(Err((_, code))) => Err(Ok(format!(
+                "could not create the records topic {name}: {code}"
+            ))),
+            None => Err(Ok(format!("could not create the records topic {name}"))),
+        }
+    }
+
     /// Warns when `topic` (with `replication` replicas) takes writes its leader alone
     /// acknowledged: `min.insync.replicas` 1 with more than one replica, so an acknowledged
     /// event (the relay then deletes its row) can be lost with that one broker. Once per
@@ -279,6 +349,28 @@ async fn any_broker(producer: &PolledProducer<RelayContext>) -> Option<i32> {
     .await
     .ok()
     .flatten()
+}
+
+/// The number of partitions of `topic`, `None` when the broker does not have it.
+async fn partitions(
+    producer: &PolledProducer<RelayContext>,
+    topic: &str,
+) -> Result<Option<i32>, KafkaError> {
+    use rdkafka::producer::Producer;
+    let producer = producer.shared();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let md = producer
+            .client()
+            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
+        Ok(md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len() as i32))
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
 }
 
 /// Asks the broker whether `topic` exists (an error: no broker answered in time).

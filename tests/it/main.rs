@@ -16,6 +16,7 @@ mod delivery {
     mod chaos;
     mod commit_order;
     mod committed_events;
+    mod each_event_once;
     mod failover;
     mod fencing;
     mod guarded_settings;

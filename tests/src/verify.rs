@@ -183,7 +183,8 @@ pub fn dump_secured(brokers: &str, topics: &[String], envs: &[(&str, &str)]) -> 
     dump_with_env(brokers, topics, &["--timeout", "300"], envs)
 }
 
-fn dump_with(brokers: &str, topics: &[String], args: &[&str]) -> Vec<Record> {
+/// Reads `topics` with the dump tool's extra `args` (`--timeout`, `--isolation-level`, ...).
+pub fn dump_with(brokers: &str, topics: &[String], args: &[&str]) -> Vec<Record> {
     dump_with_env(brokers, topics, args, &[])
 }
 

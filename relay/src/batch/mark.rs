@@ -21,17 +21,31 @@ impl Batcher<'_> {
         plan: &MarkPlan,
         shutdown: &CancellationToken,
     ) -> Result<(), BatchEnd> {
-        if plan.mark.is_empty() {
+        // With records: every id the bucket's producers committed since the last mark, the
+        // offset of their last record stored with them.
+        let (main, main_record) = self.publisher.unmarked();
+        let (lone, lone_record) = self.lone.unmarked();
+        let record = main_record.max(lone_record);
+        let mut ids = plan.mark.clone();
+        if record.is_some() {
+            ids.extend(main);
+            ids.extend(lone);
+            ids.sort_unstable();
+            ids.dedup();
+        }
+        if ids.is_empty() {
             return Ok(());
         }
         let mut backoff = crate::retry::new_backoff();
         loop {
             match self
                 .store
-                .mark_published_clearing(self.token, &plan.mark, &plan.clear_failures)
+                .mark_published_clearing(self.token, &ids, &plan.clear_failures, record)
                 .await
             {
                 Ok(Marked::Deleted(n)) => {
+                    self.publisher.marked();
+                    self.lone.marked();
                     self.db.recovered();
                     self.metrics.published.inc_by(n);
                     self.observe_latency(rows, outcomes);

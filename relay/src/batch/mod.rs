@@ -35,10 +35,12 @@ mod floor;
 mod init;
 mod mark;
 mod publish;
+mod settle;
 
 pub use claim::Prefetched;
 pub use floor::{ClaimFloor, CANDIDATE_EVERY};
 pub use publish::LONE_SENDS_PER_BATCH;
+pub use settle::Settle;
 
 use claim::Claimed;
 
@@ -104,6 +106,11 @@ pub struct Batcher<'a> {
     pub replaced: bool,
     /// Where claims start while failures hold events back (see [`ClaimFloor`]).
     pub floor: ClaimFloor,
+    /// With transactions: where the bucket's records are ([`crate::records`]).
+    pub records: Option<Settle>,
+    /// The bucket must be settled from its records before the next claim (at the start of a
+    /// term, and after a transaction ended without the relay knowing whether it committed).
+    pub unsettled: bool,
 }
 
 impl Batcher<'_> {
@@ -112,6 +119,9 @@ impl Batcher<'_> {
         let started = Instant::now();
         self.batches += 1;
         self.replaced = false;
+        if let Err(end) = self.settle_if_needed().await {
+            return end;
+        }
         let prefetched = self.prefetched.take();
         let asked = self.row_limit;
         let filter = match self.failure_filter().await {

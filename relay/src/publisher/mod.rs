@@ -9,6 +9,7 @@
 //! `sends`; the producer's configuration, and which of its settings a user may not change, live
 //! in `settings`; the Kafka transactions of `--transactions`, in `transaction`.
 
+mod record;
 mod sends;
 mod session;
 mod settings;

@@ -63,7 +63,13 @@ impl Publisher {
             }
             _ => false,
         };
-        let batch = Arc::new(BatchReports::new(generation, rows.len()));
+        // With transactions, the bucket record is the transaction's last message, its report
+        // in the slot after the rows'.
+        let record = in_transaction && self.records.is_some();
+        let batch = Arc::new(BatchReports::new(
+            generation,
+            rows.len() + usize::from(record),
+        ));
         self.context.start_batch(batch.clone());
         let mut stopped: HashSet<(&str, &str)> = HashSet::new();
         let mut known: Vec<Option<Outcome>> = Vec::with_capacity(rows.len());
@@ -109,14 +115,37 @@ impl Publisher {
                 }
             }
         }
+        let published: Vec<i64> = if record {
+            rows.iter()
+                .zip(&known)
+                .filter_map(|(r, k)| match (r, k) {
+                    (Send::Message(m, _), None) => Some(m.id),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let record_refused = match &self.records {
+            Some(r) if record => self
+                .enqueue_record(&r.sink, r.value(&published), &batch, rows.len())
+                .await
+                .err(),
+            _ => None,
+        };
         batch.sent_all();
         let withdrawn = self.await_reports(&batch, rows).await;
         let reports = batch.take();
-        // A failed delivery makes the transaction abortable in librdkafka.
-        let abort = withdrawn.clone().or_else(|| {
+        let record_offset = match reports.get(rows.len()) {
+            Some(Some(Report::Acked(_, offset))) if record => Some(*offset),
+            _ => None,
+        };
+        // A failed delivery makes the transaction abortable in librdkafka; a transaction
+        // without its record must not commit.
+        let abort = withdrawn.clone().or(record_refused).or_else(|| {
             reports.iter().flatten().find_map(|r| match r {
                 Report::Failed(code) => Some(format!("a message of the batch failed: {code}")),
-                Report::Acked(_) => None,
+                Report::Acked(..) => None,
             })
         });
         let mut outcomes: Vec<Outcome> = known
@@ -124,7 +153,7 @@ impl Publisher {
             .zip(reports)
             .map(|(known, report)| match (known, report) {
                 (Some(o), _) => o,
-                (None, Some(Report::Acked(at))) => Outcome::Acked(at),
+                (None, Some(Report::Acked(at, _))) => Outcome::Acked(at),
                 (
                     None,
                     Some(Report::Failed(
@@ -161,7 +190,8 @@ impl Publisher {
             })
             .collect();
         if in_transaction {
-            self.end_transaction(&mut outcomes, abort).await;
+            self.end_transaction(&mut outcomes, abort, (&published, record_offset))
+                .await;
         }
         for (span, outcome) in spans.into_iter().zip(&outcomes) {
             let Some(span) = span else { continue };
@@ -180,11 +210,28 @@ impl Publisher {
     /// outcomes: committed, the acknowledged rows count as published at the commit's time;
     /// aborted, none does (behind the failed rows of the batch when there are some, else a
     /// failure of the producer).
-    async fn end_transaction(&self, outcomes: &mut [Outcome], abort: Option<String>) {
+    async fn end_transaction(
+        &self,
+        outcomes: &mut [Outcome],
+        abort: Option<String>,
+        (published, record_offset): (&[i64], Option<i64>),
+    ) {
         let Some((_, t)) = &self.transactional else {
             return;
         };
-        match t.end(&self.producer, abort).await {
+        let ending = t.end(&self.producer, abort).await;
+        if let Some(r) = &self.records {
+            match &ending {
+                Ending::Committed => r.committed(published, record_offset),
+                Ending::Unknown(_) => r.uncertain(),
+                Ending::Aborted(..) => {}
+            }
+        }
+        let ending = match ending {
+            Ending::Unknown(why) => Ending::Aborted(why, true),
+            e => e,
+        };
+        match ending {
             Ending::Committed => {
                 let at = chrono::Utc::now();
                 for o in outcomes.iter_mut() {
@@ -193,6 +240,7 @@ impl Publisher {
                     }
                 }
             }
+            Ending::Unknown(_) => unreachable!("settled above"),
             Ending::Aborted(why, replace) => {
                 if replace {
                     self.spent.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -296,6 +344,38 @@ impl Publisher {
             .map(|(r, t)| Send::Message(r, t))
             .collect();
         self.publish(&sends, false).await
+    }
+
+    /// Hands the bucket record to librdkafka as the batch's slot `index`; a refusal is the
+    /// reason the transaction must abort.
+    async fn enqueue_record(
+        &self,
+        sink: &crate::records::RecordSink,
+        value: Vec<u8>,
+        batch: &BatchReports,
+        index: usize,
+    ) -> Result<(), String> {
+        batch.expect_one();
+        let mut record =
+            BaseRecord::<str, [u8], usize>::with_opaque_to(&sink.topic, batch.opaque(index))
+                .partition(sink.partition)
+                .key(sink.key.as_str())
+                .payload(&value);
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
+                    record = rec;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => {
+                    batch.refused_one();
+                    return Err(format!(
+                        "the bucket record was refused by the producer: {e}"
+                    ));
+                }
+            }
+        }
     }
 
     async fn enqueue(

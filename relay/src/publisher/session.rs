@@ -44,6 +44,8 @@ pub struct Publisher {
     pub(super) spent: std::sync::atomic::AtomicBool,
     /// With `--transactions`: the id, and the session's transactional state.
     pub(super) transactional: Option<(String, Transactions)>,
+    /// With transactions: the bucket record each transaction ends with ([`crate::records`]).
+    pub(super) records: Option<super::record::Records>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -125,6 +127,7 @@ impl Publisher {
             send_timeout: None,
             spent: Default::default(),
             transactional: None,
+            records: None,
         })
     }
 

@@ -32,8 +32,12 @@ pub(super) enum Ending {
     /// Committed: its acknowledged rows are published.
     Committed,
     /// Aborted (or never committed): none of its rows is published. The reason, and whether
-    /// the producer session must be replaced (fenced, fatal, or the abort itself failed).
+    /// the producer session must be replaced (fenced, fatal).
     Aborted(String, bool),
+    /// The commit failed and so did the abort: the coordinator may have committed it. The
+    /// session must be replaced, and whether the rows were published is read from the bucket
+    /// record once a new session is initialised (see [`crate::records`]).
+    Unknown(String),
 }
 
 impl Transactions {
@@ -126,14 +130,13 @@ impl Transactions {
             .and_then(|r| r);
         match aborted {
             Ok(()) => Ending::Aborted(why, producer.client().fatal_error().is_some()),
-            Err(e) if is_fenced(&e) => Ending::Aborted(why, true),
             Err(e) => {
-                // After a commit that got no answer, the coordinator may have committed: the
-                // new session's initialisation then waits for that commit to complete, and the
-                // batch, sent again, is duplicated (the inbox absorbs it). Otherwise the new
-                // session's initialisation aborts the transaction.
-                tracing::warn!(error = %e, reason = %why, "Could not abort the Kafka transaction; starting a new producer session, the batch is sent again (duplicated if its commit went through after all)");
-                Ending::Aborted(format!("{why}; abort failed: {e}"), true)
+                // After a commit that got no answer (or one retried after another relay's
+                // initialisation fenced this one), the coordinator may have committed: a new
+                // session's initialisation waits for that commit to complete, or aborts the
+                // transaction; the bucket record then says which.
+                tracing::warn!(error = %e, reason = %why, "Could not abort the Kafka transaction after its commit failed; it may have committed: starting a new producer session and settling from the bucket record");
+                Ending::Unknown(format!("{why}; abort failed: {e}"))
             }
         }
     }

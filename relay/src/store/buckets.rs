@@ -25,14 +25,18 @@ pub enum SetBucketsError {
     /// A count outside 1..=[`MAX_BUCKETS`].
     #[error("the bucket count must be between 1 and {MAX_BUCKETS}, not {0}")]
     OutOfRange(i64),
-    /// A relay holds a lease of the outbox: the count changes only while none publishes.
-    #[error("relay {holder} holds {lease:?}: stop every relay of the outbox (SIGTERM, so it releases its leases), then run the command again")]
+    /// A relay holds a lease of the outbox, or held it until recently without releasing it:
+    /// the count changes only while none publishes.
+    #[error("relay {holder:?} holds {lease:?}, or held it less than 90 s ago without releasing it (killed or stopped: its Kafka transaction may still commit): stop every relay of the outbox with SIGTERM, or wait, then run the command again")]
     Held {
         /// The lease row.
         lease: String,
         /// Its holder.
         holder: String,
     },
+    /// Relays of another lease name use this outbox.
+    #[error("relays of another lease name ({0:?}) use this outbox: run the command with that --lease-name, or remove that lease's rows once its relays are gone")]
+    OtherLease(String),
     /// The database.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -170,20 +174,35 @@ impl Store {
             tx.finish().await?;
             return Ok(old);
         }
-        // Every lease row of the outbox, locked: a relay's acquisition waits for this change
-        // and then finds the new layout's rows.
-        let held: Option<(String, String)> = sqlx::query_as(
-            "SELECT name, holder FROM outbox_relay_lease \
-             WHERE (name = $1 OR name LIKE $2) AND expires_at > now() \
-               AND holder <> $3 \
-             ORDER BY name LIMIT 1 FOR UPDATE",
+        // Relays of another lease name on this outbox: the count is the outbox's, and they
+        // would not see their whole-outbox lease parked.
+        let other: Option<String> = sqlx::query_scalar(
+            "SELECT name FROM outbox_relay_lease WHERE name <> $1 AND name NOT LIKE $2 LIMIT 1",
+        )
+        .bind(lease)
+        .bind(format!("{}/%", like_escape(lease)))
+        .fetch_optional(tx.conn())
+        .await?;
+        if let Some(other) = other {
+            return Err(SetBucketsError::OtherLease(other));
+        }
+        // Every lease row of the relays, locked: none may be held, nor have expired without
+        // being released (SIGKILL, SIGSTOP) so recently that its holder's Kafka transaction
+        // could still commit (`transaction.timeout.ms` is 60 s).
+        let rows: Vec<(String, String, bool)> = sqlx::query_as(
+            "SELECT name, holder, \
+                    expires_at > now() OR (released_at IS NULL \
+                        AND renewed_at > now() - interval '90 seconds') \
+             FROM outbox_relay_lease \
+             WHERE (name = $1 OR name LIKE $2) AND holder <> $3 \
+             ORDER BY name FOR UPDATE",
         )
         .bind(lease)
         .bind(format!("{}/%", like_escape(lease)))
         .bind(crate::buckets::BUCKETED_HOLDER)
-        .fetch_optional(tx.conn())
+        .fetch_all(tx.conn())
         .await?;
-        if let Some((lease, holder)) = held {
+        if let Some((lease, holder, _)) = rows.into_iter().find(|(_, _, busy)| *busy) {
             return Err(SetBucketsError::Held { lease, holder });
         }
         let new = Layout {
@@ -210,21 +229,24 @@ impl Store {
         // Several buckets: the whole-outbox row is held for good by `<buckets>` (a relay
         // without buckets never sees it expire); one bucket: it is free again, under a new
         // epoch.
-        sqlx::query(
-            "INSERT INTO outbox_relay_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at) \
-             VALUES ($1, $2, 1, now(), now(), CASE WHEN $3 THEN 'infinity'::timestamptz ELSE now() END) \
-             ON CONFLICT (name) DO UPDATE \
-                SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = now(), \
-                    renewed_at = now(), expires_at = EXCLUDED.expires_at",
+        super::lease::take(
+            tx.conn(),
+            super::lease::Take {
+                name: lease,
+                holder: if buckets > 1 {
+                    crate::buckets::BUCKETED_HOLDER
+                } else {
+                    ""
+                },
+                expires: if buckets > 1 {
+                    super::lease::Expiry::Never
+                } else {
+                    super::lease::Expiry::Now
+                },
+                layout: None,
+                force: true,
+            },
         )
-        .bind(lease)
-        .bind(if buckets > 1 {
-            crate::buckets::BUCKETED_HOLDER
-        } else {
-            ""
-        })
-        .bind(buckets > 1)
-        .execute(tx.conn())
         .await?;
         sqlx::query("UPDATE outbox_buckets SET buckets = $1, layout = $2, changed_at = now()")
             .bind(i32::from(new.buckets))

@@ -52,35 +52,34 @@ impl Store {
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<LeaseToken>, sqlx::Error> {
-        self.try_acquire(name, None, holder, ttl).await
+        self.try_acquire(name, (None, None), holder, ttl).await
     }
 
     /// Takes the lease row `name`, for `bucket` (see [`LeaseToken::bucket`]), if it is free or
-    /// expired; returns the token with the new epoch.
+    /// expired and, with `layout`, while the outbox's bucket layout is still that one (a
+    /// change of the bucket count commits before or after, never around it); returns the
+    /// token with the new epoch.
     ///
     /// # Errors
     /// Database errors.
     pub async fn try_acquire(
         &self,
         name: &str,
-        bucket: Option<i16>,
+        (bucket, layout): (Option<i16>, Option<i32>),
         holder: &str,
         ttl: Duration,
     ) -> Result<Option<LeaseToken>, sqlx::Error> {
         let mut s = self.lease_session().await?;
-        let epoch: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO outbox_relay_lease AS l (name, holder, epoch, acquired_at, renewed_at, expires_at) \
-             VALUES ($1, $2, 1, now(), now(), now() + make_interval(secs => $3)) \
-             ON CONFLICT (name) DO UPDATE \
-                SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = now(), \
-                    renewed_at = now(), expires_at = EXCLUDED.expires_at \
-              WHERE l.expires_at <= now() \
-             RETURNING epoch",
+        let epoch = take(
+            s.conn(),
+            Take {
+                name,
+                holder,
+                expires: Expiry::After(ttl),
+                layout,
+                force: false,
+            },
         )
-        .bind(name)
-        .bind(holder)
-        .bind(ttl.as_secs_f64())
-        .fetch_optional(s.conn())
         .await?;
         s.finish().await?;
         Ok(epoch.map(|epoch| LeaseToken {
@@ -107,6 +106,34 @@ impl Store {
         let held = renew(s.conn(), lease, ttl).await?;
         s.finish().await?;
         Ok(held)
+    }
+
+    /// [`Store::renew_lease`], waiting at most `wait` for the lease row's lock: `None` when the
+    /// row stayed locked that long (this relay's own initialisation holds it: see
+    /// [`Store::hold_lease`]), so a renewal never keeps one of the lease pool's connections
+    /// while another bucket's renewal needs it.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn renew_lease_within(
+        &self,
+        lease: &LeaseToken,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<bool>, sqlx::Error> {
+        let mut s = self.lease_transaction().await?;
+        let ms = wait.as_millis().clamp(1, i32::MAX as u128);
+        s.conn()
+            .execute(format!("SET LOCAL lock_timeout = {ms}").as_str())
+            .await?;
+        match renew(s.conn(), lease, ttl).await {
+            Ok(held) => {
+                s.finish().await?;
+                Ok(Some(held))
+            }
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Renews the lease and keeps its row locked in the returned open transaction: a takeover
@@ -163,6 +190,22 @@ impl Store {
         renew(hold.conn(), lease, ttl).await
     }
 
+    /// The offset of the last bucket record marked under the lease row of `lease`
+    /// ([`Store::mark_published_clearing`]); `None` when none was.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn record_offset(&self, lease: &LeaseToken) -> Result<Option<i64>, sqlx::Error> {
+        let mut s = self.session().await?;
+        let offset: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT record_offset FROM outbox_relay_lease WHERE name = $1")
+                .bind(&lease.name)
+                .fetch_optional(s.conn())
+                .await?;
+        s.finish().await?;
+        Ok(offset.flatten())
+    }
+
     /// Gives the lease up so a standby can take over at once.
     ///
     /// # Errors
@@ -170,7 +213,7 @@ impl Store {
     pub async fn release_lease(&self, lease: &LeaseToken) -> Result<(), sqlx::Error> {
         let mut s = self.lease_session().await?;
         sqlx::query(
-            "UPDATE outbox_relay_lease SET expires_at = now() \
+            "UPDATE outbox_relay_lease SET expires_at = now(), released_at = now() \
              WHERE name = $1 AND holder = $2 AND epoch = $3",
         )
         .bind(&lease.name)
@@ -230,4 +273,77 @@ async fn renew(
     .await?
     .rows_affected();
     Ok(n == 1)
+}
+
+/// When a lease row taken by [`take`] expires.
+pub(super) enum Expiry {
+    /// After the time-to-live.
+    After(Duration),
+    /// Now: the row is free (under a new epoch).
+    Now,
+    /// Never (a row parked by its holder for good).
+    Never,
+}
+
+/// A lease row to take: see [`take`].
+pub(super) struct Take<'a> {
+    pub(super) name: &'a str,
+    pub(super) holder: &'a str,
+    pub(super) expires: Expiry,
+    /// Only while the outbox's bucket layout is this one (its row locked `FOR SHARE`).
+    pub(super) layout: Option<i32>,
+    /// Take it even if it has not expired (the caller made sure nobody publishes under it).
+    pub(super) force: bool,
+}
+
+/// Takes (creating it if missing) the lease row `t.name` for `t.holder` under a new epoch;
+/// returns the epoch, `None` when it is held (unless `t.force`) or the layout changed.
+pub(super) async fn take(
+    conn: &mut sqlx::PgConnection,
+    t: Take<'_>,
+) -> Result<Option<i64>, sqlx::Error> {
+    // A row freed at once counts as released (nobody publishes under it).
+    let (expires, secs, released) = match t.expires {
+        Expiry::After(ttl) => (
+            "now() + make_interval(secs => $3)",
+            ttl.as_secs_f64(),
+            "NULL",
+        ),
+        Expiry::Now => ("now() + make_interval(secs => $3)", 0.0, "now()"),
+        // Far in the future rather than `infinity`: `expires_at - now()` stays finite.
+        Expiry::Never => (
+            "'9999-12-31'::timestamptz + make_interval(secs => $3)",
+            0.0,
+            "NULL",
+        ),
+    };
+    let (source, from) = match t.layout {
+        Some(_) => (
+            "WITH layout AS (SELECT 1 FROM outbox_buckets WHERE layout = $4 FOR SHARE) ",
+            "FROM layout",
+        ),
+        None => ("", "WHERE $4::int4 IS NULL"),
+    };
+    let only_expired = if t.force {
+        ""
+    } else {
+        "WHERE l.expires_at <= now()"
+    };
+    sqlx::query_scalar(&format!(
+        "{source}INSERT INTO outbox_relay_lease AS l \
+             (name, holder, epoch, acquired_at, renewed_at, expires_at, released_at) \
+         SELECT $1, $2, 1, now(), now(), {expires}, {released} {from} \
+         ON CONFLICT (name) DO UPDATE \
+            SET holder = EXCLUDED.holder, epoch = l.epoch + 1, acquired_at = now(), \
+                renewed_at = now(), expires_at = EXCLUDED.expires_at, \
+                released_at = EXCLUDED.released_at \
+          {only_expired} \
+         RETURNING epoch"
+    ))
+    .bind(t.name)
+    .bind(t.holder)
+    .bind(secs)
+    .bind(t.layout)
+    .fetch_optional(conn)
+    .await
 }

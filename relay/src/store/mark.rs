@@ -43,11 +43,13 @@ impl Store {
         lease: &LeaseToken,
         ids: &[i64],
     ) -> Result<Marked, sqlx::Error> {
-        self.mark_published_clearing(lease, ids, &[]).await
+        self.mark_published_clearing(lease, ids, &[], None).await
     }
 
     /// [`Store::mark_published`], also deleting the failure records of `had_failures` (rows
-    /// of `ids` that failed before and were now published), in the same statement.
+    /// of `ids` that failed before and were now published), in the same statement; with
+    /// `record`, also storing in the lease row the offset of the bucket record that listed
+    /// `ids` ([`crate::records`]: a relay settling the bucket reads the records after it).
     ///
     /// # Errors
     /// Database errors; retrying is safe.
@@ -56,6 +58,7 @@ impl Store {
         lease: &LeaseToken,
         ids: &[i64],
         had_failures: &[i64],
+        record: Option<i64>,
     ) -> Result<Marked, sqlx::Error> {
         let mut s = self.session().await?;
         let dense = dense_range(ids);
@@ -73,17 +76,26 @@ impl Store {
                     .to_owned()
             }
         };
+        // The lease row locked `FOR SHARE`, or updated (a stronger lock) with the record's
+        // offset.
+        let lease_row = match record {
+            None => "SELECT 1 FROM outbox_relay_lease \
+                     WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE"
+                .to_owned(),
+            Some(offset) => format!(
+                "UPDATE outbox_relay_lease \
+                 SET record_offset = greatest(coalesce(record_offset, -1), {offset}) \
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 RETURNING 1"
+            ),
+        };
         let sql = format!(
-            "WITH l AS ( \
-                 SELECT 1 FROM outbox_relay_lease \
-                 WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE \
-             ), d AS ({delete}), f AS ( \
+            "WITH l AS ({lease_row}), d AS ({delete}), f AS ( \
                  DELETE FROM outbox_failure WHERE outbox_id = ANY($5) AND EXISTS (SELECT 1 FROM l) \
              ) \
              SELECT (SELECT count(*) FROM l) AS held, (SELECT count(*) FROM d) AS deleted"
         );
         let row = sqlx::query(&sql)
-            .persistent(dense.is_none())
+            .persistent(dense.is_none() && record.is_none())
             .bind(&lease.name)
             .bind(&lease.holder)
             .bind(lease.epoch)

@@ -49,7 +49,7 @@ impl Store {
         // Connections open as needed: a relay publishing one bucket uses two or three; one
         // holding several buckets claims, marks and initialises producers for each.
         let pool = PgPoolOptions::new()
-            .max_connections(10)
+            .max_connections(20)
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(options);
         Ok(Self {
@@ -87,6 +87,14 @@ impl Store {
     /// Database errors.
     pub(super) async fn lease_session(&self) -> Result<Session, sqlx::Error> {
         Session::begin(&self.lease_pool, self.pgbouncer).await
+    }
+
+    /// A transaction on the lease's own pool.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(super) async fn lease_transaction(&self) -> Result<Session, sqlx::Error> {
+        Session::transaction(&self.lease_pool, self.pgbouncer).await
     }
 
     /// A transaction, in either mode.

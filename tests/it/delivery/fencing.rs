@@ -229,9 +229,9 @@ async fn deposed_leader_heals(transactions: bool) -> (String, String, Log) {
 }
 
 /// The old leader's producer session is replaced while it still leads (its commit of A1 got
-/// no answer: the request was swallowed), and its next batch claims A1 again while the lease
-/// is still its own; that batch's new session initialises (`InitProducerId`) into a stalled
-/// link. Then the old leader loses PostgreSQL, the standby takes over and publishes A1 and
+/// no answer: the request was swallowed), and while the lease is still its own its new session
+/// initialises (`InitProducerId`) into a stalled link, before it settles the bucket from its
+/// record or claims A1 again. Then the old leader loses PostgreSQL, the standby takes over and publishes A1 and
 /// the tombstone A2, and the old leader's link heals: its initialisation reaches the broker
 /// after the standby's. Returns A1, A2 and the `read_committed` log.
 async fn deposed_leader_reinitialises() -> (String, String, Log) {
@@ -262,15 +262,35 @@ async fn deposed_leader_reinitialises() -> (String, String, Log) {
     f.kafka_link.stall();
     let claimed_once = f.old_claims().await;
     assert!(claimed_once > claimed_before, "A1 was claimed once");
+    // The old leader replaces its session and initialises the new one under its lease (the
+    // row locked through the initialisation): before it claims A1 again, or before it
+    // settles the bucket from its record (the commit may have gone through).
     e2e::wait_for(
-        "the old leader to replace its session and claim A1 again",
+        "the old leader to initialise a new session under its lease",
         Duration::from_secs(90),
-        || async { (f.old_claims().await > claimed_once).then_some(()) },
+        || async {
+            let claimed_again = f.old_claims().await > claimed_once;
+            (claimed_again || lease_row_locked(&f.db.pool).await).then_some(())
+        },
     )
     .await;
     f.db_link.stall();
     let a2 = f.standby_takes_over_and_publishes_a2().await;
     (a1, a2, f.heal_and_read().await)
+}
+
+/// True while a transaction holds the lease row locked (a relay initialising a producer under
+/// its lease).
+async fn lease_row_locked(pool: &sqlx::PgPool) -> bool {
+    let Ok(mut tx) = pool.begin().await else {
+        return false;
+    };
+    let probe =
+        sqlx::query("SELECT 1 FROM outbox_relay_lease WHERE name = 'default' FOR UPDATE NOWAIT")
+            .execute(&mut *tx)
+            .await;
+    let _ = tx.rollback().await;
+    matches!(probe, Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03"))
 }
 
 /// True when the stale event `a1` appears after the tombstone `a2`.
