@@ -238,6 +238,151 @@ fn example_consumer(
     Ok((event_type, Some(v)))
 }
 
+/// Debezium and the relay on the same table, side by side: Debezium started with `options`
+/// (its topics `<prefix><routed-by value>`), the relay installed by `debezium-install` from
+/// Debezium's own properties files and then `relay_properties` (a last file; by default only
+/// the relay's topics differ, `<prefix>relay.<routed-by value>`, so both can be compared).
+struct SideBySide {
+    db: e2e::db::TestDb,
+    brokers: String,
+    prefix: String,
+    debezium: Debezium,
+    relay: Option<RelayProcess>,
+}
+
+impl SideBySide {
+    /// `db` holds the table of `options` already, in the shape the test wants.
+    async fn start(db: e2e::db::TestDb, options: DebeziumOptions, relay_properties: &str) -> Self {
+        let brokers = e2e::kafka_brokers();
+        let debezium = Debezium::start(&db.url, &brokers, &options).await;
+        let prefix = options
+            .router
+            .iter()
+            .find(|(k, _)| k == "route.topic.replacement")
+            .map(|(_, v)| v.trim_end_matches("${routedByValue}").to_owned())
+            .expect("the options route to <prefix>${routedByValue}");
+        let me = Self {
+            db,
+            brokers,
+            prefix,
+            debezium,
+            relay: None,
+        };
+        let relay_properties = if relay_properties.is_empty() {
+            format!(
+                "transforms.outbox.route.topic.replacement={}relay.${{routedByValue}}\n",
+                me.prefix
+            )
+        } else {
+            relay_properties.to_owned()
+        };
+        let out = me.install(&relay_properties);
+        assert!(
+            out.status.success(),
+            "debezium-install: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        me
+    }
+
+    /// Runs `debezium-install` with Debezium's properties files and then `extra` (a file).
+    fn install(&self, extra: &str) -> std::process::Output {
+        let ours = std::env::temp_dir().join(format!(
+            "relay-extra-{:08x}.properties",
+            rand::random::<u32>()
+        ));
+        std::fs::write(&ours, extra).unwrap();
+        let [worker, connector] = self.debezium.properties_files();
+        let out = relay_cli(&[
+            "debezium-install",
+            "--database-url",
+            &self.db.url,
+            "--config",
+            worker.to_str().unwrap(),
+            "--config",
+            connector.to_str().unwrap(),
+            "--config",
+            ours.to_str().unwrap(),
+        ]);
+        let _ = std::fs::remove_file(&ours);
+        out
+    }
+
+    /// Starts the relay on the database (once the rows are written, or before).
+    fn start_relay(&mut self) {
+        self.relay = Some(RelayProcess::start(&RelayArgs::new(
+            &self.db.url,
+            &self.brokers,
+            &self.prefix,
+            "relay-dbz",
+        )));
+    }
+
+    /// `n` messages of Debezium's topic for `routed` and `n` of the relay's, each sorted by
+    /// partition and offset.
+    fn messages(
+        &self,
+        routed: &str,
+        n: usize,
+    ) -> (Vec<e2e::verify::Record>, Vec<e2e::verify::Record>) {
+        let theirs_topic = format!("{}{routed}", self.prefix);
+        let ours_topic = format!("{}relay.{routed}", self.prefix);
+        let mut theirs =
+            e2e::verify::dump_bytes(&self.brokers, std::slice::from_ref(&theirs_topic), n);
+        let mut ours = e2e::verify::dump_bytes(&self.brokers, std::slice::from_ref(&ours_topic), n);
+        assert_eq!(
+            theirs.len(),
+            n,
+            "Debezium's {n} messages ({}): {theirs:?}",
+            self.debezium.log_path().display()
+        );
+        assert_eq!(ours.len(), n, "the relay's {n} messages: {ours:?}");
+        theirs.sort_by_key(|r| (r.partition, r.offset));
+        ours.sort_by_key(|r| (r.partition, r.offset));
+        (theirs, ours)
+    }
+}
+
+/// For each event id: the relay's message (`ours`) has the key bytes, value bytes, router
+/// headers and (when keyed) partition of Debezium's (`theirs`); returns the pairs.
+fn assert_same_messages<'a>(
+    what: &str,
+    ids: &[Uuid],
+    theirs: &'a [e2e::verify::Record],
+    ours: &'a [e2e::verify::Record],
+) -> Vec<(&'a e2e::verify::Record, &'a e2e::verify::Record)> {
+    let mut pairs = Vec::new();
+    for id in ids {
+        let id = id.to_string();
+        let t = theirs
+            .iter()
+            .find(|r| id_header(r) == id)
+            .unwrap_or_else(|| panic!("Debezium sent {id}: {theirs:?}"));
+        let o = ours
+            .iter()
+            .find(|r| id_header(r) == id)
+            .unwrap_or_else(|| panic!("the relay sent {id}: {ours:?}"));
+        assert_eq!(
+            o.key_hex, t.key_hex,
+            "{what} {id}: key bytes ({:?} vs Debezium's {:?})",
+            o.key, t.key
+        );
+        assert_eq!(
+            o.value_hex, t.value_hex,
+            "{what} {id}: value bytes ({:?} vs Debezium's {:?})",
+            o.value, t.value
+        );
+        assert_eq!(router_headers(o), router_headers(t), "{what} {id}: headers");
+        // A message without a key goes to any partition, with Debezium as with the relay.
+        if t.key_hex.is_some() {
+            assert_eq!(o.partition, t.partition, "{what} {id}: partition");
+        }
+        pairs.push((o, t));
+    }
+    pairs
+}
+
 /// Debezium (with `converter`, `route.tombstone.on.empty.payload=tombstones`) and the relay
 /// (installed from Debezium's own properties files, routed to another topic) publish the same
 /// rows; kafka-python reads both topics, and each pair of messages must have the same key
@@ -245,7 +390,6 @@ fn example_consumer(
 /// example consumer must make the same of both.
 async fn relay_matches_debezium(converter: Converter, tombstones: bool) {
     let db = e2e::db::fresh_database().await;
-    let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
     create_outbox_table(&db.pool, TABLE).await;
     sqlx::query("ALTER TABLE dbz.outbox ADD COLUMN tenant text")
@@ -264,81 +408,15 @@ async fn relay_matches_debezium(converter: Converter, tombstones: bool) {
             tombstones.to_string(),
         ),
     ]);
-    let debezium = Debezium::start(&db.url, &brokers, &options).await;
+    let mut both = SideBySide::start(db, options, "").await;
+    let ids = write_debezium_rows(&both.db.pool).await;
+    both.start_relay();
 
-    // The relay reads the same properties; only its topics differ, so both can be compared.
-    let ours = std::env::temp_dir().join(format!(
-        "relay-topic-{:08x}.properties",
-        rand::random::<u32>()
-    ));
-    std::fs::write(
-        &ours,
-        format!("transforms.outbox.route.topic.replacement={prefix}relay.${{routedByValue}}\n"),
-    )
-    .unwrap();
-    let [worker, connector] = debezium.properties_files();
-    let out = relay_cli(&[
-        "debezium-install",
-        "--database-url",
-        &db.url,
-        "--config",
-        worker.to_str().unwrap(),
-        "--config",
-        connector.to_str().unwrap(),
-        "--config",
-        ours.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "debezium-install: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_file(&ours);
-    let ids = write_debezium_rows(&db.pool).await;
-    let _relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-dbz"));
-
-    let n = ids.len();
     let json = converter != Converter::String;
-    let theirs_topic = format!("{prefix}order");
-    let ours_topic = format!("{prefix}relay.order");
-    let mut theirs = e2e::verify::dump_bytes(&brokers, std::slice::from_ref(&theirs_topic), n);
-    let mut ours = e2e::verify::dump_bytes(&brokers, std::slice::from_ref(&ours_topic), n);
-    assert_eq!(
-        theirs.len(),
-        n,
-        "Debezium's {n} messages ({}): {theirs:?}",
-        debezium.log_path().display()
-    );
-    assert_eq!(ours.len(), n, "the relay's {n} messages: {ours:?}");
-    theirs.sort_by_key(|r| (r.partition, r.offset));
-    ours.sort_by_key(|r| (r.partition, r.offset));
-    for id in &ids {
-        let id = id.to_string();
-        let t = theirs
-            .iter()
-            .find(|r| id_header(r) == id)
-            .unwrap_or_else(|| panic!("Debezium sent {id}: {theirs:?}"));
-        let o = ours
-            .iter()
-            .find(|r| id_header(r) == id)
-            .unwrap_or_else(|| panic!("the relay sent {id}: {ours:?}"));
-        assert_eq!(
-            o.key_hex, t.key_hex,
-            "{converter:?} {id}: key bytes ({:?} vs Debezium's {:?})",
-            o.key, t.key
-        );
-        assert_eq!(
-            o.value_hex, t.value_hex,
-            "{converter:?} {id}: value bytes ({:?} vs Debezium's {:?})",
-            o.value, t.value
-        );
-        assert_eq!(
-            router_headers(o),
-            router_headers(t),
-            "{converter:?} {id}: headers"
-        );
-        assert_eq!(o.partition, t.partition, "{converter:?} {id}: partition");
+    let (theirs, ours) = both.messages("order", ids.len());
+    let what = format!("{converter:?}");
+    for (o, t) in assert_same_messages(&what, &ids, &theirs, &ours) {
+        let id = id_header(t);
         assert_eq!(
             example_consumer(o, json),
             example_consumer(t, json),
@@ -785,4 +863,69 @@ async fn a_writer_without_standard_conforming_strings_is_copied_the_same() {
         String::from_utf8_lossy(b.as_deref().unwrap_or_default()).into_owned()
     };
     assert_eq!(text(&copies[1].1), text(&copies[0].1), "the value's bytes");
+}
+
+/// Runs each of `statements` on `pool`.
+async fn execute_all(pool: &sqlx::PgPool, statements: &[&str]) {
+    for sql in statements {
+        sqlx::query(sql)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+/// `char(n)` values are blank-padded to their width, and Debezium sends them so: a `char(10)`
+/// key `order-1` is `order-1   ` (so its partition is that text's), a `char(4)` header `SE` is
+/// `SE  `. The relay sends the same bytes, not the unpadded text a cast to `text` gives.
+#[tokio::test(flavor = "multi_thread")]
+async fn char_columns_keep_their_padding_as_debezium_sends_them() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    execute_all(
+        &db.pool,
+        &[
+            "ALTER TABLE dbz.outbox ALTER COLUMN aggregateid TYPE char(10)",
+            "ALTER TABLE dbz.outbox ADD COLUMN region char(4)",
+        ],
+    )
+    .await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.converter = Converter::Json;
+    options.router.push((
+        "table.fields.additional.placement".to_owned(),
+        "region:header:region".to_owned(),
+    ));
+    let mut both = SideBySide::start(db, options, "").await;
+    let mut ids = Vec::new();
+    for (key, region) in [
+        ("order-1", Some("SE")),
+        ("order-22", None),
+        ("order-1", Some("DE")),
+    ] {
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload, region) \
+             VALUES ($1, 'order', $2, 'OrderPaid', '{}', $3)",
+        )
+        .bind(id)
+        .bind(key)
+        .bind(region)
+        .execute(&both.db.pool)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    both.start_relay();
+    let (theirs, ours) = both.messages("order", ids.len());
+    let pairs = assert_same_messages("char(n)", &ids, &theirs, &ours);
+    let (o, t) = pairs[0];
+    assert!(
+        t.key
+            .as_deref()
+            .is_some_and(|k| k.contains(r#""order-1   ""#)),
+        "Debezium sends the padded key: {t:?}"
+    );
+    assert_eq!(o.headers.get("region").map(String::as_str), Some("SE  "));
 }
