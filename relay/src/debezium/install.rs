@@ -36,7 +36,8 @@ pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
         .context("reading the outbox's schema")?;
     anyhow::ensure!(
         ready,
-        "no up-to-date outbox in schema {outbox_schema}: run `outbox-relay migrate` first          (and keep standard_conforming_strings on)"
+        "no up-to-date outbox in schema {outbox_schema}: run `outbox-relay migrate` first \
+         (and keep standard_conforming_strings on)"
     );
     let columns = table_columns(&mut conn, &config.schema, &config.table)
         .await

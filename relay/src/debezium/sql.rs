@@ -200,10 +200,25 @@ pub fn install_sql(
     } else {
         topic
     };
-    // The key: NULL (then the aggregate id, the same text) only for StringConverter's ''.
+    // The key. StringConverter writes no key for a NULL: an empty `message_key` says so (on a
+    // row without the relay's headers); its '' is NULL, the aggregate id then being ''.
+    // JsonConverter writes a key for a NULL too (`null`, or the envelope).
+    let key_text = text_of(&config.key_column, key.kind);
     let message_key = match config.key_converter {
-        Converter::String => format!("nullif({}, '')", text_of(&config.key_column, key.kind)),
+        Converter::String => format!(
+            "CASE WHEN {} IS NULL THEN '' ELSE nullif({key_text}, '') END",
+            new(&config.key_column)
+        ),
         c => converted(&config.key_column, key, c, outbox_schema)?,
+    };
+    // The unit of order (with the routed-by value): the key's text. A NULL key under
+    // StringConverter is no key: such records go to any partition (as the Java producer
+    // spreads them), so each is its own unit (its event id) and their writers never wait for
+    // each other. Under JsonConverter a NULL key is one key (the same bytes, one partition):
+    // one unit, ''.
+    let aggregate_id = match config.key_converter {
+        Converter::String => format!("coalesce({key_text}, {}::text)", new(&config.id_column)),
+        _ => format!("coalesce({key_text}, '')"),
     };
     // The value: the jsonb itself for StringConverter (the relay sends its text, as Debezium
     // does), else the converter's bytes; a NULL payload is a tombstone when the router says
@@ -257,7 +272,7 @@ pub fn install_sql(
         table_text = literal(&table),
         id = new(&config.id_column),
         route = text_of(&config.route_by, route.kind),
-        key = text_of(&config.key_column, key.kind),
+        key = aggregate_id,
         headers = headers.join(", "),
     );
     const TAG: &str = "$outbox_relay$";

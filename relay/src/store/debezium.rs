@@ -6,14 +6,21 @@
 use sqlx::PgConnection;
 
 /// The connection's current schema (where the trigger's `outbox` is), and whether the `outbox`
-/// the connection sees is up to date (it has the `relay_headers` column) and
-/// `standard_conforming_strings` is on (the generated SQL's literals rely on it).
+/// the connection sees is up to date (it has the `relay_headers` column, and takes the empty
+/// `message_key` of a copy without a key) and `standard_conforming_strings` is on (the
+/// generated SQL's literals rely on it).
 ///
 /// # Errors
 /// Database errors.
 pub(crate) async fn outbox_schema(conn: &mut PgConnection) -> Result<(String, bool), sqlx::Error> {
     sqlx::query_as(
-        "SELECT current_schema()::text, EXISTS (SELECT FROM pg_attribute              WHERE attrelid = to_regclass('outbox') AND attname = 'relay_headers' AND NOT attisdropped)              AND current_setting('standard_conforming_strings') = 'on'",
+        "SELECT current_schema()::text, \
+                EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('outbox') \
+                        AND attname = 'relay_headers' AND NOT attisdropped) \
+                AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = to_regclass('outbox') \
+                            AND conname = 'outbox_message_key_not_empty' \
+                            AND pg_get_constraintdef(oid) LIKE '%relay_headers%') \
+                AND current_setting('standard_conforming_strings') = 'on'",
     )
     .fetch_one(conn)
     .await

@@ -929,3 +929,47 @@ async fn char_columns_keep_their_padding_as_debezium_sends_them() {
     );
     assert_eq!(o.headers.get("region").map(String::as_str), Some("SE  "));
 }
+
+/// A nullable key column (the install accepts it): Debezium publishes a row whose key is NULL
+/// with what the key converter writes for a null (StringConverter: no key at all;
+/// JsonConverter: `null`, or the envelope with `"payload":null`). The relay publishes the same
+/// bytes, and tells the null key from an empty one; the writer's insert succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_null_key_is_published_as_debezium_publishes_it() {
+    for converter in [Converter::String, Converter::Json] {
+        let db = e2e::db::fresh_database().await;
+        let prefix = e2e::unique_topic_prefix();
+        create_outbox_table(&db.pool, TABLE).await;
+        execute_all(
+            &db.pool,
+            &["ALTER TABLE dbz.outbox ALTER COLUMN aggregateid DROP NOT NULL"],
+        )
+        .await;
+        let mut options = DebeziumOptions::new(TABLE, &prefix);
+        options.converter = converter;
+        let mut both = SideBySide::start(db, options, "").await;
+        let mut ids = Vec::new();
+        for key in [None, Some("order-1"), Some(""), None] {
+            let id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES ($1, 'order', $2, 'OrderPaid', '{}')",
+            )
+            .bind(id)
+            .bind(key)
+            .execute(&both.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{converter:?}: the insert of key {key:?}: {e}"));
+            ids.push(id);
+        }
+        both.start_relay();
+        let (theirs, ours) = both.messages("order", ids.len());
+        let pairs = assert_same_messages(&format!("{converter:?}"), &ids, &theirs, &ours);
+        let (o, t) = pairs[0];
+        if converter == Converter::String {
+            assert_eq!(t.key_hex, None, "Debezium sends no key: {t:?}");
+            assert_eq!(pairs[2].1.key_hex.as_deref(), Some(""), "an empty key");
+        }
+        assert_eq!(o.key_hex, t.key_hex, "{converter:?}: the null key");
+    }
+}
