@@ -307,6 +307,13 @@ pub fn install_sql(
             ident(&trigger_name(&config.table)),
             table
         ),
+        // For every writer: one with `session_replication_role = replica` (a bulk loader, a
+        // logical-replication target) fires only triggers enabled ALWAYS, and Debezium, which
+        // decodes the WAL, publishes its rows too.
+        format!(
+            "ALTER TABLE {table} ENABLE ALWAYS TRIGGER {}",
+            ident(&trigger_name(&config.table))
+        ),
     ])
 }
 

@@ -973,3 +973,56 @@ async fn a_null_key_is_published_as_debezium_publishes_it() {
         assert_eq!(o.key_hex, t.key_hex, "{converter:?}: the null key");
     }
 }
+
+/// A writer with `session_replication_role = replica` (bulk loaders, logical-replication
+/// targets, `pg_restore --disable-triggers`) fires only the triggers enabled ALWAYS (or for
+/// replicas). Debezium decodes the WAL and publishes its rows as any other; so must the relay:
+/// the copy fires for that writer, and so does the outbox's insert trigger under it (the
+/// aggregate's lock and the id after it: the claim floor and the per-aggregate order rest on
+/// it).
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_of_a_writer_with_the_replica_role_are_published_as_debezium_publishes_them() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.converter = Converter::Json;
+    let mut both = SideBySide::start(db, options, "").await;
+    let mut conn = both.db.pool.acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for key in ["order-1", "order-2", "order-1"] {
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', $2, 'OrderPaid', '{\"bulk\": true}')",
+        )
+        .bind(id)
+        .bind(key)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    // The outbox's insert trigger gave the copies their ids: it notes the last one it gave in
+    // the session (`outbox.id_seen`).
+    let (copied, last, seen): (i64, Option<i64>, Option<String>) = sqlx::query_as(
+        "SELECT count(*), max(id), current_setting('outbox.id_seen', true) FROM outbox",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(copied, 3, "the replica-role writer's rows were copied");
+    assert_eq!(
+        seen,
+        last.map(|id| id.to_string()),
+        "the outbox's insert trigger ran for the copies"
+    );
+    drop(conn);
+    both.start_relay();
+    let (theirs, ours) = both.messages("order", ids.len());
+    assert_same_messages("replica role", &ids, &theirs, &ours);
+}

@@ -14,3 +14,20 @@
 ALTER TABLE outbox
     DROP CONSTRAINT IF EXISTS outbox_message_key_not_empty,
     ADD CONSTRAINT outbox_message_key_not_empty CHECK (message_key <> '' OR NOT relay_headers);
+
+-- The outbox's insert trigger fires for every writer, one with `session_replication_role =
+-- replica` too (bulk loaders, logical-replication targets, and the copy `debezium-install`
+-- puts on a Debezium table, which fires for them since Debezium publishes their rows): a
+-- trigger enabled the default way ('O') fires only for the others, and such a writer's rows
+-- would skip the aggregate's lock (per-aggregate order) and take their ids before their
+-- transaction ids (the claim floor). The relay counts the trigger as the floor's premise only
+-- when it is enabled ALWAYS. A trigger someone disabled stays disabled (the relay then reads
+-- every claim from the head, and the order is the writers' business).
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_trigger WHERE tgrelid = 'outbox'::regclass
+               AND tgname = 'outbox_order_by_aggregate' AND tgenabled <> 'D') THEN
+        ALTER TABLE outbox ENABLE ALWAYS TRIGGER outbox_order_by_aggregate;
+    END IF;
+END
+$$;
