@@ -251,20 +251,21 @@ struct SideBySide {
 }
 
 impl SideBySide {
-    /// `db` holds the table of `options` already, in the shape the test wants.
-    async fn start(db: e2e::db::TestDb, options: DebeziumOptions, relay_properties: &str) -> Self {
+    /// `db` holds the table of `options` already, in the shape the test wants; `prefix` is
+    /// the test's topic prefix (`options` route to `<prefix><routed-by value>` unless they
+    /// say otherwise).
+    async fn start(
+        db: e2e::db::TestDb,
+        prefix: &str,
+        options: DebeziumOptions,
+        relay_properties: &str,
+    ) -> Self {
         let brokers = e2e::kafka_brokers();
         let debezium = Debezium::start(&db.url, &brokers, &options).await;
-        let prefix = options
-            .router
-            .iter()
-            .find(|(k, _)| k == "route.topic.replacement")
-            .map(|(_, v)| v.trim_end_matches("${routedByValue}").to_owned())
-            .expect("the options route to <prefix>${routedByValue}");
         let me = Self {
             db,
             brokers,
-            prefix,
+            prefix: prefix.to_owned(),
             debezium,
             relay: None,
         };
@@ -326,11 +327,23 @@ impl SideBySide {
         routed: &str,
         n: usize,
     ) -> (Vec<e2e::verify::Record>, Vec<e2e::verify::Record>) {
-        let theirs_topic = format!("{}{routed}", self.prefix);
-        let ours_topic = format!("{}relay.{routed}", self.prefix);
-        let mut theirs =
-            e2e::verify::dump_bytes(&self.brokers, std::slice::from_ref(&theirs_topic), n);
-        let mut ours = e2e::verify::dump_bytes(&self.brokers, std::slice::from_ref(&ours_topic), n);
+        self.messages_on(
+            &format!("{}{routed}", self.prefix),
+            &format!("{}relay.{routed}", self.prefix),
+            n,
+        )
+    }
+
+    /// `n` messages of Debezium's topic `theirs_topic` and `n` of the relay's `ours_topic`,
+    /// each sorted by partition and offset.
+    fn messages_on(
+        &self,
+        theirs_topic: &str,
+        ours_topic: &str,
+        n: usize,
+    ) -> (Vec<e2e::verify::Record>, Vec<e2e::verify::Record>) {
+        let mut theirs = e2e::verify::dump_bytes(&self.brokers, &[theirs_topic.to_owned()], n);
+        let mut ours = e2e::verify::dump_bytes(&self.brokers, &[ours_topic.to_owned()], n);
         assert_eq!(
             theirs.len(),
             n,
@@ -408,7 +421,7 @@ async fn relay_matches_debezium(converter: Converter, tombstones: bool) {
             tombstones.to_string(),
         ),
     ]);
-    let mut both = SideBySide::start(db, options, "").await;
+    let mut both = SideBySide::start(db, &prefix, options, "").await;
     let ids = write_debezium_rows(&both.db.pool).await;
     both.start_relay();
 
@@ -897,7 +910,7 @@ async fn char_columns_keep_their_padding_as_debezium_sends_them() {
         "table.fields.additional.placement".to_owned(),
         "region:header:region".to_owned(),
     ));
-    let mut both = SideBySide::start(db, options, "").await;
+    let mut both = SideBySide::start(db, &prefix, options, "").await;
     let mut ids = Vec::new();
     for (key, region) in [
         ("order-1", Some("SE")),
@@ -947,7 +960,7 @@ async fn a_null_key_is_published_as_debezium_publishes_it() {
         .await;
         let mut options = DebeziumOptions::new(TABLE, &prefix);
         options.converter = converter;
-        let mut both = SideBySide::start(db, options, "").await;
+        let mut both = SideBySide::start(db, &prefix, options, "").await;
         let mut ids = Vec::new();
         for key in [None, Some("order-1"), Some(""), None] {
             let id = Uuid::new_v4();
@@ -987,7 +1000,7 @@ async fn rows_of_a_writer_with_the_replica_role_are_published_as_debezium_publis
     create_outbox_table(&db.pool, TABLE).await;
     let mut options = DebeziumOptions::new(TABLE, &prefix);
     options.converter = Converter::Json;
-    let mut both = SideBySide::start(db, options, "").await;
+    let mut both = SideBySide::start(db, &prefix, options, "").await;
     let mut conn = both.db.pool.acquire().await.unwrap();
     sqlx::query("SET session_replication_role = replica")
         .execute(&mut *conn)
@@ -1025,4 +1038,65 @@ async fn rows_of_a_writer_with_the_replica_role_are_published_as_debezium_publis
     both.start_relay();
     let (theirs, ours) = both.messages("order", ids.len());
     assert_same_messages("replica role", &ids, &theirs, &ours);
+}
+
+/// Option values are data in the copy's SQL, never SQL: a header alias with quotes and a
+/// backslash (`it's\type'`) and a topic replacement with `\` escapes (Java's replacement
+/// syntax: `dbz\.` is `dbz.`) give the relay's messages the header name and topic Debezium
+/// gives its own, byte for byte, whatever the writer's `standard_conforming_strings`.
+#[tokio::test(flavor = "multi_thread")]
+async fn quotes_and_backslashes_in_option_values_reach_the_messages_as_debeziums() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    // Written into the properties file as is: `\\` is one backslash to Java's Properties.
+    options.router = vec![
+        (
+            "route.topic.replacement".to_owned(),
+            format!(r"{prefix}dbz\\.${{routedByValue}}"),
+        ),
+        (
+            "table.fields.additional.placement".to_owned(),
+            r"type:header:it's\\type'".to_owned(),
+        ),
+    ];
+    let mut both = SideBySide::start(
+        db,
+        &prefix,
+        options,
+        &format!(r"transforms.outbox.route.topic.replacement={prefix}relay\\.${{routedByValue}}"),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for setting in ["on", "off"] {
+        let mut conn = both.db.pool.acquire().await.unwrap();
+        sqlx::query(&format!("SET standard_conforming_strings = {setting}"))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', 'order-1', $2, '{}')",
+        )
+        .bind(id)
+        .bind(format!("Order'Paid\\{setting}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    both.start_relay();
+    let (theirs, ours) = both.messages_on(
+        &format!("{prefix}dbz.order"),
+        &format!("{prefix}relay.order"),
+        ids.len(),
+    );
+    assert_same_messages("escapes", &ids, &theirs, &ours);
+    assert_eq!(
+        ours[0].headers.get(r"it's\type'").map(String::as_str),
+        Some(r"Order'Paid\on"),
+        "{ours:?}"
+    );
 }
