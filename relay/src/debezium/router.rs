@@ -1,7 +1,7 @@
 //! What the relay reproduces of Debezium's Outbox Event Router: the router's options
 //! ([`RouterConfig`], the ones it reproduces in [`ROUTER_OPTIONS`]), the key and value
 //! converters ([`Converter`]) and the topic template of `route.topic.replacement`.
-//! [`RouterConfig::from_properties`] reads it from Kafka Connect's properties (`properties`).
+//! [`RouterConfig::from_connect`] reads it from Kafka Connect's properties (`properties`).
 
 /// The router class the relay reproduces.
 pub const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";

@@ -1100,3 +1100,53 @@ async fn quotes_and_backslashes_in_option_values_reach_the_messages_as_debeziums
         "{ours:?}"
     );
 }
+
+/// Kafka Connect gives a connector the key converter its own properties name (`key.converter`,
+/// configured with its own `key.converter.*` only), else the worker's (configured with the
+/// worker's `key.converter.*`; a connector's `key.converter.*` without the class is then
+/// ignored). The relay layers the worker's file and the connector's the same way: a connector
+/// naming StringConverter over a worker's JsonConverter with `schemas.enable=true` sends plain
+/// keys; a connector setting only `key.converter.schemas.enable=false` over the worker's
+/// JsonConverter sends the envelope still. Both against Debezium.
+#[tokio::test(flavor = "multi_thread")]
+async fn converters_are_layered_as_kafka_connect_layers_them() {
+    for (connector, envelope) in [
+        (
+            (
+                "key.converter",
+                "org.apache.kafka.connect.storage.StringConverter",
+            ),
+            false,
+        ),
+        (("key.converter.schemas.enable", "false"), true),
+    ] {
+        let db = e2e::db::fresh_database().await;
+        let prefix = e2e::unique_topic_prefix();
+        create_outbox_table(&db.pool, TABLE).await;
+        let mut options = DebeziumOptions::new(TABLE, &prefix);
+        options.converter = Converter::Json;
+        options
+            .connector
+            .push((connector.0.to_owned(), connector.1.to_owned()));
+        let mut both = SideBySide::start(db, &prefix, options, "").await;
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', 'order 1', 'OrderPaid', '{}')",
+        )
+        .bind(id)
+        .execute(&both.db.pool)
+        .await
+        .unwrap();
+        both.start_relay();
+        let (theirs, ours) = both.messages("order", 1);
+        let what = format!("{}={}", connector.0, connector.1);
+        assert_same_messages(&what, &[id], &theirs, &ours);
+        let key = theirs[0].key.clone().unwrap_or_default();
+        assert_eq!(
+            key.starts_with(r#"{"schema":"#),
+            envelope,
+            "{what}: Debezium's key {key}"
+        );
+    }
+}
