@@ -36,7 +36,11 @@ pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
         .context("connecting to the database")?;
     let (outbox_schema, ready) = store::outbox_schema(&mut conn)
         .await
-        .context("reading the outbox's schema")?;
+        .context("reading the outbox's schema")?
+        .context(
+            "no outbox on the connection's search_path: run `outbox-relay migrate` first, with \
+             the same database settings",
+        )?;
     anyhow::ensure!(
         ready,
         "no up-to-date outbox in schema {outbox_schema}: run `outbox-relay migrate` first \

@@ -712,6 +712,13 @@ async fn cutover_from_a_running_debezium_loses_nothing_and_keeps_each_aggregates
 async fn installed_without_debezium(converter: &str) -> e2e::db::TestDb {
     let db = e2e::db::fresh_database().await;
     create_outbox_table(&db.pool, TABLE).await;
+    install_from_minimal_properties(&db, converter);
+    db
+}
+
+/// `debezium-install` on `db`'s `dbz.outbox` from properties naming `converter` for keys and
+/// values and nothing else but the table and the router.
+fn install_from_minimal_properties(db: &e2e::db::TestDb, converter: &str) {
     let config = std::env::temp_dir().join(format!(
         "relay-install-{:08x}.properties",
         rand::random::<u32>()
@@ -741,7 +748,6 @@ async fn installed_without_debezium(converter: &str) -> e2e::db::TestDb {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    db
 }
 
 /// The copy function runs with its owner's rights (it writes `outbox`, which the Debezium
@@ -1149,4 +1155,41 @@ async fn converters_are_layered_as_kafka_connect_layers_them() {
             "{what}: Debezium's key {key}"
         );
     }
+}
+
+/// The install copies into the `outbox` it checked: the one its connection's `search_path`
+/// finds. Here the path starts with a schema of the application's that exists but holds no
+/// outbox (`current_schema()` is that schema): the copy still goes to the relay's outbox, and
+/// the writer's insert succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_copy_goes_to_the_outbox_the_install_found_on_its_search_path() {
+    let db = e2e::db::fresh_database().await;
+    create_outbox_table(&db.pool, TABLE).await;
+    let (outbox,): (String,) = sqlx::query_as("SELECT to_regclass('outbox')::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    execute_all(
+        &db.pool,
+        &[
+            "CREATE SCHEMA app",
+            &format!("ALTER DATABASE \"{name}\" SET search_path = app, public"),
+        ],
+    )
+    .await;
+    install_from_minimal_properties(&db, "org.apache.kafka.connect.storage.StringConverter");
+    sqlx::query("INSERT INTO dbz.outbox VALUES ($1, 'order', 'order-1', 'OrderPaid', '{}')")
+        .bind(Uuid::new_v4())
+        .execute(&db.pool)
+        .await
+        .expect("the writer's insert");
+    let copied: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {outbox}"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(copied, 1, "the row was copied into {outbox}");
 }
