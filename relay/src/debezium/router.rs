@@ -52,7 +52,8 @@ pub struct RouterConfig {
     /// `table.fields.additional.placement` entries placed as headers.
     pub headers: Vec<HeaderPlacement>,
     /// `route.by.field` (default `aggregatetype`): the routed-by value, also the relay's
-    /// aggregate type (the unit of order with the key).
+    /// aggregate type (the unit of order with the key) when the topic names it (else the
+    /// topic is).
     pub route_by: String,
     /// `route.topic.replacement` (default `outbox.event.${routedByValue}`) as literal parts and
     /// `None` for each `${routedByValue}`.

@@ -200,6 +200,15 @@ pub fn install_sql(
     } else {
         topic
     };
+    // The aggregate type, with the key the relay's unit of order: Debezium keeps a key's
+    // events in order per topic (one key, one partition). The routed-by value when the topic
+    // names it (then one value is one topic), else the one topic every event goes to: a key's
+    // events keep their order across routed-by values, as Debezium's do.
+    let aggregate_type = if config.topic.iter().any(Option::is_none) {
+        text_of(&config.route_by, route.kind)
+    } else {
+        topic.clone()
+    };
     // The key. StringConverter writes no key for a NULL: an empty `message_key` says so (on a
     // row without the relay's headers); its '' is NULL, the aggregate id then being ''.
     // JsonConverter writes a key for a NULL too (`null`, or the envelope).
@@ -271,7 +280,7 @@ pub fn install_sql(
         function_text = literal(&function),
         table_text = literal(&table),
         id = new(&config.id_column),
-        route = text_of(&config.route_by, route.kind),
+        route = aggregate_type,
         key = aggregate_id,
         headers = headers.join(", "),
     );

@@ -1193,3 +1193,77 @@ async fn the_copy_goes_to_the_outbox_the_install_found_on_its_search_path() {
         .unwrap();
     assert_eq!(copied, 1, "the row was copied into {outbox}");
 }
+
+/// With a `route.topic.replacement` that does not name `${routedByValue}`, every event goes to
+/// one topic, and Debezium keeps a key's events in commit order whatever their routed-by
+/// values (one key, one partition, the WAL's order). The relay does too: two transactions
+/// writing the same key under two routed-by values, the first inserting before the second
+/// and committing after it would (were it not for the insert lock), reach the topic in the
+/// order Debezium publishes them.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_one_topic_for_every_routed_by_value_a_keys_events_keep_debeziums_order() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.router = vec![("route.topic.replacement".to_owned(), format!("{prefix}all"))];
+    let mut both = SideBySide::start(
+        db,
+        &prefix,
+        options,
+        &format!("transforms.outbox.route.topic.replacement={prefix}relay.all\n"),
+    )
+    .await;
+    let insert = |routed: &'static str| {
+        let id = Uuid::new_v4();
+        let sql = sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, $2, 'k-1', 'Changed', '{}')",
+        )
+        .bind(id)
+        .bind(routed);
+        (id, sql)
+    };
+    let mut first = both.db.pool.begin().await.unwrap();
+    let (first_id, q) = insert("order");
+    q.execute(&mut *first).await.unwrap();
+    // The second transaction inserts and commits (or waits at its insert for the first).
+    let (second_id, q) = insert("payment");
+    let pool = both.db.pool.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = pool.begin().await.unwrap();
+        q.execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+    });
+    let pool = both.db.pool.clone();
+    let second_ref = &second;
+    e2e::wait_for(
+        "the second transaction committed or waits for the first",
+        std::time::Duration::from_secs(30),
+        || {
+            let pool = pool.clone();
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                (waiting > 0 || second_ref.is_finished()).then_some(())
+            }
+        },
+    )
+    .await;
+    first.commit().await.unwrap();
+    second.await.unwrap();
+    both.start_relay();
+    let ids = [first_id, second_id];
+    let (theirs, ours) =
+        both.messages_on(&format!("{prefix}all"), &format!("{prefix}relay.all"), 2);
+    assert_same_messages("one topic", &ids, &theirs, &ours);
+    assert_eq!(
+        ours.iter().map(id_header).collect::<Vec<_>>(),
+        theirs.iter().map(id_header).collect::<Vec<_>>(),
+        "k-1's events in Debezium's order"
+    );
+}
