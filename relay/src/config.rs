@@ -71,7 +71,10 @@ pub struct DebeziumInstallArgs {
     #[command(flatten)]
     pub db: DbArgs,
     /// A Kafka Connect properties file: the worker's (its converters) and the connector's, in
-    /// that order (repeat the flag; a later file overrides an earlier one's keys).
+    /// that order (repeat the flag). The first file that sets `connector.class` and the later
+    /// ones are the connector's, the earlier ones the worker's; a later file overrides an
+    /// earlier one's keys of its side. Converters are layered as Connect layers them: the
+    /// connector's when it names the class, else the worker's, each with its own options.
     #[arg(long = "config", required = true)]
     pub config: Vec<std::path::PathBuf>,
     /// Print the statements instead of running them.

@@ -29,6 +29,9 @@ const FIRST_TRIGGER: &str =
 const CURRENT_TRIGGER: &str =
     include_str!("../../../migrations/outbox/20260101000007_claim_floor.sql");
 
+/// How migration `20260101000008` enables the insert trigger (for every writer).
+const ENABLE_ALWAYS: &str = "ALTER TABLE outbox ENABLE ALWAYS TRIGGER outbox_order_by_aggregate";
+
 /// One timed run of the writers.
 #[derive(Debug, Clone, Serialize)]
 pub struct InsertRun {
@@ -133,6 +136,9 @@ pub async fn run(
         let run = writers_run(infra, w, &db, writers, seconds, locked).await;
         if variant == "C" {
             replace_trigger(&db, CURRENT_TRIGGER).await?;
+            // The first trigger's CREATE OR REPLACE TRIGGER enabled it the default way; it
+            // fires for every writer since migration `…08`.
+            replace_trigger(&db, ENABLE_ALWAYS).await?;
         }
         runs.push(InsertRun { variant, ..run? });
     }

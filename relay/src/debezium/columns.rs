@@ -6,8 +6,11 @@ use std::collections::BTreeMap;
 /// The kind of a column, as Debezium's PostgreSQL connector maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnKind {
-    /// `text`, `varchar`, `char`, `name`: a string.
+    /// `text`, `varchar`, `name`: a string.
     Text,
+    /// `char(n)` (`bpchar`): a string, blank-padded to its width as PostgreSQL prints it and
+    /// Debezium sends it (a cast to `text` would drop the padding).
+    Char,
     /// `uuid`: a string named `io.debezium.data.Uuid`.
     Uuid,
     /// `smallint`, `integer`, `bigint`, with their Connect type.
@@ -27,10 +30,16 @@ pub enum ColumnKind {
 }
 
 impl ColumnKind {
+    /// A string of Debezium's (text, varchar, name or char(n)).
+    pub fn is_text(self) -> bool {
+        matches!(self, Self::Text | Self::Char)
+    }
+
     /// From `pg_type.typname`.
     pub fn of(typname: &str) -> Option<Self> {
         Some(match typname {
-            "text" | "varchar" | "bpchar" | "name" => Self::Text,
+            "text" | "varchar" | "name" => Self::Text,
+            "bpchar" => Self::Char,
             "uuid" => Self::Uuid,
             "int2" => Self::Int("int16"),
             "int4" => Self::Int("int32"),
@@ -48,7 +57,7 @@ impl ColumnKind {
     /// Connect's schema of the column as JsonConverter writes it (field order included).
     pub(super) fn schema(self, optional: bool) -> String {
         let (ty, name) = match self {
-            Self::Text => ("string", None),
+            Self::Text | Self::Char => ("string", None),
             Self::Uuid => ("string", Some("io.debezium.data.Uuid")),
             Self::Int(t) => (t, None),
             Self::Bool => ("boolean", None),

@@ -5,7 +5,7 @@ use anyhow::Context;
 use sqlx::ConnectOptions;
 
 use super::columns::table_columns;
-use super::properties::parse_properties;
+use super::properties::{parse_properties, ConnectProperties};
 use super::router::RouterConfig;
 use super::sql::{install_sql, trigger_name};
 use crate::config::DebeziumInstallArgs;
@@ -17,14 +17,17 @@ use crate::store::debezium as store;
 /// # Errors
 /// Unreadable or refused properties, the database, a slot that does not confirm in time.
 pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
-    let mut properties = std::collections::BTreeMap::new();
+    let mut files = Vec::new();
     for path in &args.config {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut properties = std::collections::BTreeMap::new();
         parse_properties(&text, &mut properties)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        files.push((path.display().to_string(), properties));
     }
-    let config = RouterConfig::from_properties(&properties)
+    let config = ConnectProperties::from_files(files)
+        .and_then(|layers| RouterConfig::from_connect(&layers))
         .map_err(|e| anyhow::anyhow!("the Debezium configuration: {e}"))?;
     let mut conn = outbox_process::pg::connect_options(&args.db.database_url)
         .context("invalid DATABASE_URL")?
@@ -33,10 +36,15 @@ pub async fn install(args: &DebeziumInstallArgs) -> anyhow::Result<()> {
         .context("connecting to the database")?;
     let (outbox_schema, ready) = store::outbox_schema(&mut conn)
         .await
-        .context("reading the outbox's schema")?;
+        .context("reading the outbox's schema")?
+        .context(
+            "no outbox on the connection's search_path: run `outbox-relay migrate` first, with \
+             the same database settings",
+        )?;
     anyhow::ensure!(
         ready,
-        "no up-to-date outbox in schema {outbox_schema}: run `outbox-relay migrate` first          (and keep standard_conforming_strings on)"
+        "no up-to-date outbox in schema {outbox_schema}: run `outbox-relay migrate` first \
+         (and keep standard_conforming_strings on)"
     );
     let columns = table_columns(&mut conn, &config.schema, &config.table)
         .await

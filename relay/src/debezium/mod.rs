@@ -3,8 +3,9 @@
 //!
 //! Teams coming from Debezium keep their table, their writers and their consumers. The relay is
 //! configured by the properties Kafka Connect runs Debezium with (the worker's file and the
-//! connector's): [`RouterConfig::from_properties`] reads what decides the messages (the table,
-//! the router's `transforms.<name>.*` options, the key and value converters) and refuses every
+//! connector's, [`ConnectProperties`]): [`RouterConfig::from_connect`] reads what decides the
+//! messages (the table, the router's `transforms.<name>.*` options, the key and value
+//! converters, layered as Connect layers them) and refuses every
 //! option it cannot reproduce, naming it. [`install_sql`] then turns that configuration and
 //! the table's columns into one trigger on the table: each inserted row is copied, in the
 //! writer's transaction, into the relay's `outbox` with the message already encoded as
@@ -29,6 +30,6 @@ mod sql;
 
 pub use columns::{table_columns, Column, ColumnKind};
 pub use install::install;
-pub use properties::parse_properties;
+pub use properties::{parse_properties, ConnectProperties};
 pub use router::{Converter, HeaderPlacement, RouterConfig, EVENT_ROUTER};
 pub use sql::{install_sql, trigger_name};

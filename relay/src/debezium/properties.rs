@@ -95,15 +95,90 @@ const REFUSED_CONNECTOR_OPTIONS: [(&str, &str); 4] = [
     ("converters", "custom value converters are not supported"),
 ];
 
+/// The properties Kafka Connect runs one connector with, as two layers: the worker's and the
+/// connector's. Connect takes each converter (key, value, header) from the connector's
+/// properties when they name its class (`key.converter=...`), configured with the connector's
+/// options of it (`key.converter.*`) only, and else from the worker's, with the worker's options
+/// only: a connector's option of a converter it does not name is ignored, and so is a worker's
+/// of a converter the connector names (Connect's `Worker` and `Plugins.newConverter`). Every
+/// other option the relay reads is the connector's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectProperties {
+    /// The worker's properties.
+    pub worker: BTreeMap<String, String>,
+    /// The connector's properties.
+    pub connector: BTreeMap<String, String>,
+}
+
+impl ConnectProperties {
+    /// The layers of `files` (name, properties), in `--config` order: the worker's files come
+    /// first, then the connector's, the first of which is the first file setting
+    /// `connector.class` (Connect needs it in a connector's properties); a later file
+    /// overrides an earlier one's keys within its layer. A single file that does not set it is
+    /// the connector's (converters named in it are the connector's own).
+    ///
+    /// # Errors
+    /// Several files, none of which sets `connector.class` (the worker's and the connector's
+    /// cannot be told apart).
+    pub fn from_files(files: Vec<(String, BTreeMap<String, String>)>) -> Result<Self, String> {
+        let first = files
+            .iter()
+            .position(|(_, p)| p.contains_key("connector.class"));
+        let first = match (first, files.len()) {
+            (Some(i), _) => i,
+            (None, 0 | 1) => 0,
+            (None, _) => {
+                let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(format!(
+                    "none of {} sets connector.class: give the worker's properties first, then the connector's (its file names connector.class), as Kafka Connect takes a converter from the connector's properties only when they name its class",
+                    names.join(", ")
+                ));
+            }
+        };
+        let mut me = Self::default();
+        for (i, (_, p)) in files.into_iter().enumerate() {
+            if i < first {
+                &mut me.worker
+            } else {
+                &mut me.connector
+            }
+            .extend(p);
+        }
+        Ok(me)
+    }
+
+    /// The layer Connect configures `converter` (`key.converter`, ...) from: the connector's
+    /// when it names the class, else the worker's.
+    fn converter_layer(&self, converter: &str) -> &BTreeMap<String, String> {
+        if self.connector.contains_key(converter) {
+            &self.connector
+        } else {
+            &self.worker
+        }
+    }
+}
+
 impl RouterConfig {
-    /// Reads the configuration from Kafka Connect properties (the worker's and the
-    /// connector's, merged). Options that concern capturing (connection, slot, publication,
-    /// snapshot) are not needed and not read; every option that changes the messages is either
-    /// reproduced or refused here, by name.
+    /// [`Self::from_connect`] with `p` as the connector's properties and no worker's.
+    ///
+    /// # Errors
+    /// As [`Self::from_connect`].
+    pub fn from_properties(p: &BTreeMap<String, String>) -> Result<Self, String> {
+        Self::from_connect(&ConnectProperties {
+            worker: BTreeMap::new(),
+            connector: p.clone(),
+        })
+    }
+
+    /// Reads the configuration from Kafka Connect properties: the converters as Connect layers
+    /// them ([`ConnectProperties`]), the rest from the connector's. Options that concern
+    /// capturing (connection, slot, publication, snapshot) are not needed and not read; every
+    /// option that changes the messages is either reproduced or refused here, by name.
     ///
     /// # Errors
     /// A message naming the first option the relay cannot reproduce, or a missing one.
-    pub fn from_properties(p: &BTreeMap<String, String>) -> Result<Self, String> {
+    pub fn from_connect(layers: &ConnectProperties) -> Result<Self, String> {
+        let p = &layers.connector;
         for (key, value) in p {
             if let Some((prefix, why)) = REFUSED_CONNECTOR_OPTIONS
                 .iter()
@@ -194,7 +269,10 @@ impl RouterConfig {
             Some(v) => parse_bool(&format!("{prefix}route.tombstone.on.empty.payload"), &v)?,
             None => false,
         };
-        if let Some(converter) = p.get("header.converter") {
+        if let Some(converter) = layers
+            .converter_layer("header.converter")
+            .get("header.converter")
+        {
             if converter != SIMPLE_HEADER_CONVERTER {
                 return Err(format!(
                     "header.converter={converter} is not supported by the relay (only {SIMPLE_HEADER_CONVERTER}, Connect's default)"
@@ -217,8 +295,8 @@ impl RouterConfig {
             route_by: opt("route.by.field").unwrap_or_else(|| "aggregatetype".into()),
             topic,
             tombstone_on_empty_payload,
-            key_converter: converter_of(p, "key")?,
-            value_converter: converter_of(p, "value")?,
+            key_converter: converter_of(layers.converter_layer("key.converter"), "key")?,
+            value_converter: converter_of(layers.converter_layer("value.converter"), "value")?,
         })
     }
 }
@@ -406,6 +484,64 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
         }
         let err = RouterConfig::from_properties(&props("table.include.list=a.b\ntransforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n")).unwrap_err();
         assert!(err.contains("key.converter is not set"), "{err}");
+    }
+
+    #[test]
+    fn converters_are_the_connectors_when_it_names_them_else_the_workers() {
+        let layers = |worker: &str, connector: &str| {
+            ConnectProperties::from_files(vec![
+                ("worker".into(), props(worker)),
+                (
+                    "connector".into(),
+                    props(&format!("connector.class=x\n{connector}")),
+                ),
+            ])
+            .unwrap()
+        };
+        let json = "key.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                    key.converter.schemas.enable=true\n\
+                    value.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                    value.converter.basic.auth.user.info=a:b\n";
+        let router = "table.include.list=dbz.outbox\ntransforms=outbox\n\
+                      transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n";
+        let string = "org.apache.kafka.connect.storage.StringConverter";
+        // The connector names both: the worker's options of them do not apply.
+        let c = RouterConfig::from_connect(&layers(
+            json,
+            &format!("{router}key.converter={string}\nvalue.converter={string}\n"),
+        ))
+        .unwrap();
+        assert_eq!(
+            (c.key_converter, c.value_converter),
+            (Converter::String, Converter::String)
+        );
+        // The connector's option of a converter it does not name is ignored.
+        let c = RouterConfig::from_connect(&layers(
+            json.replace("value.converter.basic.auth.user.info=a:b\n", "")
+                .as_str(),
+            &format!("{router}key.converter.schemas.enable=false\n"),
+        ))
+        .unwrap();
+        assert_eq!(c.key_converter, Converter::Json { schemas: true });
+        // The worker's converter with the worker's options: refused by name.
+        let err = RouterConfig::from_connect(&layers(json, router)).unwrap_err();
+        assert!(
+            err.contains("value.converter.basic.auth.user.info"),
+            "{err}"
+        );
+        // The router's options are the connector's only.
+        let err = RouterConfig::from_connect(&layers(&format!("{json}{router}"), "")).unwrap_err();
+        assert!(err.contains("table.include.list is not set"), "{err}");
+        // Several files and no connector.class: which is the worker's is unknown.
+        let err = ConnectProperties::from_files(vec![
+            ("a.properties".into(), props(json)),
+            ("b.properties".into(), props(router)),
+        ])
+        .unwrap_err();
+        assert!(
+            err.contains("a.properties, b.properties") && err.contains("connector.class"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What the relay reproduces of Debezium's Outbox Event Router: the router's options
 //! ([`RouterConfig`], the ones it reproduces in [`ROUTER_OPTIONS`]), the key and value
 //! converters ([`Converter`]) and the topic template of `route.topic.replacement`.
-//! [`RouterConfig::from_properties`] reads it from Kafka Connect's properties (`properties`).
+//! [`RouterConfig::from_connect`] reads it from Kafka Connect's properties (`properties`).
 
 /// The router class the relay reproduces.
 pub const EVENT_ROUTER: &str = "io.debezium.transforms.outbox.EventRouter";
@@ -52,7 +52,8 @@ pub struct RouterConfig {
     /// `table.fields.additional.placement` entries placed as headers.
     pub headers: Vec<HeaderPlacement>,
     /// `route.by.field` (default `aggregatetype`): the routed-by value, also the relay's
-    /// aggregate type (the unit of order with the key).
+    /// aggregate type (the unit of order with the key) when the topic names it (else the
+    /// topic is).
     pub route_by: String,
     /// `route.topic.replacement` (default `outbox.event.${routedByValue}`) as literal parts and
     /// `None` for each `${routedByValue}`.

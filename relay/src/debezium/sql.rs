@@ -21,6 +21,16 @@ fn new(column: &str) -> String {
     format!("NEW.{}", ident(column))
 }
 
+/// The column's text as Debezium reads it: PostgreSQL's output of the value (NULL for NULL).
+/// A cast to `text` would drop a `char(n)`'s padding, so such a column goes through its output
+/// function.
+fn text_of(column: &str, kind: ColumnKind) -> String {
+    match kind {
+        ColumnKind::Char => format!("textin(bpcharout({}))", new(column)),
+        _ => format!("{}::text", new(column)),
+    }
+}
+
 /// SQL rendering a non-NULL value of `column` as JsonConverter writes it (a JSON value, text).
 fn json_value(column: &str, kind: ColumnKind, outbox_schema: &str) -> String {
     let c = new(column);
@@ -30,7 +40,7 @@ fn json_value(column: &str, kind: ColumnKind, outbox_schema: &str) -> String {
         ColumnKind::Bytes => {
             format!("'\"' || translate(encode({c}, 'base64'), E'\\n', '') || '\"'")
         }
-        _ => format!("{string}({c}::text)"),
+        _ => format!("{string}({})", text_of(column, kind)),
     }
 }
 
@@ -50,7 +60,7 @@ fn converted(
                     "column {column} is bytea: StringConverter cannot write bytes the way Debezium does; use JsonConverter"
                 ))
             }
-            _ => format!("{c}::text"),
+            _ => text_of(column, col.kind),
         },
         Converter::Json { schemas: false } => format!(
             "CASE WHEN {c} IS NULL THEN 'null' ELSE {} END",
@@ -103,7 +113,7 @@ pub fn install_sql(
     let key = column(&config.key_column, "key, table.field.event.key")?;
     if !matches!(
         key.kind,
-        ColumnKind::Text | ColumnKind::Uuid | ColumnKind::Int(_)
+        ColumnKind::Text | ColumnKind::Char | ColumnKind::Uuid | ColumnKind::Int(_)
     ) {
         refuse(
             &config.key_column,
@@ -112,13 +122,13 @@ pub fn install_sql(
         )?;
     }
     let route = column(&config.route_by, "routed-by value, route.by.field")?;
-    if route.kind != ColumnKind::Text {
+    if !route.kind.is_text() {
         refuse(&config.route_by, "routed-by value", "not text")?;
     }
     let payload = column(&config.payload_column, "payload, table.field.event.payload")?;
     if !matches!(
         payload.kind,
-        ColumnKind::Json { .. } | ColumnKind::Text | ColumnKind::Bytes
+        ColumnKind::Json { .. } | ColumnKind::Text | ColumnKind::Char | ColumnKind::Bytes
     ) {
         refuse(
             &config.payload_column,
@@ -127,8 +137,8 @@ pub fn install_sql(
         )?;
     }
     let event_type = match (columns.get(&config.type_column.0), config.type_column.1) {
-        (Some(c), _) if c.kind == ColumnKind::Text => {
-            format!("coalesce({}::text, '')", new(&config.type_column.0))
+        (Some(c), _) if c.kind.is_text() => {
+            format!("coalesce({}, '')", text_of(&config.type_column.0, c.kind))
         }
         (Some(_), _) => {
             return Err(format!(
@@ -164,7 +174,9 @@ pub fn install_sql(
         )?;
         let value = match c.kind {
             ColumnKind::Int(_) | ColumnKind::Bool => format!("to_jsonb({})", new(&h.column)),
-            ColumnKind::Text | ColumnKind::Uuid => format!("to_jsonb({}::text)", new(&h.column)),
+            ColumnKind::Text | ColumnKind::Char | ColumnKind::Uuid => {
+                format!("to_jsonb({})", text_of(&h.column, c.kind))
+            }
             _ => {
                 return Err(format!(
                     "column {} of {table} (placed as header {}) is not text, uuid, an integer or a boolean",
@@ -179,7 +191,7 @@ pub fn install_sql(
         .iter()
         .map(|part| match part {
             Some(text) => literal(text),
-            None => format!("{}::text", new(&config.route_by)),
+            None => text_of(&config.route_by, route.kind),
         })
         .collect::<Vec<_>>()
         .join(" || ");
@@ -188,10 +200,34 @@ pub fn install_sql(
     } else {
         topic
     };
-    // The key: NULL (then the aggregate id, the same text) only for StringConverter's ''.
+    // The aggregate type, with the key the relay's unit of order: Debezium keeps a key's
+    // events in order per topic (one key, one partition). The routed-by value when the topic
+    // names it (then one value is one topic), else the one topic every event goes to: a key's
+    // events keep their order across routed-by values, as Debezium's do.
+    let aggregate_type = if config.topic.iter().any(Option::is_none) {
+        text_of(&config.route_by, route.kind)
+    } else {
+        topic.clone()
+    };
+    // The key. StringConverter writes no key for a NULL: an empty `message_key` says so (on a
+    // row without the relay's headers); its '' is NULL, the aggregate id then being ''.
+    // JsonConverter writes a key for a NULL too (`null`, or the envelope).
+    let key_text = text_of(&config.key_column, key.kind);
     let message_key = match config.key_converter {
-        Converter::String => format!("nullif({}::text, '')", new(&config.key_column)),
+        Converter::String => format!(
+            "CASE WHEN {} IS NULL THEN '' ELSE nullif({key_text}, '') END",
+            new(&config.key_column)
+        ),
         c => converted(&config.key_column, key, c, outbox_schema)?,
+    };
+    // The unit of order (with the routed-by value): the key's text. A NULL key under
+    // StringConverter is no key: such records go to any partition (as the Java producer
+    // spreads them), so each is its own unit (its event id) and their writers never wait for
+    // each other. Under JsonConverter a NULL key is one key (the same bytes, one partition):
+    // one unit, ''.
+    let aggregate_id = match config.key_converter {
+        Converter::String => format!("coalesce({key_text}, {}::text)", new(&config.id_column)),
+        _ => format!("coalesce({key_text}, '')"),
     };
     // The value: the jsonb itself for StringConverter (the relay sends its text, as Debezium
     // does), else the converter's bytes; a NULL payload is a tombstone when the router says
@@ -236,7 +272,7 @@ pub fn install_sql(
              END IF;\n    \
              INSERT INTO {outbox} (event_id, aggregate_type, aggregate_id, event_type, payload, \
              payload_bytes, message_key, headers, topic, created_at, relay_headers)\n    \
-             VALUES ({id}, {route}::text, {key}::text, {event_type}, {payload_json}, {payload_bytes}, \
+             VALUES ({id}, {route}, {key}, {event_type}, {payload_json}, {payload_bytes}, \
              {message_key}, jsonb_build_object({headers}), {topic}, {created_at}, false);\n    \
              RETURN NULL;\n\
          END",
@@ -244,8 +280,8 @@ pub fn install_sql(
         function_text = literal(&function),
         table_text = literal(&table),
         id = new(&config.id_column),
-        route = new(&config.route_by),
-        key = new(&config.key_column),
+        route = aggregate_type,
+        key = aggregate_id,
         headers = headers.join(", "),
     );
     const TAG: &str = "$outbox_relay$";
@@ -279,6 +315,13 @@ pub fn install_sql(
             "CREATE OR REPLACE TRIGGER {} AFTER INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {function}()",
             ident(&trigger_name(&config.table)),
             table
+        ),
+        // For every writer: one with `session_replication_role = replica` (a bulk loader, a
+        // logical-replication target) fires only triggers enabled ALWAYS, and Debezium, which
+        // decodes the WAL, publishes its rows too.
+        format!(
+            "ALTER TABLE {table} ENABLE ALWAYS TRIGGER {}",
+            ident(&trigger_name(&config.table))
         ),
     ])
 }

@@ -395,8 +395,11 @@ impl Publisher {
         });
         // A tombstone is a record without a value (not an empty one).
         let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, opaque)
-            .key(row.message_key().as_bytes())
             .headers(headers.unwrap_or_default());
+        // A row without a key (a Debezium copy of a NULL key) is a record without one.
+        if let Some(key) = row.message_key() {
+            record = record.key(key.as_bytes());
+        }
         if let Some(value) = row.payload.bytes() {
             record = record.payload(value);
         }

@@ -253,7 +253,8 @@ impl Store {
             // table. The floor holds while every failure row it was set under exists: a
             // redrive, a discard or a published retry deletes one, and this claim then starts
             // at the head. `xmin` and `failed` are of this statement's snapshot.
-            // `sound`: the floor's premises hold: the insert trigger (enabled) takes the
+            // `sound`: the floor's premises hold: the insert trigger (enabled ALWAYS: 'O' skips
+            // writers with the replica role, 'R' all others, 'D' everyone) takes the
             // transaction id before the outbox id, and the id sequence hands out one value at
             // a time; otherwise the claim reads from the head and no floor is set. `failed`
             // comes once, with the first row.
@@ -272,7 +273,7 @@ impl Store {
                                    FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid \
                                    WHERE t.tgrelid = 'outbox'::regclass \
                                      AND t.tgname = 'outbox_order_by_aggregate' \
-                                     AND t.tgenabled <> 'D'), false) \
+                                     AND t.tgenabled = 'A'), false) \
                          AND coalesce((SELECT q.seqcache = 1 FROM pg_sequence q \
                                        WHERE q.seqrelid = \
                                            pg_get_serial_sequence('outbox', 'id')::regclass), \

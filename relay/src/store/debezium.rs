@@ -5,17 +5,30 @@
 
 use sqlx::PgConnection;
 
-/// The connection's current schema (where the trigger's `outbox` is), and whether the `outbox`
-/// the connection sees is up to date (it has the `relay_headers` column) and
-/// `standard_conforming_strings` is on (the generated SQL's literals rely on it).
+/// The `outbox` the connection's `search_path` resolves (where the trigger copies to): its
+/// schema, and whether it is up to date (it has the `relay_headers` column, and takes the empty
+/// `message_key` of a copy without a key) and `standard_conforming_strings` is on (the
+/// generated SQL's literals rely on it); none when no `outbox` is on the path. (The schema of
+/// the table found, not `current_schema()`: that is the first schema of the path that exists,
+/// which need not hold it.)
 ///
 /// # Errors
 /// Database errors.
-pub(crate) async fn outbox_schema(conn: &mut PgConnection) -> Result<(String, bool), sqlx::Error> {
+pub(crate) async fn outbox_schema(
+    conn: &mut PgConnection,
+) -> Result<Option<(String, bool)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT current_schema()::text, EXISTS (SELECT FROM pg_attribute              WHERE attrelid = to_regclass('outbox') AND attname = 'relay_headers' AND NOT attisdropped)              AND current_setting('standard_conforming_strings') = 'on'",
+        "SELECT n.nspname::text, \
+                EXISTS (SELECT FROM pg_attribute WHERE attrelid = c.oid \
+                        AND attname = 'relay_headers' AND NOT attisdropped) \
+                AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.oid \
+                            AND conname = 'outbox_message_key_not_empty' \
+                            AND pg_get_constraintdef(oid) LIKE '%relay_headers%') \
+                AND current_setting('standard_conforming_strings') = 'on' \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.oid = to_regclass('outbox')",
     )
-    .fetch_one(conn)
+    .fetch_optional(conn)
     .await
 }
 

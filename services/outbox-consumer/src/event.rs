@@ -334,7 +334,7 @@ mod properties {
                 topic: row.topic("p."),
                 partition: 0,
                 offset: 0,
-                key: Some(row.message_key().as_bytes().to_vec()),
+                key: row.message_key().map(|k| k.as_bytes().to_vec()),
                 payload: row.payload.bytes().map(<[u8]>::to_vec),
                 headers,
             };

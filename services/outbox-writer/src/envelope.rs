@@ -111,7 +111,8 @@ pub struct EventEnvelope {
     pub event_type: String,
     /// The message value.
     pub payload: Payload,
-    /// The Kafka key when it is not the aggregate id (`message_key`).
+    /// The Kafka key when it is not the aggregate id (`message_key`); empty for no key at all
+    /// (see [`Self::message_key`]).
     pub key: Option<String>,
     /// Extra headers as a JSON object (values that are not strings are sent as JSON text).
     pub headers: serde_json::Value,
@@ -134,9 +135,15 @@ impl EventEnvelope {
         }
     }
 
-    /// The Kafka message key: [`Self::key`], else the aggregate id.
-    pub fn message_key(&self) -> &str {
-        self.key.as_deref().unwrap_or(&self.aggregate_id)
+    /// The Kafka message key: [`Self::key`], else the aggregate id; none for an empty
+    /// [`Self::key`] (only a row without the relay's headers may have one: a row copied from a
+    /// Debezium table whose key column was NULL, which Debezium sends without a key).
+    pub fn message_key(&self) -> Option<&str> {
+        match self.key.as_deref() {
+            Some("") => None,
+            Some(key) => Some(key),
+            None => Some(&self.aggregate_id),
+        }
     }
 
     /// The row's `traceparent` (from its `headers`), if it has one as a string.
@@ -339,14 +346,21 @@ mod tests {
     #[test]
     fn the_key_is_the_aggregate_id_unless_the_row_names_one() {
         let mut e = sample();
-        assert_eq!(e.message_key(), "42");
+        assert_eq!(e.message_key(), Some("42"));
         e.key = Some("customer-9".into());
-        assert_eq!(e.message_key(), "customer-9");
+        assert_eq!(e.message_key(), Some("customer-9"));
         let h = e.kafka_headers(HeaderOptions::default());
         assert_eq!(
             value(&h, "aggregate_id"),
             Some("42"),
             "the header stays the aggregate"
+        );
+        e.key = Some(String::new());
+        e.relay_headers = false;
+        assert_eq!(
+            e.message_key(),
+            None,
+            "an empty key: a record without a key"
         );
     }
 

@@ -238,6 +238,164 @@ fn example_consumer(
     Ok((event_type, Some(v)))
 }
 
+/// Debezium and the relay on the same table, side by side: Debezium started with `options`
+/// (its topics `<prefix><routed-by value>`), the relay installed by `debezium-install` from
+/// Debezium's own properties files and then `relay_properties` (a last file; by default only
+/// the relay's topics differ, `<prefix>relay.<routed-by value>`, so both can be compared).
+struct SideBySide {
+    db: e2e::db::TestDb,
+    brokers: String,
+    prefix: String,
+    debezium: Debezium,
+    relay: Option<RelayProcess>,
+}
+
+impl SideBySide {
+    /// `db` holds the table of `options` already, in the shape the test wants; `prefix` is
+    /// the test's topic prefix (`options` route to `<prefix><routed-by value>` unless they
+    /// say otherwise).
+    async fn start(
+        db: e2e::db::TestDb,
+        prefix: &str,
+        options: DebeziumOptions,
+        relay_properties: &str,
+    ) -> Self {
+        let brokers = e2e::kafka_brokers();
+        let debezium = Debezium::start(&db.url, &brokers, &options).await;
+        let me = Self {
+            db,
+            brokers,
+            prefix: prefix.to_owned(),
+            debezium,
+            relay: None,
+        };
+        let relay_properties = if relay_properties.is_empty() {
+            format!(
+                "transforms.outbox.route.topic.replacement={}relay.${{routedByValue}}\n",
+                me.prefix
+            )
+        } else {
+            relay_properties.to_owned()
+        };
+        let out = me.install(&relay_properties);
+        assert!(
+            out.status.success(),
+            "debezium-install: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        me
+    }
+
+    /// Runs `debezium-install` with Debezium's properties files and then `extra` (a file).
+    fn install(&self, extra: &str) -> std::process::Output {
+        let ours = std::env::temp_dir().join(format!(
+            "relay-extra-{:08x}.properties",
+            rand::random::<u32>()
+        ));
+        std::fs::write(&ours, extra).unwrap();
+        let [worker, connector] = self.debezium.properties_files();
+        let out = relay_cli(&[
+            "debezium-install",
+            "--database-url",
+            &self.db.url,
+            "--config",
+            worker.to_str().unwrap(),
+            "--config",
+            connector.to_str().unwrap(),
+            "--config",
+            ours.to_str().unwrap(),
+        ]);
+        let _ = std::fs::remove_file(&ours);
+        out
+    }
+
+    /// Starts the relay on the database (once the rows are written, or before).
+    fn start_relay(&mut self) {
+        self.relay = Some(RelayProcess::start(&RelayArgs::new(
+            &self.db.url,
+            &self.brokers,
+            &self.prefix,
+            "relay-dbz",
+        )));
+    }
+
+    /// `n` messages of Debezium's topic for `routed` and `n` of the relay's, each sorted by
+    /// partition and offset.
+    fn messages(
+        &self,
+        routed: &str,
+        n: usize,
+    ) -> (Vec<e2e::verify::Record>, Vec<e2e::verify::Record>) {
+        self.messages_on(
+            &format!("{}{routed}", self.prefix),
+            &format!("{}relay.{routed}", self.prefix),
+            n,
+        )
+    }
+
+    /// `n` messages of Debezium's topic `theirs_topic` and `n` of the relay's `ours_topic`,
+    /// each sorted by partition and offset.
+    fn messages_on(
+        &self,
+        theirs_topic: &str,
+        ours_topic: &str,
+        n: usize,
+    ) -> (Vec<e2e::verify::Record>, Vec<e2e::verify::Record>) {
+        let mut theirs = e2e::verify::dump_bytes(&self.brokers, &[theirs_topic.to_owned()], n);
+        let mut ours = e2e::verify::dump_bytes(&self.brokers, &[ours_topic.to_owned()], n);
+        assert_eq!(
+            theirs.len(),
+            n,
+            "Debezium's {n} messages ({}): {theirs:?}",
+            self.debezium.log_path().display()
+        );
+        assert_eq!(ours.len(), n, "the relay's {n} messages: {ours:?}");
+        theirs.sort_by_key(|r| (r.partition, r.offset));
+        ours.sort_by_key(|r| (r.partition, r.offset));
+        (theirs, ours)
+    }
+}
+
+/// For each event id: the relay's message (`ours`) has the key bytes, value bytes, router
+/// headers and (when keyed) partition of Debezium's (`theirs`); returns the pairs.
+fn assert_same_messages<'a>(
+    what: &str,
+    ids: &[Uuid],
+    theirs: &'a [e2e::verify::Record],
+    ours: &'a [e2e::verify::Record],
+) -> Vec<(&'a e2e::verify::Record, &'a e2e::verify::Record)> {
+    let mut pairs = Vec::new();
+    for id in ids {
+        let id = id.to_string();
+        let t = theirs
+            .iter()
+            .find(|r| id_header(r) == id)
+            .unwrap_or_else(|| panic!("Debezium sent {id}: {theirs:?}"));
+        let o = ours
+            .iter()
+            .find(|r| id_header(r) == id)
+            .unwrap_or_else(|| panic!("the relay sent {id}: {ours:?}"));
+        assert_eq!(
+            o.key_hex, t.key_hex,
+            "{what} {id}: key bytes ({:?} vs Debezium's {:?})",
+            o.key, t.key
+        );
+        assert_eq!(
+            o.value_hex, t.value_hex,
+            "{what} {id}: value bytes ({:?} vs Debezium's {:?})",
+            o.value, t.value
+        );
+        assert_eq!(router_headers(o), router_headers(t), "{what} {id}: headers");
+        // A message without a key goes to any partition, with Debezium as with the relay.
+        if t.key_hex.is_some() {
+            assert_eq!(o.partition, t.partition, "{what} {id}: partition");
+        }
+        pairs.push((o, t));
+    }
+    pairs
+}
+
 /// Debezium (with `converter`, `route.tombstone.on.empty.payload=tombstones`) and the relay
 /// (installed from Debezium's own properties files, routed to another topic) publish the same
 /// rows; kafka-python reads both topics, and each pair of messages must have the same key
@@ -245,7 +403,6 @@ fn example_consumer(
 /// example consumer must make the same of both.
 async fn relay_matches_debezium(converter: Converter, tombstones: bool) {
     let db = e2e::db::fresh_database().await;
-    let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
     create_outbox_table(&db.pool, TABLE).await;
     sqlx::query("ALTER TABLE dbz.outbox ADD COLUMN tenant text")
@@ -264,81 +421,15 @@ async fn relay_matches_debezium(converter: Converter, tombstones: bool) {
             tombstones.to_string(),
         ),
     ]);
-    let debezium = Debezium::start(&db.url, &brokers, &options).await;
+    let mut both = SideBySide::start(db, &prefix, options, "").await;
+    let ids = write_debezium_rows(&both.db.pool).await;
+    both.start_relay();
 
-    // The relay reads the same properties; only its topics differ, so both can be compared.
-    let ours = std::env::temp_dir().join(format!(
-        "relay-topic-{:08x}.properties",
-        rand::random::<u32>()
-    ));
-    std::fs::write(
-        &ours,
-        format!("transforms.outbox.route.topic.replacement={prefix}relay.${{routedByValue}}\n"),
-    )
-    .unwrap();
-    let [worker, connector] = debezium.properties_files();
-    let out = relay_cli(&[
-        "debezium-install",
-        "--database-url",
-        &db.url,
-        "--config",
-        worker.to_str().unwrap(),
-        "--config",
-        connector.to_str().unwrap(),
-        "--config",
-        ours.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "debezium-install: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let _ = std::fs::remove_file(&ours);
-    let ids = write_debezium_rows(&db.pool).await;
-    let _relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "relay-dbz"));
-
-    let n = ids.len();
     let json = converter != Converter::String;
-    let theirs_topic = format!("{prefix}order");
-    let ours_topic = format!("{prefix}relay.order");
-    let mut theirs = e2e::verify::dump_bytes(&brokers, std::slice::from_ref(&theirs_topic), n);
-    let mut ours = e2e::verify::dump_bytes(&brokers, std::slice::from_ref(&ours_topic), n);
-    assert_eq!(
-        theirs.len(),
-        n,
-        "Debezium's {n} messages ({}): {theirs:?}",
-        debezium.log_path().display()
-    );
-    assert_eq!(ours.len(), n, "the relay's {n} messages: {ours:?}");
-    theirs.sort_by_key(|r| (r.partition, r.offset));
-    ours.sort_by_key(|r| (r.partition, r.offset));
-    for id in &ids {
-        let id = id.to_string();
-        let t = theirs
-            .iter()
-            .find(|r| id_header(r) == id)
-            .unwrap_or_else(|| panic!("Debezium sent {id}: {theirs:?}"));
-        let o = ours
-            .iter()
-            .find(|r| id_header(r) == id)
-            .unwrap_or_else(|| panic!("the relay sent {id}: {ours:?}"));
-        assert_eq!(
-            o.key_hex, t.key_hex,
-            "{converter:?} {id}: key bytes ({:?} vs Debezium's {:?})",
-            o.key, t.key
-        );
-        assert_eq!(
-            o.value_hex, t.value_hex,
-            "{converter:?} {id}: value bytes ({:?} vs Debezium's {:?})",
-            o.value, t.value
-        );
-        assert_eq!(
-            router_headers(o),
-            router_headers(t),
-            "{converter:?} {id}: headers"
-        );
-        assert_eq!(o.partition, t.partition, "{converter:?} {id}: partition");
+    let (theirs, ours) = both.messages("order", ids.len());
+    let what = format!("{converter:?}");
+    for (o, t) in assert_same_messages(&what, &ids, &theirs, &ours) {
+        let id = id_header(t);
         assert_eq!(
             example_consumer(o, json),
             example_consumer(t, json),
@@ -621,6 +712,13 @@ async fn cutover_from_a_running_debezium_loses_nothing_and_keeps_each_aggregates
 async fn installed_without_debezium(converter: &str) -> e2e::db::TestDb {
     let db = e2e::db::fresh_database().await;
     create_outbox_table(&db.pool, TABLE).await;
+    install_from_minimal_properties(&db, converter);
+    db
+}
+
+/// `debezium-install` on `db`'s `dbz.outbox` from properties naming `converter` for keys and
+/// values and nothing else but the table and the router.
+fn install_from_minimal_properties(db: &e2e::db::TestDb, converter: &str) {
     let config = std::env::temp_dir().join(format!(
         "relay-install-{:08x}.properties",
         rand::random::<u32>()
@@ -650,7 +748,6 @@ async fn installed_without_debezium(converter: &str) -> e2e::db::TestDb {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    db
 }
 
 /// The copy function runs with its owner's rights (it writes `outbox`, which the Debezium
@@ -785,4 +882,388 @@ async fn a_writer_without_standard_conforming_strings_is_copied_the_same() {
         String::from_utf8_lossy(b.as_deref().unwrap_or_default()).into_owned()
     };
     assert_eq!(text(&copies[1].1), text(&copies[0].1), "the value's bytes");
+}
+
+/// Runs each of `statements` on `pool`.
+async fn execute_all(pool: &sqlx::PgPool, statements: &[&str]) {
+    for sql in statements {
+        sqlx::query(sql)
+            .execute(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+/// `char(n)` values are blank-padded to their width, and Debezium sends them so: a `char(10)`
+/// key `order-1` is `order-1   ` (so its partition is that text's), a `char(4)` header `SE` is
+/// `SE  `. The relay sends the same bytes, not the unpadded text a cast to `text` gives.
+#[tokio::test(flavor = "multi_thread")]
+async fn char_columns_keep_their_padding_as_debezium_sends_them() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    execute_all(
+        &db.pool,
+        &[
+            "ALTER TABLE dbz.outbox ALTER COLUMN aggregateid TYPE char(10)",
+            "ALTER TABLE dbz.outbox ADD COLUMN region char(4)",
+        ],
+    )
+    .await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.converter = Converter::Json;
+    options.router.push((
+        "table.fields.additional.placement".to_owned(),
+        "region:header:region".to_owned(),
+    ));
+    let mut both = SideBySide::start(db, &prefix, options, "").await;
+    let mut ids = Vec::new();
+    for (key, region) in [
+        ("order-1", Some("SE")),
+        ("order-22", None),
+        ("order-1", Some("DE")),
+    ] {
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload, region) \
+             VALUES ($1, 'order', $2, 'OrderPaid', '{}', $3)",
+        )
+        .bind(id)
+        .bind(key)
+        .bind(region)
+        .execute(&both.db.pool)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    both.start_relay();
+    let (theirs, ours) = both.messages("order", ids.len());
+    let pairs = assert_same_messages("char(n)", &ids, &theirs, &ours);
+    let (o, t) = pairs[0];
+    assert!(
+        t.key
+            .as_deref()
+            .is_some_and(|k| k.contains(r#""order-1   ""#)),
+        "Debezium sends the padded key: {t:?}"
+    );
+    assert_eq!(o.headers.get("region").map(String::as_str), Some("SE  "));
+}
+
+/// A nullable key column (the install accepts it): Debezium publishes a row whose key is NULL
+/// with what the key converter writes for a null (StringConverter: no key at all;
+/// JsonConverter: `null`, or the envelope with `"payload":null`). The relay publishes the same
+/// bytes, and tells the null key from an empty one; the writer's insert succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_null_key_is_published_as_debezium_publishes_it() {
+    for converter in [Converter::String, Converter::Json] {
+        let db = e2e::db::fresh_database().await;
+        let prefix = e2e::unique_topic_prefix();
+        create_outbox_table(&db.pool, TABLE).await;
+        execute_all(
+            &db.pool,
+            &["ALTER TABLE dbz.outbox ALTER COLUMN aggregateid DROP NOT NULL"],
+        )
+        .await;
+        let mut options = DebeziumOptions::new(TABLE, &prefix);
+        options.converter = converter;
+        let mut both = SideBySide::start(db, &prefix, options, "").await;
+        let mut ids = Vec::new();
+        for key in [None, Some("order-1"), Some(""), None] {
+            let id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES ($1, 'order', $2, 'OrderPaid', '{}')",
+            )
+            .bind(id)
+            .bind(key)
+            .execute(&both.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{converter:?}: the insert of key {key:?}: {e}"));
+            ids.push(id);
+        }
+        both.start_relay();
+        let (theirs, ours) = both.messages("order", ids.len());
+        let pairs = assert_same_messages(&format!("{converter:?}"), &ids, &theirs, &ours);
+        let (o, t) = pairs[0];
+        if converter == Converter::String {
+            assert_eq!(t.key_hex, None, "Debezium sends no key: {t:?}");
+            assert_eq!(pairs[2].1.key_hex.as_deref(), Some(""), "an empty key");
+        }
+        assert_eq!(o.key_hex, t.key_hex, "{converter:?}: the null key");
+    }
+}
+
+/// A writer with `session_replication_role = replica` (bulk loaders, logical-replication
+/// targets, `pg_restore --disable-triggers`) fires only the triggers enabled ALWAYS (or for
+/// replicas). Debezium decodes the WAL and publishes its rows as any other; so must the relay:
+/// the copy fires for that writer, and so does the outbox's insert trigger under it (the
+/// aggregate's lock and the id after it: the claim floor and the per-aggregate order rest on
+/// it).
+#[tokio::test(flavor = "multi_thread")]
+async fn rows_of_a_writer_with_the_replica_role_are_published_as_debezium_publishes_them() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.converter = Converter::Json;
+    let mut both = SideBySide::start(db, &prefix, options, "").await;
+    let mut conn = both.db.pool.acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for key in ["order-1", "order-2", "order-1"] {
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', $2, 'OrderPaid', '{\"bulk\": true}')",
+        )
+        .bind(id)
+        .bind(key)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    // The outbox's insert trigger gave the copies their ids: it notes the last one it gave in
+    // the session (`outbox.id_seen`).
+    let (copied, last, seen): (i64, Option<i64>, Option<String>) = sqlx::query_as(
+        "SELECT count(*), max(id), current_setting('outbox.id_seen', true) FROM outbox",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(copied, 3, "the replica-role writer's rows were copied");
+    assert_eq!(
+        seen,
+        last.map(|id| id.to_string()),
+        "the outbox's insert trigger ran for the copies"
+    );
+    drop(conn);
+    both.start_relay();
+    let (theirs, ours) = both.messages("order", ids.len());
+    assert_same_messages("replica role", &ids, &theirs, &ours);
+}
+
+/// Option values are data in the copy's SQL, never SQL: a header alias with quotes and a
+/// backslash (`it's\type'`) and a topic replacement with `\` escapes (Java's replacement
+/// syntax: `dbz\.` is `dbz.`) give the relay's messages the header name and topic Debezium
+/// gives its own, byte for byte, whatever the writer's `standard_conforming_strings`.
+#[tokio::test(flavor = "multi_thread")]
+async fn quotes_and_backslashes_in_option_values_reach_the_messages_as_debeziums() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    // Written into the properties file as is: `\\` is one backslash to Java's Properties.
+    options.router = vec![
+        (
+            "route.topic.replacement".to_owned(),
+            format!(r"{prefix}dbz\\.${{routedByValue}}"),
+        ),
+        (
+            "table.fields.additional.placement".to_owned(),
+            r"type:header:it's\\type'".to_owned(),
+        ),
+    ];
+    let mut both = SideBySide::start(
+        db,
+        &prefix,
+        options,
+        &format!(r"transforms.outbox.route.topic.replacement={prefix}relay\\.${{routedByValue}}"),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for setting in ["on", "off"] {
+        let mut conn = both.db.pool.acquire().await.unwrap();
+        sqlx::query(&format!("SET standard_conforming_strings = {setting}"))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', 'order-1', $2, '{}')",
+        )
+        .bind(id)
+        .bind(format!("Order'Paid\\{setting}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    both.start_relay();
+    let (theirs, ours) = both.messages_on(
+        &format!("{prefix}dbz.order"),
+        &format!("{prefix}relay.order"),
+        ids.len(),
+    );
+    assert_same_messages("escapes", &ids, &theirs, &ours);
+    assert_eq!(
+        ours[0].headers.get(r"it's\type'").map(String::as_str),
+        Some(r"Order'Paid\on"),
+        "{ours:?}"
+    );
+}
+
+/// Kafka Connect gives a connector the key converter its own properties name (`key.converter`,
+/// configured with its own `key.converter.*` only), else the worker's (configured with the
+/// worker's `key.converter.*`; a connector's `key.converter.*` without the class is then
+/// ignored). The relay layers the worker's file and the connector's the same way: a connector
+/// naming StringConverter over a worker's JsonConverter with `schemas.enable=true` sends plain
+/// keys; a connector setting only `key.converter.schemas.enable=false` over the worker's
+/// JsonConverter sends the envelope still. Both against Debezium.
+#[tokio::test(flavor = "multi_thread")]
+async fn converters_are_layered_as_kafka_connect_layers_them() {
+    for (connector, envelope) in [
+        (
+            (
+                "key.converter",
+                "org.apache.kafka.connect.storage.StringConverter",
+            ),
+            false,
+        ),
+        (("key.converter.schemas.enable", "false"), true),
+    ] {
+        let db = e2e::db::fresh_database().await;
+        let prefix = e2e::unique_topic_prefix();
+        create_outbox_table(&db.pool, TABLE).await;
+        let mut options = DebeziumOptions::new(TABLE, &prefix);
+        options.converter = Converter::Json;
+        options
+            .connector
+            .push((connector.0.to_owned(), connector.1.to_owned()));
+        let mut both = SideBySide::start(db, &prefix, options, "").await;
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', 'order 1', 'OrderPaid', '{}')",
+        )
+        .bind(id)
+        .execute(&both.db.pool)
+        .await
+        .unwrap();
+        both.start_relay();
+        let (theirs, ours) = both.messages("order", 1);
+        let what = format!("{}={}", connector.0, connector.1);
+        assert_same_messages(&what, &[id], &theirs, &ours);
+        let key = theirs[0].key.clone().unwrap_or_default();
+        assert_eq!(
+            key.starts_with(r#"{"schema":"#),
+            envelope,
+            "{what}: Debezium's key {key}"
+        );
+    }
+}
+
+/// The install copies into the `outbox` it checked: the one its connection's `search_path`
+/// finds. Here the path starts with a schema of the application's that exists but holds no
+/// outbox (`current_schema()` is that schema): the copy still goes to the relay's outbox, and
+/// the writer's insert succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_copy_goes_to_the_outbox_the_install_found_on_its_search_path() {
+    let db = e2e::db::fresh_database().await;
+    create_outbox_table(&db.pool, TABLE).await;
+    let (outbox,): (String,) = sqlx::query_as("SELECT to_regclass('outbox')::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    execute_all(
+        &db.pool,
+        &[
+            "CREATE SCHEMA app",
+            &format!("ALTER DATABASE \"{name}\" SET search_path = app, public"),
+        ],
+    )
+    .await;
+    install_from_minimal_properties(&db, "org.apache.kafka.connect.storage.StringConverter");
+    sqlx::query("INSERT INTO dbz.outbox VALUES ($1, 'order', 'order-1', 'OrderPaid', '{}')")
+        .bind(Uuid::new_v4())
+        .execute(&db.pool)
+        .await
+        .expect("the writer's insert");
+    let copied: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {outbox}"))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(copied, 1, "the row was copied into {outbox}");
+}
+
+/// With a `route.topic.replacement` that does not name `${routedByValue}`, every event goes to
+/// one topic, and Debezium keeps a key's events in commit order whatever their routed-by
+/// values (one key, one partition, the WAL's order). The relay does too: two transactions
+/// writing the same key under two routed-by values, the first inserting before the second
+/// and committing after it would (were it not for the insert lock), reach the topic in the
+/// order Debezium publishes them.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_one_topic_for_every_routed_by_value_a_keys_events_keep_debeziums_order() {
+    let db = e2e::db::fresh_database().await;
+    let prefix = e2e::unique_topic_prefix();
+    create_outbox_table(&db.pool, TABLE).await;
+    let mut options = DebeziumOptions::new(TABLE, &prefix);
+    options.router = vec![("route.topic.replacement".to_owned(), format!("{prefix}all"))];
+    let mut both = SideBySide::start(
+        db,
+        &prefix,
+        options,
+        &format!("transforms.outbox.route.topic.replacement={prefix}relay.all\n"),
+    )
+    .await;
+    let insert = |routed: &'static str| {
+        let id = Uuid::new_v4();
+        let sql = sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, $2, 'k-1', 'Changed', '{}')",
+        )
+        .bind(id)
+        .bind(routed);
+        (id, sql)
+    };
+    let mut first = both.db.pool.begin().await.unwrap();
+    let (first_id, q) = insert("order");
+    q.execute(&mut *first).await.unwrap();
+    // The second transaction inserts and commits (or waits at its insert for the first).
+    let (second_id, q) = insert("payment");
+    let pool = both.db.pool.clone();
+    let second = tokio::spawn(async move {
+        let mut tx = pool.begin().await.unwrap();
+        q.execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+    });
+    let pool = both.db.pool.clone();
+    let second_ref = &second;
+    e2e::wait_for(
+        "the second transaction committed or waits for the first",
+        std::time::Duration::from_secs(30),
+        || {
+            let pool = pool.clone();
+            async move {
+                let waiting: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                )
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                (waiting > 0 || second_ref.is_finished()).then_some(())
+            }
+        },
+    )
+    .await;
+    first.commit().await.unwrap();
+    second.await.unwrap();
+    both.start_relay();
+    let ids = [first_id, second_id];
+    let (theirs, ours) =
+        both.messages_on(&format!("{prefix}all"), &format!("{prefix}relay.all"), 2);
+    assert_same_messages("one topic", &ids, &theirs, &ours);
+    assert_eq!(
+        ours.iter().map(id_header).collect::<Vec<_>>(),
+        theirs.iter().map(id_header).collect::<Vec<_>>(),
+        "k-1's events in Debezium's order"
+    );
 }

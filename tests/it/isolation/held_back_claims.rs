@@ -387,10 +387,25 @@ async fn a_floored_claim_skips_what_its_failures_hold_below_it_until_one_of_them
     let (ids, seen) = claim(Some(above[0]), vec![due.0]).await;
     assert!(!seen.sound && !seen.applied, "{seen:?}");
     assert_eq!(ids.first(), Some(&parked.0));
-    sqlx::query("ALTER TABLE outbox ENABLE TRIGGER outbox_order_by_aggregate")
+    // Enabled the default way (or for replicas only), it skips some writers (those with
+    // `session_replication_role = replica`, or all the others): no floor either. Only enabled
+    // ALWAYS, as the migrations leave it, does it fire for every writer.
+    for (enable, sound) in [
+        ("ENABLE", false),
+        ("ENABLE REPLICA", false),
+        ("ENABLE ALWAYS", true),
+    ] {
+        sqlx::query(&format!(
+            "ALTER TABLE outbox {enable} TRIGGER outbox_order_by_aggregate"
+        ))
         .execute(&db.pool)
         .await
         .unwrap();
-    let (_, seen) = claim(Some(above[0]), vec![due.0]).await;
-    assert!(seen.sound && seen.applied, "{seen:?}");
+        let (_, seen) = claim(Some(above[0]), vec![due.0]).await;
+        assert_eq!(
+            (seen.sound, seen.applied),
+            (sound, sound),
+            "{enable}: {seen:?}"
+        );
+    }
 }
