@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod ops;
 pub mod outage;
 pub mod parking;
+pub mod partitions;
 pub mod publisher;
 pub mod records;
 pub mod relay;

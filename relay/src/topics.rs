@@ -48,6 +48,8 @@ pub struct TopicProblem {
 /// creates missing ones.
 pub struct TopicCatalog {
     known: HashSet<String>,
+    /// Per topic, the partitions without a leader as the last metadata said, and when.
+    leaders: HashMap<String, Leaders>,
     admin: AdminClient<RelayContext>,
     create: Option<TopicSpec>,
     /// The broker's `default.replication.factor`, once asked (for topics created without
@@ -64,6 +66,26 @@ impl std::fmt::Debug for TopicCatalog {
 }
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the relay trusts what the metadata said about a topic's partition leaders.
+const LEADERS_EVERY: Duration = Duration::from_secs(1);
+
+/// A topic's partitions as the metadata last showed them.
+#[derive(Debug, Clone)]
+struct Leaders {
+    at: std::time::Instant,
+    count: i32,
+    leaderless: HashSet<i32>,
+}
+
+/// The partitions of a topic the cluster's metadata shows without a leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadPartitions {
+    /// The topic's partition count.
+    pub count: i32,
+    /// Partitions without a leader.
+    pub leaderless: HashSet<i32>,
+}
 
 impl TopicCatalog {
     /// A catalog that creates missing topics with `create`, or only checks them.
@@ -85,6 +107,7 @@ impl TopicCatalog {
         }
         Ok(Self {
             known: HashSet::new(),
+            leaders: HashMap::new(),
             admin: cfg.create_with_context(RelayContext::default())?,
             create,
             default_replication: None,
@@ -207,6 +230,45 @@ impl TopicCatalog {
 }
 
 impl TopicCatalog {
+    /// The topics among `topics` with partitions the metadata shows without a leader, asked at
+    /// most every second per topic (a topic that cannot be asked counts as healthy: its events
+    /// are sent, and the send timeout judges them).
+    pub async fn dead_partitions<'a>(
+        &mut self,
+        producer: &PolledProducer<RelayContext>,
+        topics: impl IntoIterator<Item = &'a str>,
+    ) -> HashMap<String, DeadPartitions> {
+        let mut dead = HashMap::new();
+        for topic in topics.into_iter().collect::<HashSet<_>>() {
+            let fresh = self
+                .leaders
+                .get(topic)
+                .is_some_and(|l| l.at.elapsed() < LEADERS_EVERY);
+            if !fresh {
+                match leaders(producer, topic).await {
+                    Ok(Some(l)) => {
+                        self.leaders.insert(topic.to_owned(), l);
+                    }
+                    _ => {
+                        self.leaders.remove(topic);
+                    }
+                }
+            }
+            if let Some(l) = self.leaders.get(topic) {
+                if !l.leaderless.is_empty() {
+                    dead.insert(
+                        topic.to_owned(),
+                        DeadPartitions {
+                            count: l.count,
+                            leaderless: l.leaderless.clone(),
+                        },
+                    );
+                }
+            }
+        }
+        dead
+    }
+
     /// The number of partitions of the relay's records topic `name` ([`crate::records`]),
     /// creating it (compacted, [`crate::records::MIN_PARTITIONS`] or `buckets` partitions,
     /// whichever is more) when missing and the relay may create topics.
@@ -349,6 +411,37 @@ async fn any_broker(producer: &PolledProducer<RelayContext>) -> Option<i32> {
     .await
     .ok()
     .flatten()
+}
+
+/// `topic`'s partitions and those without a leader, `None` when the broker does not have it.
+async fn leaders(
+    producer: &PolledProducer<RelayContext>,
+    topic: &str,
+) -> Result<Option<Leaders>, KafkaError> {
+    use rdkafka::producer::Producer;
+    let producer = producer.shared();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let md = producer
+            .client()
+            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
+        Ok(md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| Leaders {
+                at: std::time::Instant::now(),
+                count: t.partitions().len() as i32,
+                leaderless: t
+                    .partitions()
+                    .iter()
+                    .filter(|p| p.leader() < 0)
+                    .map(|p| p.id())
+                    .collect(),
+            }))
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
 }
 
 /// The number of partitions of `topic`, `None` when the broker does not have it.

@@ -60,6 +60,40 @@ impl Batcher<'_> {
                 return Err(BatchEnd::Backoff);
             }
         };
+        // Events bound for a partition without a leader are not sent: they could only wait
+        // (inside a transaction, holding every other event of it back) until the partition
+        // is back. They fail for their own aggregates, are retried alone, then parked.
+        let topics: Vec<Arc<str>> = prepared
+            .iter()
+            .filter_map(|p| match p {
+                Prepared::Topic(t) => Some(t.clone()),
+                Prepared::Failed(_) => None,
+            })
+            .collect();
+        let dead = self
+            .topics
+            .dead_partitions(self.publisher.producer(), topics.iter().map(|t| &**t))
+            .await;
+        if !dead.is_empty() {
+            for (p, row) in prepared.iter_mut().zip(rows) {
+                let (Prepared::Topic(t), Ok(m)) = (&*p, &row.message) else {
+                    continue;
+                };
+                let (Some(d), Some(key)) = (dead.get(&**t), m.message_key()) else {
+                    continue;
+                };
+                let partition = crate::partitions::partition_for(key.as_bytes(), d.count);
+                if d.leaderless.contains(&partition) {
+                    *p = Prepared::Failed(Outcome::Failed {
+                        scope: Scope::Event(FailureClass::Unacknowledged),
+                        detail: format!(
+                            "not acknowledged: partition {partition} of {t} has no leader in the cluster's metadata; not sent"
+                        ),
+                        alone: false,
+                    });
+                }
+            }
+        }
         if !problems.is_empty() {
             for p in &mut prepared {
                 if let Prepared::Topic(t) = p {
