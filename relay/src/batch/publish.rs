@@ -74,6 +74,30 @@ impl Batcher<'_> {
             .topics
             .dead_partitions(self.publisher.producer(), topics.iter().map(|t| &**t))
             .await;
+        // Every event of the batch bound for a topic with no partition leader at all, none of
+        // them a retry: the cluster cannot write (a broker holding every replica is down), an
+        // outage to wait out, not the events' fault. Nothing is recorded against them.
+        let sendable = topics.len();
+        let cluster_down = sendable > 0
+            && topics.iter().all(|t| {
+                dead.get(&**t)
+                    .is_some_and(|d| d.leaderless.len() as i32 >= d.count)
+            })
+            && rows.iter().all(|r| r.attempts.is_none());
+        if cluster_down {
+            self.metrics.set_healthy(false);
+            self.kafka.failed(&format_args!(
+                "no partition of the topics of the batch ({}) has a leader: the cluster cannot take writes; waiting, nothing is recorded against the events",
+                topics
+                    .iter()
+                    .map(|t| &**t)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            return Err(BatchEnd::Backoff);
+        }
         if !dead.is_empty() {
             for (p, row) in prepared.iter_mut().zip(rows) {
                 let (Prepared::Topic(t), Ok(m)) = (&*p, &row.message) else {

@@ -211,3 +211,85 @@ async fn unwritable_partition(transactions: bool) {
         "one broker's loss was reported as an outage"
     );
 }
+
+/// A cluster that answers but can write none of the batch's partitions (the broker holding
+/// every replica of the topic is down) is an outage, not a wave of failures: nothing is
+/// recorded or parked, `/healthz` is unhealthy and the log says why; once the broker is back
+/// every event is published, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_that_cannot_write_is_an_outage_that_parks_nothing() {
+    let first = Kafka::start();
+    place_transaction_state(&first.brokers());
+    let mut second = Kafka::start_joining(&first);
+    let brokers = first.brokers();
+    let prefix = e2e::unique_topic_prefix();
+    let topic = format!("{prefix}order");
+    let on_second: &[i32] = &[2];
+    create_placed(&brokers, &topic, &[on_second; 3]).await;
+    second.stop();
+    wait_leaderless(&brokers, &topic).await;
+
+    let db = e2e::db::fresh_database().await;
+    let mut ledger = Ledger::default();
+    for i in 0..200 {
+        ledger
+            .put(
+                &db.pool,
+                &format!("a-{}", i % 20),
+                &json!({"n": i}).to_string(),
+                "{}",
+                None,
+            )
+            .await;
+    }
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "no-writes");
+    args.extra = ["--park-after", "2", "--send-timeout-ms", "3000"]
+        .map(String::from)
+        .to_vec();
+    let mut relay = RelayProcess::start(&args);
+    e2e::wait_for(
+        "the relay to report the outage",
+        Duration::from_secs(60),
+        || async {
+            let unhealthy = e2e::proc::http_get(&relay.metrics_addr, "/healthz")
+                .await
+                .is_none();
+            (unhealthy && relay.log_text().contains("the cluster cannot take writes")).then_some(())
+        },
+    )
+    .await;
+    // Through several of the relay's backoffs, well past what parking after two attempts
+    // takes: nothing is recorded against the events.
+    let watch_until = tokio::time::Instant::now() + Duration::from_secs(15);
+    while tokio::time::Instant::now() < watch_until {
+        let failures: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_failure")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            failures, 0,
+            "an outage recorded failures against the events"
+        );
+        assert!(relay.is_running(), "the relay must ride the outage out");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    second.start_again();
+    e2e::wait_for("the outbox to drain", Duration::from_secs(180), || async {
+        matches!(e2e::db::backlog(&db.pool).await, Ok(0)).then_some(())
+    })
+    .await;
+    let records = {
+        let (b, t) = (brokers.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || e2e::verify::dump(&b, &[t]))
+            .await
+            .unwrap()
+    };
+    let (violations, missing) = ledger.check(&records);
+    assert!(violations.is_empty(), "order violated: {violations:?}");
+    assert!(missing.is_empty(), "lost: {missing:?}");
+    e2e::wait_for("/healthz to recover", Duration::from_secs(30), || async {
+        e2e::proc::http_get(&relay.metrics_addr, "/healthz").await
+    })
+    .await;
+}
