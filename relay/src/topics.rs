@@ -173,16 +173,7 @@ impl TopicCatalog {
             }
             return Ok(problems);
         };
-        let replication = match spec.replication {
-            Some(r) => Some(r),
-            None => self.default_replication(producer).await,
-        };
-        // Without the broker's default replication factor (not allowed to ask), the broker's
-        // own `min.insync.replicas` applies, unless the flag sets one.
-        let min_insync = spec
-            .min_insync_replicas
-            .or(replication.map(majority))
-            .map(|n| n.to_string());
+        let (replication, min_insync) = self.creation(producer, spec).await;
         let new: Vec<NewTopic<'_>> = missing
             .iter()
             .map(|t| {
@@ -291,14 +282,7 @@ impl TopicCatalog {
                 crate::records::MIN_PARTITIONS.max(i32::from(buckets))
             )));
         };
-        let replication = match spec.replication {
-            Some(r) => Some(r),
-            None => self.default_replication(producer).await,
-        };
-        let min_insync = spec
-            .min_insync_replicas
-            .or(replication.map(majority))
-            .map(|n| n.to_string());
+        let (_, min_insync) = self.creation(producer, spec).await;
         let count = crate::records::MIN_PARTITIONS.max(i32::from(buckets));
         let mut topic = NewTopic::new(
             name,
@@ -373,6 +357,26 @@ impl TopicCatalog {
         }
     }
 
+    /// The replication factor topics are created with (the flag's, else the broker's
+    /// default) and their `min.insync.replicas` (the flag's, else a majority of it). Without
+    /// the broker's default replication factor (not allowed to ask), the broker's own
+    /// `min.insync.replicas` applies, unless the flag sets one.
+    async fn creation(
+        &mut self,
+        producer: &PolledProducer<RelayContext>,
+        spec: TopicSpec,
+    ) -> (Option<i32>, Option<String>) {
+        let replication = match spec.replication {
+            Some(r) => Some(r),
+            None => self.default_replication(producer).await,
+        };
+        let min_insync = spec
+            .min_insync_replicas
+            .or(replication.map(majority))
+            .map(|n| n.to_string());
+        (replication, min_insync)
+    }
+
     /// The broker's `default.replication.factor` (asked once); `None` when it cannot be read
     /// (no DESCRIBE_CONFIGS on the cluster).
     async fn default_replication(
@@ -413,11 +417,23 @@ async fn any_broker(producer: &PolledProducer<RelayContext>) -> Option<i32> {
     .flatten()
 }
 
-/// `topic`'s partitions and those without a leader, `None` when the broker does not have it.
-async fn leaders(
+/// A topic as the metadata shows it.
+#[derive(Debug, Clone)]
+struct Shape {
+    /// Its first partition's replicas.
+    replicas: usize,
+    /// Its partitions.
+    count: i32,
+    /// Its partitions without a leader.
+    leaderless: HashSet<i32>,
+}
+
+/// `topic` as the metadata shows it, `None` when the broker does not have it (an error: no
+/// broker answered in time).
+async fn describe(
     producer: &PolledProducer<RelayContext>,
     topic: &str,
-) -> Result<Option<Leaders>, KafkaError> {
+) -> Result<Option<Shape>, KafkaError> {
     use rdkafka::producer::Producer;
     let producer = producer.shared();
     let topic = topic.to_owned();
@@ -429,8 +445,8 @@ async fn leaders(
             .topics()
             .iter()
             .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| Leaders {
-                at: std::time::Instant::now(),
+            .map(|t| Shape {
+                replicas: t.partitions()[0].replicas().len(),
                 count: t.partitions().len() as i32,
                 leaderless: t
                     .partitions()
@@ -444,26 +460,24 @@ async fn leaders(
     .map_err(|_| KafkaError::Canceled)?
 }
 
+/// `topic`'s partitions and those without a leader, `None` when the broker does not have it.
+async fn leaders(
+    producer: &PolledProducer<RelayContext>,
+    topic: &str,
+) -> Result<Option<Leaders>, KafkaError> {
+    Ok(describe(producer, topic).await?.map(|t| Leaders {
+        at: std::time::Instant::now(),
+        count: t.count,
+        leaderless: t.leaderless,
+    }))
+}
+
 /// The number of partitions of `topic`, `None` when the broker does not have it.
 async fn partitions(
     producer: &PolledProducer<RelayContext>,
     topic: &str,
 ) -> Result<Option<i32>, KafkaError> {
-    use rdkafka::producer::Producer;
-    let producer = producer.shared();
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let md = producer
-            .client()
-            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
-        Ok(md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| t.partitions().len() as i32))
-    })
-    .await
-    .map_err(|_| KafkaError::Canceled)?
+    Ok(describe(producer, topic).await?.map(|t| t.count))
 }
 
 /// Asks the broker whether `topic` exists (an error: no broker answered in time).
@@ -480,19 +494,5 @@ pub(crate) async fn replicas(
     producer: &PolledProducer<RelayContext>,
     topic: &str,
 ) -> Result<Option<usize>, KafkaError> {
-    use rdkafka::producer::Producer;
-    let producer = producer.shared();
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let md = producer
-            .client()
-            .fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
-        Ok(md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
-            .map(|t| t.partitions()[0].replicas().len()))
-    })
-    .await
-    .map_err(|_| KafkaError::Canceled)?
+    Ok(describe(producer, topic).await?.map(|t| t.replicas))
 }

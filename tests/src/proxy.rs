@@ -76,6 +76,19 @@ impl Proxy {
         Self::start_with(port, upstream_port, Swallow::default()).await
     }
 
+    /// A proxy in front of the PostgreSQL server of `database_url` (on this machine), and the
+    /// URL that reaches the same database through it.
+    pub async fn in_front_of_database(database_url: &str) -> (Self, String) {
+        let pg_port: u16 = database_url
+            .rsplit_once(':')
+            .and_then(|(_, rest)| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .expect("the database URL names a port");
+        let proxy = Self::start(0, pg_port).await;
+        let url = database_url.replacen(&format!(":{pg_port}/"), &format!(":{}/", proxy.port), 1);
+        (proxy, url)
+    }
+
     /// [`Proxy::start`] in front of a Kafka broker: it reads the clients' request frames, so
     /// that it can [`Proxy::swallow`] some.
     pub async fn start_kafka(port: u16, upstream_port: u16) -> Self {

@@ -356,11 +356,23 @@ impl Publisher {
         index: usize,
     ) -> Result<(), String> {
         batch.expect_one();
-        let mut record =
-            BaseRecord::<str, [u8], usize>::with_opaque_to(&sink.topic, batch.opaque(index))
+        let record =
+            BaseRecord::<[u8], [u8], usize>::with_opaque_to(&sink.topic, batch.opaque(index))
                 .partition(sink.partition)
-                .key(sink.key.as_str())
+                .key(sink.key.as_bytes())
                 .payload(&value);
+        self.send_waiting(record).await.map_err(|code| {
+            batch.refused_one();
+            format!("the bucket record was refused by the producer: {code}")
+        })
+    }
+
+    /// Hands `record` to librdkafka, waiting while its local queue is full (delivery reports
+    /// drain it).
+    async fn send_waiting(
+        &self,
+        mut record: BaseRecord<'_, [u8], [u8], usize>,
+    ) -> Result<(), RDKafkaErrorCode> {
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
@@ -368,12 +380,7 @@ impl Publisher {
                     record = rec;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => {
-                    batch.refused_one();
-                    return Err(format!(
-                        "the bucket record was refused by the producer: {e}"
-                    ));
-                }
+                Err((e, _)) => return Err(error_code(&e)),
             }
         }
     }
@@ -403,17 +410,7 @@ impl Publisher {
         if let Some(value) = row.payload.bytes() {
             record = record.payload(value);
         }
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
-                    // The local queue is full: let delivery reports drain it, then retry.
-                    record = rec;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err((e, _)) => return Err(error_code(&e)),
-            }
-        }
+        self.send_waiting(record).await
     }
 }
 

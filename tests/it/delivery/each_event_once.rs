@@ -46,16 +46,7 @@ async fn a_relay_killed_between_a_commit_and_its_mark_sends_nothing_twice() {
     let brokers = e2e::kafka_brokers();
     let prefix = e2e::unique_topic_prefix();
     let topic = format!("{prefix}{AGGREGATE_TYPE}");
-    let pg_port: u16 = db
-        .url
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next())
-        .and_then(|p| p.parse().ok())
-        .expect("the database URL names a port");
-    let db_link = Proxy::start(0, pg_port).await;
-    let linked_url = db
-        .url
-        .replacen(&format!(":{pg_port}/"), &format!(":{}/", db_link.port), 1);
+    let (db_link, linked_url) = Proxy::in_front_of_database(&db.url).await;
     let extra = |a: &mut RelayArgs| {
         // A lingering producer: most of a batch's time is spent between its claim and its
         // mark (sending, committing), where a stalled database link leaves the window open.

@@ -89,16 +89,7 @@ impl Failover {
         let direct = format!("127.0.0.1:{direct_port}");
 
         let db = e2e::db::fresh_database().await;
-        let pg_port: u16 = db
-            .url
-            .rsplit_once(':')
-            .and_then(|(_, rest)| rest.split('/').next())
-            .and_then(|p| p.parse().ok())
-            .expect("the database URL names a port");
-        let db_link = Proxy::start(0, pg_port).await;
-        let linked_url =
-            db.url
-                .replacen(&format!(":{pg_port}/"), &format!(":{}/", db_link.port), 1);
+        let (db_link, linked_url) = Proxy::in_front_of_database(&db.url).await;
 
         let prefix = e2e::unique_topic_prefix();
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
