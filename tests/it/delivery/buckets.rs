@@ -299,3 +299,62 @@ async fn changing_the_bucket_count_moves_the_backlog_and_loses_nothing() {
     check_committed(&brokers, &prefix, &written).await;
     drop(relay);
 }
+
+/// The upgrade: a relay of a version without buckets knows only the whole-outbox lease. While
+/// one holds it, the count cannot change; once the outbox has buckets, that lease is held for
+/// good by `<buckets>`, so such a relay can neither take it nor claim, however long it waits,
+/// while relays with buckets publish; back to one bucket, both kinds share the one lease again.
+#[tokio::test]
+async fn a_relay_without_buckets_stands_by_while_the_outbox_has_buckets() {
+    use outbox_relay::store::{ClaimedBatch, Store};
+    let db = e2e::db::fresh_database().await;
+    let ttl = Duration::from_millis(500);
+    sqlx::query(
+        "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload) \
+         SELECT 'order', 'o' || i, 'E', '{}' FROM generate_series(1, 10) i",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    // What a relay without buckets does: the whole-outbox lease, claims over every row.
+    let old = Store::from_pool(db.pool.clone());
+    let token = old
+        .try_acquire_lease("default", "old", ttl)
+        .await
+        .unwrap()
+        .expect("with one bucket, the whole-outbox lease is free");
+    let (code, out) = ops(&["buckets", "--set", "4"], &db.url);
+    assert_eq!(code, 1, "the count changed under a live relay: {out}");
+    old.release_lease(&token).await.unwrap();
+    let (code, out) = ops(&["buckets", "--set", "4"], &db.url);
+    assert_eq!(code, 0, "{out}");
+
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(
+        old.try_acquire_lease("default", "old", ttl).await.unwrap(),
+        None,
+        "a relay without buckets took the whole-outbox lease of a bucketed outbox"
+    );
+    assert!(
+        matches!(
+            old.claim_batch(&token, 100).await.unwrap(),
+            ClaimedBatch::LeaseLost
+        ),
+        "its old token still claims"
+    );
+    let (_, status) = ops(&["status"], &db.url);
+    assert_eq!(status["lease_holder"], "<buckets>", "{status}");
+
+    let (code, out) = ops(&["buckets", "--set", "1"], &db.url);
+    assert_eq!(code, 0, "{out}");
+    let back = old
+        .try_acquire_lease("default", "old", ttl)
+        .await
+        .unwrap()
+        .expect("back to one bucket, the whole-outbox lease is free again");
+    assert!(back.epoch > token.epoch, "under a new epoch");
+    let ClaimedBatch::Rows(rows, _) = old.claim_batch(&back, 100).await.unwrap() else {
+        panic!("the lease is held");
+    };
+    assert_eq!(rows.len(), 10, "every row is back in the one bucket");
+}
