@@ -52,6 +52,8 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Buckets of the outbox this instance holds.
     pub buckets_held: IntGauge,
+    /// Buckets of the outbox no relay holds, as this instance last saw them.
+    pub buckets_unowned: IntGauge,
     /// Events a committed transaction published that were marked from the bucket's record
     /// (settling), instead of being sent again.
     pub settled: IntCounter,
@@ -164,6 +166,10 @@ impl Metrics {
             buckets_held: r.metric(
                 "outbox_relay_buckets_held",
                 "Buckets of the outbox this instance holds and publishes",
+            )?,
+            buckets_unowned: r.metric(
+                "outbox_relay_buckets_unowned",
+                "Buckets of the outbox no relay holds (their events are not published), as this instance last saw them",
             )?,
             settled: r.metric(
                 "outbox_events_settled_total",
@@ -334,6 +340,8 @@ mod tests {
             "outbox_relay_leader",
             "outbox_relay_lease_epoch",
             "outbox_relay_buckets_held 0",
+            "outbox_relay_buckets_unowned 0",
+            "outbox_events_settled_total 0",
             "outbox_parked_events{class=\"undecodable\"} 0",
             "outbox_events_parked_total{class=\"refused\"} 0",
             "outbox_retrying_events",

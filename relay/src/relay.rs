@@ -354,6 +354,13 @@ impl Relay {
             );
             h.let_go(leaving);
         }
+        // Every relay reports the buckets nobody holds (the alert on a bucket without owner
+        // needs no particular relay alive).
+        let rows = shared.store.bucket_rows(&s.lease_name, current).await?;
+        shared
+            .metrics
+            .buckets_unowned
+            .set(rows.iter().filter(|r| r.holder.is_none()).count() as i64);
         if held.len() >= share {
             return Ok(if held.is_empty() {
                 Round::StandingBy
@@ -368,7 +375,6 @@ impl Relay {
             }
             *sequence_checked = true;
         }
-        let rows = shared.store.bucket_rows(&s.lease_name, current).await?;
         for row in rows {
             if held.len() >= share {
                 break;

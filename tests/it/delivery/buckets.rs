@@ -174,6 +174,20 @@ async fn three_relays_share_the_buckets_through_sigkill_sigstop_and_restarts_los
         assert!(relays[i].is_running(), "{} must survive SIGSTOP", names[i]);
     }
 
+    // Every relay sees every bucket held again (what the alert on a bucket without owner
+    // reads).
+    for r in &relays {
+        e2e::wait_for(
+            "every relay to see no bucket without owner",
+            Duration::from_secs(60),
+            || async {
+                let m = r.metrics().await?;
+                (e2e::proc::metric_value(&m, "outbox_relay_buckets_unowned") == Some(0.0))
+                    .then_some(())
+            },
+        )
+        .await;
+    }
     let written = writers.await.unwrap();
     e2e::wait_for("the outbox to drain", Duration::from_secs(180), || async {
         matches!(e2e::db::backlog(&db.pool).await, Ok(0)).then_some(())
