@@ -229,6 +229,10 @@ pub enum Phase {
     Isolation,
     /// Cost per insert of the per-aggregate lock trigger (single-row and bulk).
     Insert,
+    /// What the copy trigger of `debezium-install` costs the writers of a Debezium outbox
+    /// table: inserts/s and PostgreSQL CPU per insert with and without it (`--insert-writers`,
+    /// `--insert-seconds`).
+    DebeziumCopy,
     /// Claim time and failure reads with a large failure table, per claim filter.
     Failures,
     /// Opt-in, heavy: the relay draining a multi-million event backlog (claim time as the

@@ -9,6 +9,7 @@
 //! - [`latency`]: phase 5, commit → ack / consumer latency at a fixed offered load;
 //! - [`isolation`]: the healthy drain alone, behind poisoned and beside suspect aggregates;
 //! - [`insert`]: what the per-aggregate insert lock costs a writer;
+//! - [`debezium_copy`]: what the copy trigger of `debezium-install` costs a Debezium table's writers;
 //! - [`failures`]: claim time with a large failure table, per claim filter;
 //! - [`backlog`]: opt-in, a multi-million event backlog (claim time, leadership stability);
 //! - [`growth`]: `sizes` and (opt-in) `topics`: raw produce and relay drain as payloads and
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod cpu;
 pub mod db;
 pub mod debezium;
+pub mod debezium_copy;
 pub mod drain;
 pub mod failures;
 pub mod growth;
@@ -231,6 +233,13 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         ),
     )
     .await;
+    let debezium_copy = phase(
+        args,
+        Phase::DebeziumCopy,
+        &mut errors,
+        debezium_copy::run(&infra, &w, args.insert_writers, sizes.insert_seconds),
+    )
+    .await;
     let failures = phase(
         args,
         Phase::Failures,
@@ -378,6 +387,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         latency,
         isolation,
         insert,
+        debezium_copy,
         failures,
         backlog,
         parked,

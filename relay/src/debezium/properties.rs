@@ -12,6 +12,8 @@ use super::router::{
 
 const STRING_CONVERTER: &str = "org.apache.kafka.connect.storage.StringConverter";
 const JSON_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
+const BINARY_DATA_CONVERTER: &str = "io.debezium.converters.BinaryDataConverter";
+const BYTE_ARRAY_CONVERTER: &str = "org.apache.kafka.connect.converters.ByteArrayConverter";
 const SIMPLE_HEADER_CONVERTER: &str = "org.apache.kafka.connect.storage.SimpleHeaderConverter";
 
 /// Java properties (`key=value`, `key: value`, `key value`; `#` and `!` comments; a trailing
@@ -215,13 +217,22 @@ impl RouterConfig {
                 ));
             }
         }
-        if let Some(v) = opt("table.expand.json.payload") {
-            if parse_bool(&format!("{prefix}table.expand.json.payload"), &v)? {
-                return Err(format!(
-                    "{prefix}table.expand.json.payload=true is not supported by the relay"
-                ));
-            }
-        }
+        let expand_json_payload = match opt("table.expand.json.payload") {
+            Some(v) => parse_bool(&format!("{prefix}table.expand.json.payload"), &v)?,
+            None => false,
+        };
+        let json_payload_null_as_bytes = match opt("table.json.payload.null.behavior") {
+            None => false,
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "ignore" => false,
+                "optional_bytes" => true,
+                _ => {
+                    return Err(format!(
+                        "{prefix}table.json.payload.null.behavior={v}: ignore or optional_bytes"
+                    ))
+                }
+            },
+        };
         if let Some(regex) = opt("route.topic.regex") {
             if regex != DEFAULT_TOPIC_REGEX {
                 return Err(format!(
@@ -279,6 +290,26 @@ impl RouterConfig {
                 ));
             }
         }
+        let key_converter = converter_of(layers.converter_layer("key.converter"), "key")?;
+        let value_converter = converter_of(layers.converter_layer("value.converter"), "value")?;
+        if expand_json_payload {
+            // What Debezium's router makes of a JSON payload it expands is a struct with the
+            // schema it infers from each payload; the relay writes that struct as a
+            // schemaless JsonConverter does, not the schema itself.
+            match value_converter {
+                Converter::Json { schemas: true } => {
+                    return Err(format!(
+                        "{prefix}table.expand.json.payload=true with value.converter.schemas.enable=true (JsonConverter's default) is not supported by the relay: the schema Debezium infers from each payload (struct names from field paths, int32, int64 or float64 by each number's value, array elements' schemas merged in an order that varies between runs) is not reproduced; set value.converter.schemas.enable=false or table.expand.json.payload=false"
+                    ))
+                }
+                Converter::String => {
+                    return Err(format!(
+                        "{prefix}table.expand.json.payload=true with value.converter=StringConverter is not supported by the relay: StringConverter writes the expanded struct as Kafka Connect's Struct.toString(), not JSON"
+                    ))
+                }
+                Converter::Json { schemas: false } | Converter::Bytes => {}
+            }
+        }
         let type_explicit = opt("table.field.event.type");
         Ok(Self {
             schema,
@@ -295,8 +326,10 @@ impl RouterConfig {
             route_by: opt("route.by.field").unwrap_or_else(|| "aggregatetype".into()),
             topic,
             tombstone_on_empty_payload,
-            key_converter: converter_of(layers.converter_layer("key.converter"), "key")?,
-            value_converter: converter_of(layers.converter_layer("value.converter"), "value")?,
+            expand_json_payload,
+            json_payload_null_as_bytes,
+            key_converter,
+            value_converter,
         })
     }
 }
@@ -391,9 +424,15 @@ fn converter_of(p: &BTreeMap<String, String>, which: &str) -> Result<Converter, 
                 None => true,
             },
         },
+        BINARY_DATA_CONVERTER | BYTE_ARRAY_CONVERTER if which == "value" => Converter::Bytes,
+        BINARY_DATA_CONVERTER | BYTE_ARRAY_CONVERTER => {
+            return Err(format!(
+                "{key}={class} is not supported by the relay: the key column is text, a uuid or an integer, not bytes (use StringConverter or JsonConverter for keys)"
+            ))
+        }
         other => {
             return Err(format!(
-                "{key}={other} is not supported by the relay (StringConverter or JsonConverter)"
+                "{key}={other} is not supported by the relay (StringConverter, JsonConverter, or for a bytea payload {BINARY_DATA_CONVERTER} or {BYTE_ARRAY_CONVERTER})"
             ))
         }
     };
@@ -405,6 +444,11 @@ fn converter_of(p: &BTreeMap<String, String>, which: &str) -> Result<Converter, 
             (Converter::Json { .. }, "schemas.enable" | "schemas.cache.size") => true,
             // Neither matters without decimals or defaults in the outbox's columns.
             (Converter::Json { .. }, "decimal.format" | "replace.null.with.default") => true,
+            // BinaryDataConverter's converter for values that are not bytes: never used on a
+            // bytea payload (the only one the relay accepts with it), whatever it names.
+            (Converter::Bytes, o) if class.as_str() == BINARY_DATA_CONVERTER => {
+                o == "delegate.converter.type" || o.starts_with("delegate.converter.type.")
+            }
             _ => false,
         };
         if !ok {
@@ -460,7 +504,9 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
     #[test]
     fn every_option_that_changes_messages_is_reproduced_or_refused_by_name() {
         for (extra, named) in [
-            ("transforms.outbox.table.expand.json.payload=true", "table.expand.json.payload"),
+            ("transforms.outbox.table.expand.json.payload=true", "table.expand.json.payload=true with value.converter.schemas.enable=true"),
+            ("transforms.outbox.table.expand.json.payload=yes", "table.expand.json.payload"),
+            ("transforms.outbox.table.json.payload.null.behavior=drop", "table.json.payload.null.behavior"),
             ("transforms.outbox.route.topic.regex=(.*)", "route.topic.regex"),
             ("transforms.outbox.route.topic.replacement=t.$1", "route.topic.replacement"),
             ("transforms.outbox.table.field.event.schema.version=v", "table.field.event.schema.version"),
@@ -471,6 +517,9 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
             ("transforms=outbox,x\ntransforms.x.type=org.apache.kafka.connect.transforms.InsertField$Value", "transforms.x.type"),
             ("value.converter=io.confluent.connect.avro.AvroConverter", "value.converter"),
             ("key.converter.schema.content={}", "key.converter.schema.content"),
+            ("key.converter=io.debezium.converters.BinaryDataConverter", "key column is text"),
+            ("key.converter=org.apache.kafka.connect.converters.ByteArrayConverter", "key.converter"),
+            ("value.converter=org.apache.kafka.connect.converters.ByteArrayConverter\nvalue.converter.delegate.converter.type=x", "value.converter.delegate.converter.type"),
             ("header.converter=org.apache.kafka.connect.json.JsonConverter", "header.converter"),
             ("column.mask.with.4.chars=dbz.outbox.payload", "column.*"),
             ("predicates=p", "predicates"),
@@ -484,6 +533,38 @@ transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
         }
         let err = RouterConfig::from_properties(&props("table.include.list=a.b\ntransforms=outbox\ntransforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n")).unwrap_err();
         assert!(err.contains("key.converter is not set"), "{err}");
+    }
+
+    #[test]
+    fn expanding_a_json_payload_is_refused_where_its_bytes_are_not_reproduced_saying_why() {
+        let expand = "transforms.outbox.table.expand.json.payload=true\n";
+        let err = RouterConfig::from_properties(&props(&format!("{BASE}{expand}"))).unwrap_err();
+        assert!(
+            err.contains("table.expand.json.payload=true with value.converter.schemas.enable=true")
+                && err.contains("the schema Debezium infers"),
+            "{err}"
+        );
+        let string = "value.converter=org.apache.kafka.connect.storage.StringConverter\n";
+        let err =
+            RouterConfig::from_properties(&props(&format!("{BASE}{expand}{string}"))).unwrap_err();
+        assert!(err.contains("Struct.toString()"), "{err}");
+        let c = RouterConfig::from_properties(&props(&format!(
+            "{BASE}{expand}value.converter.schemas.enable=false\n\
+             transforms.outbox.table.json.payload.null.behavior=OPTIONAL_BYTES\n"
+        )))
+        .unwrap();
+        assert!(c.expand_json_payload && c.json_payload_null_as_bytes);
+    }
+
+    #[test]
+    fn a_binary_value_converter_is_accepted_with_its_delegates_options() {
+        let c = RouterConfig::from_properties(&props(&format!(
+            "{BASE}value.converter=io.debezium.converters.BinaryDataConverter\n\
+             value.converter.delegate.converter.type=org.apache.kafka.connect.json.JsonConverter\n\
+             value.converter.delegate.converter.type.schemas.enable=false\n"
+        )))
+        .unwrap();
+        assert_eq!(c.value_converter, Converter::Bytes);
     }
 
     #[test]

@@ -19,6 +19,9 @@ pub enum Converter {
         /// `schemas.enable` (JsonConverter's default: true).
         schemas: bool,
     },
+    /// Debezium's `BinaryDataConverter` or Kafka's `ByteArrayConverter`, for values: a `bytea`
+    /// payload's bytes as they are (the application serialised them: Avro, Protobuf, ...).
+    Bytes,
 }
 
 /// One additional column placed as a header (`table.fields.additional.placement`,
@@ -61,6 +64,12 @@ pub struct RouterConfig {
     /// `route.tombstone.on.empty.payload` (default false): a NULL payload is a tombstone; else
     /// the converter's rendering of a null value.
     pub tombstone_on_empty_payload: bool,
+    /// `table.expand.json.payload` (default false): a jsonb payload is published as the
+    /// object Debezium's router expands it to (schemaless JsonConverter only).
+    pub expand_json_payload: bool,
+    /// `table.json.payload.null.behavior=optional_bytes` (default `ignore`): when expanding, a
+    /// null field is kept (`null`) instead of left out.
+    pub json_payload_null_as_bytes: bool,
     /// `key.converter`.
     pub key_converter: Converter,
     /// `value.converter`.

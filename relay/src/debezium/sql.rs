@@ -62,6 +62,11 @@ fn converted(
             }
             _ => text_of(column, col.kind),
         },
+        Converter::Bytes => {
+            return Err(format!(
+                "column {column} is not the payload: a binary converter writes only a bytea payload"
+            ))
+        }
         Converter::Json { schemas: false } => format!(
             "CASE WHEN {c} IS NULL THEN 'null' ELSE {} END",
             json_value(column, col.kind, outbox_schema)
@@ -236,6 +241,37 @@ pub fn install_sql(
     let p = new(&config.payload_column);
     let (payload_json, payload_bytes) = match (config.value_converter, payload.kind) {
         (Converter::String, ColumnKind::Json { binary: true }) => (p.clone(), "NULL".to_owned()),
+        // Expanded as Debezium's router expands it (schemaless JsonConverter only: the
+        // properties refuse the others); where Debezium keeps the payload a string, that.
+        (Converter::Json { schemas: false }, ColumnKind::Json { binary: true })
+            if config.expand_json_payload =>
+        {
+            (
+                "NULL".to_owned(),
+                format!(
+                    "convert_to(CASE WHEN {p} IS NULL THEN 'null' ELSE coalesce({}.outbox_debezium_expand({p}, {}), {}.outbox_json_string({p}::text)) END, 'UTF8')",
+                    ident(outbox_schema),
+                    config.json_payload_null_as_bytes,
+                    ident(outbox_schema),
+                ),
+            )
+        }
+        (Converter::Json { .. }, ColumnKind::Json { binary: false } | ColumnKind::Text | ColumnKind::Char)
+            if config.expand_json_payload =>
+        {
+            return Err(format!(
+                "column {} of {}.{} (the payload) is not jsonb: with table.expand.json.payload=true the relay expands jsonb payloads only (Debezium parses the text as written)",
+                config.payload_column, config.schema, config.table
+            ))
+        }
+        // The application's bytes as they are; none for a NULL (the converter writes null).
+        (Converter::Bytes, ColumnKind::Bytes) => ("NULL".to_owned(), p.clone()),
+        (Converter::Bytes, _) => {
+            return Err(format!(
+                "column {} of {}.{} (the payload, table.field.event.payload) is not bytea: value.converter (BinaryDataConverter, ByteArrayConverter) writes a bytea payload's bytes only",
+                config.payload_column, config.schema, config.table
+            ))
+        }
         (c, _) => (
             "NULL".to_owned(),
             format!(
@@ -354,6 +390,16 @@ mod tests {
             "{sql}"
         );
         assert!(sql.contains("relay_headers"), "{sql}");
+        let mut binary = c.clone();
+        binary.value_converter = Converter::Bytes;
+        let err = install_sql(&binary, &columns, "public").unwrap_err();
+        assert!(
+            err.contains("not bytea") && err.contains("value.converter"),
+            "{err}"
+        );
+        columns.insert("payload".into(), col(ColumnKind::Bytes));
+        let sql = install_sql(&binary, &columns, "public").unwrap().join("\n");
+        assert!(sql.contains(r#"NULL, NEW."payload", "#), "{sql}");
         columns.insert("id".into(), col(ColumnKind::Int("int64")));
         let err = install_sql(&c, &columns, "public").unwrap_err();
         assert!(err.contains("not a uuid"), "{err}");

@@ -7,7 +7,7 @@ use sqlx::PgConnection;
 
 /// The `outbox` the connection's `search_path` resolves (where the trigger copies to): its
 /// schema, and whether it is up to date (it has the `relay_headers` column, and takes the empty
-/// `message_key` of a copy without a key) and `standard_conforming_strings` is on (the
+/// `message_key` of a copy without a key, and has `outbox_debezium_expand`) and `standard_conforming_strings` is on (the
 /// generated SQL's literals rely on it); none when no `outbox` is on the path. (The schema of
 /// the table found, not `current_schema()`: that is the first schema of the path that exists,
 /// which need not hold it.)
@@ -25,6 +25,8 @@ pub(crate) async fn outbox_schema(
                             AND conname = 'outbox_message_key_not_empty' \
                             AND pg_get_constraintdef(oid) LIKE '%relay_headers%') \
                 AND current_setting('standard_conforming_strings') = 'on' \
+                AND to_regprocedure(format('%I.outbox_debezium_expand(jsonb,boolean)', \
+                                           n.nspname)) IS NOT NULL \
          FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE c.oid = to_regclass('outbox')",
     )

@@ -1267,3 +1267,159 @@ async fn with_one_topic_for_every_routed_by_value_a_keys_events_keep_debeziums_o
         "k-1's events in Debezium's order"
     );
 }
+
+/// Debezium's documented path for Avro or Protobuf outboxes: the application serialises, the
+/// payload column is `bytea`, the value converter writes its bytes as they are (Debezium's
+/// `BinaryDataConverter`, here with the `delegate.converter.type` its documentation gives, or
+/// Kafka's `ByteArrayConverter`). The relay publishes each row with Debezium's value bytes
+/// (bytes that are no UTF-8, an empty payload, a NULL one), key, headers and partition.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_binary_value_converter_a_bytea_payload_is_published_as_debeziums_bytes() {
+    for (class, options) in [
+        (
+            "io.debezium.converters.BinaryDataConverter",
+            &[(
+                "value.converter.delegate.converter.type",
+                "org.apache.kafka.connect.json.JsonConverter",
+            )][..],
+        ),
+        (
+            "org.apache.kafka.connect.converters.ByteArrayConverter",
+            &[][..],
+        ),
+    ] {
+        let db = e2e::db::fresh_database().await;
+        let prefix = e2e::unique_topic_prefix();
+        create_outbox_table(&db.pool, TABLE).await;
+        execute_all(
+            &db.pool,
+            &[
+                "ALTER TABLE dbz.outbox DROP COLUMN payload",
+                "ALTER TABLE dbz.outbox ADD COLUMN payload bytea",
+            ],
+        )
+        .await;
+        let mut options_ = DebeziumOptions::new(TABLE, &prefix);
+        options_.router.push((
+            "table.fields.additional.placement".to_owned(),
+            "type:header:eventType".to_owned(),
+        ));
+        options_
+            .connector
+            .push(("value.converter".to_owned(), class.to_owned()));
+        for (k, v) in options {
+            options_.connector.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        let mut both = SideBySide::start(db, &prefix, options_, "").await;
+        // An Avro-like record (magic byte, schema id, then no UTF-8), an empty payload, a NULL.
+        let payloads: [Option<&[u8]>; 4] = [
+            Some(&[0x00, 0x00, 0x00, 0x00, 0x2a, 0x02, 0xff, 0xfe, 0x80, 0x0a]),
+            Some(&[]),
+            None,
+            Some(b"{\"plain\": \"text\"}"),
+        ];
+        let mut ids = Vec::new();
+        for (i, payload) in payloads.iter().enumerate() {
+            let id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES ($1, 'order', $2, 'OrderPaid', $3)",
+            )
+            .bind(id)
+            .bind(format!("order-{}", i % 2))
+            .bind(payload)
+            .execute(&both.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{class}: the insert: {e}"));
+            ids.push(id);
+        }
+        both.start_relay();
+        let (theirs, ours) = both.messages("order", ids.len());
+        let pairs = assert_same_messages(class, &ids, &theirs, &ours);
+        for ((o, _), payload) in pairs.iter().zip(payloads) {
+            assert_eq!(
+                o.value_hex,
+                payload.map(hex::encode),
+                "{class}: the value is the column's bytes (none for NULL)"
+            );
+        }
+    }
+}
+
+/// Payloads for `table.expand.json.payload=true`: nested objects, an empty one, nulls, empty
+/// arrays, an array of objects whose shapes are prefixes of the longest, floats written in
+/// and out of Java's plain range, int32 and int64, strings beyond the Basic Multilingual Plane
+/// and with escapes; and those Debezium keeps a string: a JSON string, `[]`, an array of mixed
+/// types, of mixed number kinds, of nulls only.
+const EXPANDED: [&str; 8] = [
+    r#"{"order_id": "order-1", "customer": {"name": "Zoë", "address": {"city": "Malmö"}, "vip": false}, "lines": [{"sku": "ランプ", "qty": 2}, {"sku": "☃ \"x\" \\ 📦", "qty": 3, "note": null}], "same": [{"k": 1}, null, {"k": 2}], "id64": 3000000000, "tags": [], "extra": {}, "coupon": null, "amount": 99.50, "tiny": 0.0001, "big": 12345678.9, "few": [1, 2], "nested": [[1.5], [2.25]]}"#,
+    r#"{}"#,
+    r#""just a JSON string""#,
+    r#"[]"#,
+    r#"{"mixed": [1, "one"]}"#,
+    r#"{"numbers": [1, 3000000000]}"#,
+    r#"{"nulls": [null, null], "x": 1}"#,
+    r#"{"a": {"b": {"c": [{"d": 1.0E-7}]}}}"#,
+];
+
+/// `table.expand.json.payload=true` with a schemaless JsonConverter, for both
+/// `table.json.payload.null.behavior` values: the relay's value bytes are Debezium's (the
+/// expanded object as JsonConverter writes it, or the payload's string where Debezium keeps
+/// it one, or `null`), with its key, headers and partition. A payload Debezium's connector
+/// would stop at (a top-level array) fails the writer's insert, naming the option.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_expand_json_payload_and_schemaless_json_the_relay_sends_debeziums_bytes() {
+    for nulls in ["ignore", "optional_bytes"] {
+        let db = e2e::db::fresh_database().await;
+        let prefix = e2e::unique_topic_prefix();
+        create_outbox_table(&db.pool, TABLE).await;
+        let mut options = DebeziumOptions::new(TABLE, &prefix);
+        options.converter = Converter::JsonSchemaless;
+        options.router.extend([
+            ("table.expand.json.payload".to_owned(), "true".to_owned()),
+            (
+                "table.json.payload.null.behavior".to_owned(),
+                nulls.to_owned(),
+            ),
+        ]);
+        let mut both = SideBySide::start(db, &prefix, options, "").await;
+        let mut ids = Vec::new();
+        for payload in EXPANDED.iter().map(|p| Some(*p)).chain([None]) {
+            let id = Uuid::new_v4();
+            sqlx::query(
+                "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES ($1, 'order', 'order-1', 'OrderPaid', $2::jsonb)",
+            )
+            .bind(id)
+            .bind(payload)
+            .execute(&both.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{nulls}: the insert of {payload:?}: {e}"));
+            ids.push(id);
+        }
+        let refused = sqlx::query(
+            "INSERT INTO dbz.outbox (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ($1, 'order', 'order-1', 'OrderPaid', '[1]')",
+        )
+        .bind(Uuid::new_v4())
+        .execute(&both.db.pool)
+        .await
+        .expect_err("a top-level array is refused at the insert");
+        assert!(
+            refused.to_string().contains("table.expand.json.payload"),
+            "{refused}"
+        );
+        both.start_relay();
+        let (theirs, ours) = both.messages("order", ids.len());
+        let pairs = assert_same_messages(nulls, &ids, &theirs, &ours);
+        assert!(
+            pairs[0]
+                .1
+                .value
+                .as_deref()
+                .is_some_and(|v| v.starts_with(r#"{"big":"#)),
+            "Debezium expanded the first payload: {:?}",
+            pairs[0].1.value
+        );
+    }
+}

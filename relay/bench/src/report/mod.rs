@@ -126,6 +126,8 @@ pub struct Report {
     pub isolation: Option<IsolationFigures>,
     /// Cost per insert of the per-aggregate lock.
     pub insert: Option<InsertFigures>,
+    /// What the Debezium copy trigger costs its table's writers.
+    pub debezium_copy: Option<crate::debezium_copy::CopyFigures>,
     /// Claim time with a large failure table.
     pub failures: Option<FailuresFigures>,
     /// The large backlog (opt-in).

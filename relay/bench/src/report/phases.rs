@@ -339,6 +339,40 @@ pub(super) fn growth_table(o: &mut String, g: &GrowthFigures) {
     );
 }
 
+pub(super) fn debezium_copy_table(o: &mut String, c: &crate::debezium_copy::CopyFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<52} {:>10} {:>12}",
+        format!(
+            "debezium-copy: {} writers, 1-row transactions, {} s, A B B A",
+            c.writers, c.seconds_per_run
+        ),
+        "inserts/s",
+        "PG CPU µs"
+    );
+    let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    for (name, s) in [
+        ("A: Debezium table with the relay's copy trigger", &c.copy),
+        ("B: the same table without it", &c.no_copy),
+    ] {
+        let _ = writeln!(
+            o,
+            "{name:<52} {:>10} {:>12}",
+            group(s.inserts_per_s),
+            us(s.postgres_us_per_insert)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "{:<52} {:>10.2} {:>12}  (A over B)",
+        "copy / no copy",
+        c.rate_ratio,
+        c.postgres_cpu_ratio
+            .map_or("-".to_owned(), |v| format!("{v:.2}"))
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

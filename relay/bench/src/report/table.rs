@@ -306,6 +306,9 @@ impl Report {
         if let Some(i) = &self.insert {
             insert_table(&mut o, i);
         }
+        if let Some(c) = &self.debezium_copy {
+            super::phases::debezium_copy_table(&mut o, c);
+        }
         if let Some(f) = &self.failures {
             failures_table(&mut o, f);
         }
