@@ -86,8 +86,10 @@ INSERT INTO outbox_grants (tbl, relay, service) VALUES
     ('outbox',             'SELECT, UPDATE, DELETE',         'SELECT, INSERT'),
     ('outbox_relay_lease', 'SELECT, INSERT, UPDATE, DELETE', NULL),
     ('outbox_relay_member', 'SELECT, INSERT, UPDATE, DELETE', NULL),
-    -- the bucket count: changed by `outbox-relay buckets --set`, run as the migrator
-    ('outbox_buckets',     'SELECT',                         NULL),
+    -- the bucket count: changed by `outbox-relay buckets --set`, run as the migrator; the
+    -- relay locks its row FOR SHARE while taking a bucket (which PostgreSQL grants only with
+    -- UPDATE), so the count cannot change under the acquisition
+    ('outbox_buckets',     'SELECT, UPDATE',                 NULL),
     ('outbox_failure',     'SELECT, INSERT, UPDATE, DELETE', NULL),
     ('outbox_discarded',   'SELECT, INSERT, DELETE',         NULL),
     -- migration bookkeeping: the migrator's alone

@@ -83,6 +83,8 @@ async fn the_relay_role_cannot_read_or_change_a_business_table() {
         "SELECT id FROM outbox FOR UPDATE SKIP LOCKED",
         "DELETE FROM outbox WHERE id = -1",
         "SELECT count(*) FROM outbox_relay_lease",
+        "SELECT count(*) FROM outbox_relay_member",
+        "SELECT 1 FROM outbox_buckets FOR SHARE",
         "UPDATE outbox_failure SET attempts = attempts WHERE outbox_id = -1",
         "DELETE FROM outbox_discarded WHERE outbox_id = -1",
     ] {
