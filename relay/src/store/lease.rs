@@ -122,9 +122,17 @@ impl Store {
         wait: Duration,
     ) -> Result<Option<bool>, sqlx::Error> {
         let mut s = self.lease_transaction().await?;
-        let ms = wait.as_millis().clamp(1, i32::MAX as u128);
+        let ms = wait.as_millis().clamp(100, i32::MAX as u128);
+        // A link that stalls between the update and the commit must not leave the row locked
+        // (a takeover would wait for it for good): PostgreSQL ends the transaction after `wait`.
         s.conn()
-            .execute(format!("SET LOCAL lock_timeout = {ms}").as_str())
+            .execute(
+                format!(
+                    "SET LOCAL lock_timeout = {ms}; \
+                     SET LOCAL idle_in_transaction_session_timeout = {ms}"
+                )
+                .as_str(),
+            )
             .await?;
         match renew(s.conn(), lease, ttl).await {
             Ok(held) => {
