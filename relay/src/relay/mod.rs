@@ -9,9 +9,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backoff::backoff::Backoff;
-use outbox_writer::outbox::NOTIFY_CHANNEL;
-use sqlx::postgres::PgListener;
 use std::collections::BTreeMap;
 
 use tokio::sync::watch;
@@ -19,17 +16,21 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{BatchEnd, Batcher, ClaimFloor, Settle};
 use crate::buckets::Layout;
-use crate::lease::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::outage::Outage;
 use crate::parking::ParkPolicy;
 use crate::publisher::Publisher;
-use crate::records::RecordSink;
-use crate::retry::{new_backoff, sleep_unless};
-use crate::store::{ClaimLimits, LeaseToken, Store};
+use crate::retry::sleep_unless;
+use crate::store::{ClaimLimits, Store};
 use crate::topics::{TopicCatalog, TopicSpec};
+
+mod background;
+mod bucket;
+
+pub use background::ORPHAN_SWEEP_EVERY;
+use background::{forget_orphan_failures, listen_for_wakeups, refresh_backlog, watch_stalls};
+use bucket::{bucket_publishers, publish_bucket};
 
 /// Everything the relay loop needs to know.
 #[derive(Debug, Clone)]
@@ -95,22 +96,6 @@ struct Shared {
     metrics: Metrics,
     /// With transactions: the number of partitions of the records topic, once known.
     record_partitions: std::sync::OnceLock<i32>,
-}
-
-/// How long after the last non-empty batch the relay keeps polling at the shortest interval.
-const HOT_WINDOW: Duration = Duration::from_secs(2);
-
-/// The lone producer's settings: the user's, with its own `client.id` (`<client.id>-lone`), so
-/// broker logs and quotas tell the two producers apart.
-fn lone_config(extra: &[(String, String)]) -> Vec<(String, String)> {
-    let client_id = extra
-        .iter()
-        .rev()
-        .find(|(k, _)| k.trim() == "client.id")
-        .map_or("outbox-relay", |(_, v)| v.as_str());
-    let mut config = extra.to_vec();
-    config.push(("client.id".into(), format!("{client_id}-lone")));
-    config
 }
 
 /// A bucket this process publishes: its task, and the token that makes it release the bucket.
@@ -452,301 +437,4 @@ async fn reap(
         }
     }
     Ok(())
-}
-
-/// The producers of one bucket: the batches' (reporting the brokers' state for bucket 0 when
-/// `broker_down` is given) and the lone sends', each transactional under the bucket's own
-/// `transactional.id` when transactions are on.
-fn bucket_publishers(
-    s: &RelaySettings,
-    layout: Layout,
-    bucket: i16,
-    broker_down: Option<prometheus::IntGauge>,
-    records: Option<&Settle>,
-) -> anyhow::Result<(Publisher, Publisher)> {
-    let mut publisher =
-        Publisher::reporting(&s.brokers, &s.kafka_config, &s.topic_prefix, broker_down)?
-            .with_wire(s.wire.clone())
-            .with_send_timeout(s.send_timeout);
-    // Events of aggregates retried after a failure go out one at a time on a producer of
-    // their own ([`crate::batch::Batcher::publish`]).
-    let mut lone = Publisher::new(&s.brokers, &lone_config(&s.kafka_config), &s.topic_prefix)?
-        .with_wire(s.wire.clone())
-        .with_send_timeout(s.send_timeout);
-    if let Some(base) = &s.transactional_id {
-        let id = layout.transactional_id(base, bucket);
-        publisher = publisher.with_transactions(&id)?;
-        lone = lone.with_transactions(&format!("{id}.lone"))?;
-    }
-    if let Some(r) = records {
-        let sink = |key: &str| RecordSink {
-            topic: r.topic.clone(),
-            partition: r.partition,
-            key: key.to_owned(),
-        };
-        publisher = publisher.with_records(sink(&r.keys[0]));
-        lone = lone.with_records(sink(&r.keys[1]));
-    }
-    Ok((publisher, lone))
-}
-
-/// Publishes `bucket` of `layout` under `token` until `shutdown`, until `release` (the bucket
-/// goes to another relay: after the batch in flight) or until the lease is lost; releases the
-/// lease unless lost.
-async fn publish_bucket(
-    shared: Arc<Shared>,
-    wake: watch::Receiver<u64>,
-    (layout, bucket): (Layout, i16),
-    (token, acquired_at): (LeaseToken, Instant),
-    (shutdown, release): (CancellationToken, CancellationToken),
-) -> anyhow::Result<()> {
-    let s = &shared.settings;
-    let first = bucket == 0;
-    // With transactions, each transaction of the bucket's producers ends with its record, keyed
-    // by the producer's `transactional.id`.
-    let records = match (&s.transactional_id, shared.record_partitions.get()) {
-        (Some(base), Some(&partitions)) => {
-            let id = layout.transactional_id(base, bucket);
-            Some(Settle {
-                brokers: s.brokers.clone(),
-                extra: s.kafka_config.to_vec(),
-                topic: s.records_topic.clone(),
-                partition: crate::records::partition_of(bucket, partitions),
-                keys: vec![id.clone(), format!("{id}.lone")],
-            })
-        }
-        _ => None,
-    };
-    let (mut publisher, mut lone) = bucket_publishers(
-        s,
-        layout,
-        bucket,
-        first.then(|| shared.metrics.broker_down.clone()),
-        records.as_ref(),
-    )?;
-    let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
-    let mut db = Outage::new("database");
-    let mut kafka = Outage::new("kafka publish");
-    if let Some(id) = &s.transactional_id {
-        tracing::info!(transactional.id = %layout.transactional_id(id, bucket), bucket, "Publishing each batch as a Kafka transaction");
-    }
-    tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, bucket, buckets = layout.buckets, "Acquired the relay lease; publishing");
-    if first {
-        shared.metrics.leader.set(1);
-        shared.metrics.lease_epoch.set(token.epoch);
-        publisher.set_leading(true);
-    }
-    let guard = LeaseGuard::start(shared.store.clone(), token, s.lease_ttl, acquired_at);
-    let end = lead(
-        &shared,
-        (wake, records),
-        &guard,
-        (&mut publisher, &mut lone),
-        &mut topics,
-        (&mut db, &mut kafka),
-        (&shutdown, &release),
-    )
-    .await;
-    let token = guard.token().clone();
-    guard.stop().await;
-    if first {
-        shared.metrics.leader.set(0);
-        shared.metrics.lease_epoch.set(0);
-        publisher.set_leading(false);
-    }
-    // Whatever is still queued belongs to a lease this relay no longer holds, or is about to
-    // release.
-    publisher.purge();
-    lone.purge();
-    match end {
-        LeadEnd::Shutdown => {
-            if let Err(e) = shared.store.release_lease(&token).await {
-                tracing::warn!(error = %e, bucket, "Could not release the lease; another relay takes over when it expires");
-            }
-        }
-        LeadEnd::LeaseLost => {
-            tracing::warn!(
-                lease.epoch = token.epoch,
-                bucket,
-                "Lost the relay lease; back to standby"
-            );
-        }
-    }
-    Ok(())
-}
-
-async fn lead(
-    shared: &Shared,
-    (mut wake, records): (watch::Receiver<u64>, Option<Settle>),
-    guard: &LeaseGuard,
-    (publisher, lone): (&mut Publisher, &mut Publisher),
-    topics: &mut TopicCatalog,
-    (db, kafka): (&mut Outage, &mut Outage),
-    (shutdown, release): (&CancellationToken, &CancellationToken),
-) -> LeadEnd {
-    let s = &shared.settings;
-    let (min_poll, max_poll) = s.poll;
-    let mut idle = min_poll;
-    let mut last_rows = Instant::now();
-    let mut backoff = new_backoff();
-    let mut batcher = Batcher {
-        store: &shared.store,
-        metrics: &shared.metrics,
-        token: guard.token(),
-        guard,
-        publisher,
-        lone,
-        topics,
-        limits: s.limits,
-        row_limit: s.limits.rows,
-        policy: s.park,
-        shutdown_timeout: s.shutdown_timeout,
-        db,
-        kafka,
-        failures_known: true,
-        prefetched: None,
-        batches: 0,
-        replaced: false,
-        floor: ClaimFloor::new(crate::batch::CANDIDATE_EVERY),
-        // A new owner settles the bucket from its records before its first claim.
-        unsettled: records.is_some(),
-        records,
-    };
-    // Fence the relays that held the lease before, now (their open transactions are
-    // aborted, so `read_committed` readers do not wait for their timeout); failing that,
-    // the first batch tries again before it sends anything.
-    if batcher.initialise(true).await == Err(BatchEnd::LeaseLost) {
-        return LeadEnd::LeaseLost;
-    }
-    loop {
-        if shutdown.is_cancelled() || release.is_cancelled() {
-            return LeadEnd::Shutdown;
-        }
-        if !guard.is_valid() {
-            return LeadEnd::LeaseLost;
-        }
-        // A release waits for the batch in flight; a shutdown cuts its wait for
-        // acknowledgements short (`--shutdown-timeout-ms`).
-        match batcher.run(shutdown).await {
-            BatchEnd::Empty => {
-                tokio::select! {
-                    r = wake.changed() => if r.is_err() {
-                        // The listener is gone: poll only.
-                        tokio::time::sleep(idle).await;
-                    },
-                    _ = tokio::time::sleep(idle) => {}
-                    _ = shutdown.cancelled() => return LeadEnd::Shutdown,
-                    _ = release.cancelled() => return LeadEnd::Shutdown,
-                    _ = guard.lost() => return LeadEnd::LeaseLost,
-                }
-                // Stay at the shortest interval while events keep coming (a probe of an
-                // empty index costs well under a millisecond); back off only once the
-                // outbox has been quiet for a while, so an idle relay does not busy-poll.
-                if last_rows.elapsed() >= HOT_WINDOW {
-                    idle = (idle * 2).min(max_poll);
-                }
-            }
-            BatchEnd::Done { clean } => {
-                idle = min_poll;
-                last_rows = Instant::now();
-                if clean {
-                    backoff.reset();
-                }
-            }
-            BatchEnd::Backoff => {
-                let wait = backoff.next_backoff().unwrap_or(max_poll);
-                if !sleep_unless(wait, shutdown).await || release.is_cancelled() {
-                    return LeadEnd::Shutdown;
-                }
-            }
-            BatchEnd::LeaseLost => return LeadEnd::LeaseLost,
-            BatchEnd::Shutdown => return LeadEnd::Shutdown,
-        }
-    }
-}
-
-/// Wakes the loop on `NOTIFY outbox_relay`; polling covers any notification lost while
-/// reconnecting (and poolers that do not pass LISTEN through).
-async fn listen_for_wakeups(store: Store, wake: watch::Sender<u64>, stop: CancellationToken) {
-    loop {
-        if let Ok(mut listener) = PgListener::connect_with(store.pool()).await {
-            if listener.listen(NOTIFY_CHANNEL).await.is_ok() {
-                loop {
-                    tokio::select! {
-                        r = listener.recv() => match r {
-                            Ok(_) => wake.send_modify(|n| *n = n.wrapping_add(1)),
-                            Err(_) => break,
-                        },
-                        _ = stop.cancelled() => return,
-                    }
-                }
-            }
-        }
-        if !sleep_unless(Duration::from_secs(2), &stop).await {
-            return;
-        }
-    }
-}
-
-/// Observes how late the runtime wakes a 50 ms timer (`outbox_relay_runtime_stall_seconds`):
-/// the relay runs on one thread, so anything that blocks it delays the lease's renewal.
-async fn watch_stalls(metrics: Metrics, stop: CancellationToken) {
-    const TICK: Duration = Duration::from_millis(50);
-    loop {
-        let asleep = Instant::now();
-        if !sleep_unless(TICK, &stop).await {
-            return;
-        }
-        metrics
-            .runtime_stall
-            .observe(asleep.elapsed().saturating_sub(TICK).as_secs_f64());
-    }
-}
-
-/// How often the leader forgets failure records of events that are gone (one deleted by hand
-/// holds its aggregate back until then).
-pub const ORPHAN_SWEEP_EVERY: Duration = Duration::from_secs(60);
-
-/// Forgets failure records of events no longer in the outbox, every [`ORPHAN_SWEEP_EVERY`]
-/// while leading: a task of its own, so the gauges' refresh (slower over a large backlog)
-/// does not stretch it.
-async fn forget_orphan_failures(store: Store, metrics: Metrics, stop: CancellationToken) {
-    loop {
-        if metrics.leader.get() == 1 {
-            if let Ok(n @ 1..) = store.forget_orphan_failures().await {
-                tracing::info!(
-                    records = n,
-                    "Forgot failure records of events no longer in the outbox"
-                );
-            }
-        }
-        if !sleep_unless(ORPHAN_SWEEP_EVERY, &stop).await {
-            return;
-        }
-    }
-}
-
-/// Refreshes the backlog (per topic), oldest-transaction and parking gauges every few
-/// seconds.
-async fn refresh_backlog(store: Store, prefix: String, metrics: Metrics, stop: CancellationToken) {
-    let mut topics = crate::backlog_gauges::TopicSeries::default();
-    loop {
-        let started = Instant::now();
-        if let Ok(b) = store.backlog_by_topic(&prefix).await {
-            topics.publish(&metrics, b);
-        }
-        if let Ok(age) = store.oldest_transaction_age().await {
-            metrics.db_oldest_transaction_age.set(age);
-        }
-        if let Ok(p) = store.parking_stats().await {
-            metrics.set_parking(&p);
-        }
-        // Every 5 s, or ten times as long as the queries took: over a backlog of millions of
-        // rows the per-topic count takes seconds, and the gauges must not keep PostgreSQL
-        // busy for more than a tenth of the time.
-        let every = Duration::from_secs(5).max(started.elapsed() * 10);
-        if !sleep_unless(every, &stop).await {
-            return;
-        }
-    }
 }
