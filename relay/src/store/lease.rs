@@ -121,19 +121,10 @@ impl Store {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Option<bool>, sqlx::Error> {
-        let mut s = self.lease_transaction().await?;
-        let ms = wait.as_millis().clamp(100, i32::MAX as u128);
         // A link that stalls between the update and the commit must not leave the row locked
         // (a takeover would wait for it for good): PostgreSQL ends the transaction after `wait`.
-        s.conn()
-            .execute(
-                format!(
-                    "SET LOCAL lock_timeout = {ms}; \
-                     SET LOCAL idle_in_transaction_session_timeout = {ms}"
-                )
-                .as_str(),
-            )
-            .await?;
+        let mut s = self.lease_transaction().await?;
+        bound(&mut s, wait.max(Duration::from_millis(100))).await?;
         match renew(s.conn(), lease, ttl).await {
             Ok(held) => {
                 s.finish().await?;
@@ -162,18 +153,7 @@ impl Store {
         hold_for: Duration,
     ) -> Result<Option<Session>, sqlx::Error> {
         let mut s = self.transaction().await?;
-        let ms = hold_for.as_millis().clamp(1, i32::MAX as u128);
-        // Simple queries (no prepared statement); `SET LOCAL` ends with the transaction, also
-        // behind PgBouncer's transaction pooling.
-        s.conn()
-            .execute(
-                format!(
-                    "SET LOCAL idle_in_transaction_session_timeout = {ms}; \
-                     SET LOCAL lock_timeout = {ms}"
-                )
-                .as_str(),
-            )
-            .await?;
+        bound(&mut s, hold_for).await?;
         let held = renew(s.conn(), lease, ttl).await?;
         if !held {
             s.finish().await?;
@@ -354,4 +334,21 @@ pub(super) async fn take(
     .bind(t.layout)
     .fetch_optional(conn)
     .await
+}
+
+/// Bounds how long the open transaction `s` may wait for a lock and sit idle: PostgreSQL ends
+/// it past `limit`. Simple queries (no prepared statement); `SET LOCAL` ends with the
+/// transaction, also behind PgBouncer's transaction pooling.
+async fn bound(s: &mut Session, limit: Duration) -> Result<(), sqlx::Error> {
+    let ms = limit.as_millis().clamp(1, i32::MAX as u128);
+    s.conn()
+        .execute(
+            format!(
+                "SET LOCAL idle_in_transaction_session_timeout = {ms}; \
+                 SET LOCAL lock_timeout = {ms}"
+            )
+            .as_str(),
+        )
+        .await?;
+    Ok(())
 }
