@@ -466,6 +466,15 @@ impl System {
     /// is sent again every 250 ms until another answer comes, for up to 30 s, as a client of
     /// these APIs should; the last answer is returned.
     async fn send(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+        let (status, _, body) = self.send_with_headers(req).await;
+        (status, body)
+    }
+
+    /// [`System::send`], with the last answer's headers too (e.g. `Idempotent-Replayed`).
+    async fn send_with_headers(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
         let next = std::sync::Mutex::new(Some(req));
         let last = std::sync::Mutex::new(None);
         outbox_process::poll::poll_every(
@@ -489,9 +498,11 @@ impl System {
         .await;
         let r = last.into_inner().unwrap().expect("a request was sent");
         let status = r.status();
+        let headers = r.headers().clone();
         let text = r.text().await.unwrap_or_default();
         (
             status,
+            headers,
             serde_json::from_str(&text).unwrap_or(Value::String(text)),
         )
     }
@@ -742,23 +753,23 @@ impl System {
         .await
     }
 
-    /// `POST /outbounds/{no}/ship`.
+    /// `POST /outbounds/{no}/ship`, a 503 sent again like every request of this client
+    /// ([`System::send`]): shipping again with the same carrier and tracking number is a
+    /// replay, so a resend after a commit whose answer was lost answers 200 (replayed).
     pub async fn ship(
         &self,
         outbound_no: &str,
         carrier: &str,
         tracking_no: &str,
     ) -> (StatusCode, Value, bool) {
-        let r = self
-            .http
-            .post(self.wms.url(&format!("/outbounds/{outbound_no}/ship")))
-            .json(&json!({ "carrier": carrier, "tracking_no": tracking_no }))
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        let replayed = r.headers().get("idempotent-replayed").is_some();
-        (status, r.json().await.unwrap_or(Value::Null), replayed)
+        let (status, headers, body) = self
+            .send_with_headers(
+                self.http
+                    .post(self.wms.url(&format!("/outbounds/{outbound_no}/ship")))
+                    .json(&json!({ "carrier": carrier, "tracking_no": tracking_no })),
+            )
+            .await;
+        (status, body, headers.contains_key("idempotent-replayed"))
     }
 
     /// `POST /outbounds/{no}/return-received`.

@@ -62,7 +62,9 @@ impl ApiError {
     /// unavailable) is a logged 503, anything else a logged 500 that shows the client nothing.
     pub fn unexpected(retryable: bool, error: &(impl std::fmt::Debug + std::fmt::Display)) -> Self {
         if retryable {
-            tracing::warn!(error = %error, "Database unavailable; request may be retried");
+            // Debug, not Display: a service error's Display ("database error") hides whether
+            // the pool timed out, the connection broke or a deadlock was chosen.
+            tracing::warn!(error = ?error, "Database unavailable; request may be retried");
             Self::unavailable("temporarily unavailable; retry")
         } else {
             tracing::error!(error = ?error, "Request failed");
