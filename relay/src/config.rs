@@ -330,12 +330,14 @@ pub struct RunArgs {
     #[arg(long, env = "OUTBOX_SEND_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(500..))]
     pub send_timeout_ms: u64,
 
-    /// Publish each batch as one Kafka transaction, under a `transactional.id` that every relay
-    /// of the lease shares: a new leader fences the one it replaced at the broker, so a deposed
-    /// leader's queued or in-flight events can never land after the new leader's (consumers
-    /// must read `read_committed`; see the README's consumer section). Needs the
-    /// `TransactionalId` WRITE ACL on the id (and `IdempotentWrite` on older brokers).
-    #[arg(long, env = "OUTBOX_TRANSACTIONS", default_value_t = false, action = clap::ArgAction::Set, value_name = "true|false")]
+    /// Publish each batch as one Kafka transaction (on by default), under a `transactional.id`
+    /// that every relay of the lease shares: a new leader fences the one it replaced at the
+    /// broker, so a deposed leader's queued or in-flight events can never land after the new
+    /// leader's, and each transaction records what it published, so a relay taking over sends
+    /// nothing twice (consumers must read `read_committed`; see the README's consumer
+    /// section). Needs the `TransactionalId` WRITE and DESCRIBE ACLs on the id, and CREATE
+    /// (or an existing topic) and WRITE on the records topic. `false` turns both off.
+    #[arg(long, env = "OUTBOX_TRANSACTIONS", default_value_t = true, action = clap::ArgAction::Set, value_name = "true|false")]
     pub transactions: bool,
 
     /// The `transactional.id` of `--transactions` (the lone producer's is this with `.lone`).
@@ -346,7 +348,8 @@ pub struct RunArgs {
 
     /// With `--transactions`: the relay's compacted topic where each Kafka transaction also
     /// records which outbox rows it published, so that a relay taking a bucket over marks
-    /// them instead of sending them again. Created (compacted) with `--create-missing-topics`.
+    /// them instead of sending them again. The relay creates it (compacted) when missing, with
+    /// `--create-missing-topics` or not, as it is the relay's own state.
     /// Default: `<topic prefix>outbox-relay.records`.
     #[arg(long, env = "OUTBOX_RECORDS_TOPIC")]
     pub records_topic: Option<String>,
@@ -470,19 +473,25 @@ mod tests {
     }
 
     #[test]
-    fn transactions_are_off_by_default_and_share_an_id_per_database_and_lease() {
+    fn transactions_are_on_by_default_and_share_an_id_per_database_and_lease() {
         let base = [
             "--database-url",
             "postgres://u@x/orders",
             "--kafka-brokers",
             "k:9092",
         ];
-        let off = run_args(&base);
-        assert!(!off.transactions);
-        assert_eq!(off.transactional_id().unwrap(), None);
-        assert_eq!(off.send_timeout(), Duration::from_secs(30));
+        let on = run_args(&base);
+        assert!(on.transactions);
+        assert_eq!(
+            on.transactional_id().unwrap().as_deref(),
+            Some("outbox-relay.orders.default")
+        );
+        assert_eq!(on.send_timeout(), Duration::from_secs(30));
+        let mut off = base.to_vec();
+        off.extend(["--transactions", "false"]);
+        assert_eq!(run_args(&off).transactional_id().unwrap(), None);
         let mut on = base.to_vec();
-        on.extend(["--transactions", "true", "--lease-name", "eu"]);
+        on.extend(["--lease-name", "eu"]);
         assert_eq!(
             run_args(&on).transactional_id().unwrap().as_deref(),
             Some("outbox-relay.orders.eu")

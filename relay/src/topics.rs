@@ -262,11 +262,14 @@ impl TopicCatalog {
 
     /// The number of partitions of the relay's records topic `name` ([`crate::records`]),
     /// creating it (compacted, [`crate::records::MIN_PARTITIONS`] or `buckets` partitions,
-    /// whichever is more) when missing and the relay may create topics.
+    /// whichever is more) when missing. The topic is the relay's own state, as Kafka Connect's
+    /// offsets topic is the worker's: it is created whether or not the relay may create event
+    /// topics (`--create-missing-topics`), with that flag's replication settings when given,
+    /// else the broker's default replication factor and a majority of it in sync.
     ///
     /// # Errors
-    /// `Err(Ok(why))` when the topic is missing and may not be created, or its creation was
-    /// refused; `Err(Err(e))` when the broker could not be asked.
+    /// `Err(Ok(why))` when the topic is missing and its creation was refused (no `CREATE`
+    /// ACL); `Err(Err(e))` when the broker could not be asked.
     pub async fn records_topic(
         &mut self,
         producer: &PolledProducer<RelayContext>,
@@ -276,12 +279,11 @@ impl TopicCatalog {
         if let Some(n) = partitions(producer, name).await.map_err(Err)? {
             return Ok(n);
         }
-        let Some(spec) = self.create else {
-            return Err(Ok(format!(
-                "the records topic {name} does not exist: create it with cleanup.policy=compact and at least {} partitions, or run the relay with --create-missing-topics",
-                crate::records::MIN_PARTITIONS.max(i32::from(buckets))
-            )));
-        };
+        let spec = self.create.unwrap_or(TopicSpec {
+            partitions: crate::records::MIN_PARTITIONS,
+            replication: None,
+            min_insync_replicas: None,
+        });
         let (_, min_insync) = self.creation(producer, spec).await;
         let count = crate::records::MIN_PARTITIONS.max(i32::from(buckets));
         let mut topic = NewTopic::new(
@@ -317,7 +319,7 @@ impl TopicCatalog {
                     ))
                 }),
             Some(Err((_, code))) => Err(Ok(format!(
-                "could not create the records topic {name}: {code}"
+                "could not create the relay's records topic {name}: {code}; create it with cleanup.policy=compact and at least {count} partitions, or allow the relay to (CREATE on the topic)"
             ))),
             None => Err(Ok(format!("could not create the records topic {name}"))),
         }

@@ -481,7 +481,10 @@ def build_parser():
     )
     d.add_argument("--timeout", type=float, default=60.0, help="overall limit in seconds (default 60)")
     d.add_argument(
-        "--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted"
+        "--isolation-level",
+        choices=["read_uncommitted", "read_committed"],
+        default="read_committed",
+        help="default read_committed, as the relay's consumers must read (its batches are Kafka transactions)",
     )
     d.set_defaults(func=cmd_dump)
 

@@ -1,6 +1,7 @@
 //! Phase `transactions` (opt-in): what the relay's `--transactions` (each batch one Kafka
-//! transaction) costs. Every round drains the same backlog with the relay arguments as given
-//! ("off") and with `--transactions=true` added ("on"), then runs the latency phase likewise,
+//! transaction, the default) costs. Every round drains the same backlog with the relay
+//! arguments as given plus `--transactions=false` ("off") and plus `--transactions=true`
+//! ("on"), then runs the latency phase likewise,
 //! so that the machine's passing load falls on both variants alike. The drain keeps each
 //! variant's best round (as the `drain` phase does); the latency keeps each variant's round
 //! with the lowest commit → seen p99; every round is in the JSON. The latency phase's consumer
@@ -18,6 +19,9 @@ use crate::workload::Workload;
 
 /// The relay argument that turns transactions on.
 pub const TRANSACTIONS_ON: &str = "--transactions=true";
+
+/// The relay argument that turns them off (they are on by default).
+pub const TRANSACTIONS_OFF: &str = "--transactions=false";
 
 const NAMES: [&str; 2] = ["off", "on"];
 
@@ -148,9 +152,9 @@ pub struct TransactionsFigures {
     pub rounds: u32,
     /// Run order within the drains and within the latency runs.
     pub order: Vec<&'static str>,
-    /// The relay arguments as given.
+    /// The relay arguments as given plus `--transactions=false`.
     pub off: TxVariant,
-    /// Those plus `--transactions=true`.
+    /// Those as given plus `--transactions=true`.
     pub on: TxVariant,
     /// On over off.
     pub ratios: TxRatios,
@@ -170,13 +174,16 @@ pub async fn run(
     load: &LoadSpec<'_>,
     rounds: u32,
 ) -> anyhow::Result<TransactionsFigures> {
-    let on_args: Vec<String> = drain
-        .extra
-        .iter()
-        .cloned()
-        .chain([TRANSACTIONS_ON.to_owned()])
-        .collect();
-    let extras: [&[String]; 2] = [drain.extra, &on_args];
+    let with = |flag: &str| -> Vec<String> {
+        drain
+            .extra
+            .iter()
+            .cloned()
+            .chain([flag.to_owned()])
+            .collect()
+    };
+    let (off_args, on_args) = (with(TRANSACTIONS_OFF), with(TRANSACTIONS_ON));
+    let extras: [&[String]; 2] = [&off_args, &on_args];
     let mut variants = [
         TxVariant::new(NAMES[0], extras[0]),
         TxVariant::new(NAMES[1], extras[1]),

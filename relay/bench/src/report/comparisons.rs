@@ -152,7 +152,8 @@ pub(super) fn transactions_table(o: &mut String, t: &TransactionsFigures, s: &Se
     }
     let _ = writeln!(
         o,
-        "  (best drain round and lowest-p99 latency round shown; on = the relay arguments plus {}; with transactions both the ack histogram and \"seen\" include the commit)",
+        "  (best drain round and lowest-p99 latency round shown; off / on = the relay arguments plus {} / {}; with transactions both the ack histogram and \"seen\" include the commit)",
+        crate::transactions::TRANSACTIONS_OFF,
         crate::transactions::TRANSACTIONS_ON
     );
 }
