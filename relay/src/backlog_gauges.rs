@@ -1,13 +1,14 @@
-//! The backlog gauges of the metrics, per topic and in total: the relay reads the backlog by
-//! topic every few seconds ([`Store::backlog_by_topic`](crate::store::Store::backlog_by_topic))
+//! The backlog gauges of the metrics, per topic, per bucket and in total: the relay reads the
+//! backlog every few seconds
+//! ([`Store::backlog_by_topic_and_bucket`](crate::store::Store::backlog_by_topic_and_bucket))
 //! and publishes it here. Their label values are bounded: the [`TOPIC_SERIES`] topics with the
-//! most events get their own series, the rest are summed into `topic="other"`; a topic whose
-//! backlog drained reads 0 instead of disappearing.
+//! most events get their own series, the rest are summed into `topic="other"`; buckets are at
+//! most 256. A topic or bucket whose backlog drained reads 0 instead of disappearing.
 
 use std::collections::BTreeSet;
 
 use crate::metrics::Metrics;
-use crate::store::TopicBacklog;
+use crate::store::{BucketBacklog, TopicBacklog};
 
 /// Most topics with a series of their own; the others are summed into `other`.
 pub const TOPIC_SERIES: usize = 20;
@@ -82,6 +83,45 @@ impl TopicSeries {
     }
 }
 
+/// Remembers which bucket series exist, so a bucket whose backlog drained reads 0.
+#[derive(Debug, Default)]
+pub struct BucketSeries {
+    shown: BTreeSet<i16>,
+}
+
+impl BucketSeries {
+    /// Publishes one refresh of the per-bucket gauges.
+    pub fn publish(&mut self, metrics: &Metrics, by_bucket: Vec<BucketBacklog>) {
+        for gone in self
+            .shown
+            .iter()
+            .filter(|b| !by_bucket.iter().any(|n| n.bucket == **b))
+        {
+            let label = gone.to_string();
+            metrics
+                .backlog_by_bucket
+                .with_label_values(&[&label])
+                .set(0);
+            metrics
+                .oldest_age_by_bucket
+                .with_label_values(&[&label])
+                .set(0.0);
+        }
+        for b in by_bucket {
+            let label = b.bucket.to_string();
+            metrics
+                .backlog_by_bucket
+                .with_label_values(&[&label])
+                .set(b.events);
+            metrics
+                .oldest_age_by_bucket
+                .with_label_values(&[&label])
+                .set(b.oldest_age_seconds);
+            self.shown.insert(b.bucket);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +164,22 @@ mod tests {
         assert_eq!(m.backlog_by_topic.with_label_values(&["a"]).get(), 0);
         assert_eq!(m.backlog_by_topic.with_label_values(&["b"]).get(), 1);
         assert_eq!(m.backlog.get(), 1);
+    }
+
+    #[test]
+    fn a_drained_bucket_reads_zero() {
+        let b = |bucket, events| BucketBacklog {
+            bucket,
+            events,
+            oldest_age_seconds: 1.5,
+        };
+        let m = Metrics::new();
+        let mut s = BucketSeries::default();
+        s.publish(&m, vec![b(0, 3), b(5, 2)]);
+        s.publish(&m, vec![b(5, 1)]);
+        assert_eq!(m.backlog_by_bucket.with_label_values(&["0"]).get(), 0);
+        assert_eq!(m.oldest_age_by_bucket.with_label_values(&["0"]).get(), 0.0);
+        assert_eq!(m.backlog_by_bucket.with_label_values(&["5"]).get(), 1);
+        assert_eq!(m.oldest_age_by_bucket.with_label_values(&["5"]).get(), 1.5);
     }
 }

@@ -61,6 +61,10 @@ pub struct Metrics {
     pub db_errors: IntCounter,
     /// Fencing epoch of the lease this instance holds (0 when it holds none).
     pub lease_epoch: IntGauge,
+    /// Per bucket: 1 while this instance holds it, 0 once it let it go.
+    pub bucket_held: IntGaugeVec,
+    /// Per bucket: the fencing epoch of this instance's lease on it (0 once it let it go).
+    pub bucket_epoch: IntGaugeVec,
     /// Parked events by error class (refreshed periodically).
     pub parked: IntGaugeVec,
     /// Events parked by this instance, by error class.
@@ -75,6 +79,10 @@ pub struct Metrics {
     pub backlog_by_topic: IntGaugeVec,
     /// Age of the oldest unpublished event per destination topic.
     pub oldest_age_by_topic: GaugeVec,
+    /// Unpublished events per bucket.
+    pub backlog_by_bucket: IntGaugeVec,
+    /// Age of the oldest unpublished event per bucket.
+    pub oldest_age_by_bucket: GaugeVec,
     /// Age of the oldest open transaction of the database (it holds back vacuum).
     pub db_oldest_transaction_age: Gauge,
     /// 1 while every Kafka broker is unreachable for this instance's producer.
@@ -183,6 +191,16 @@ impl Metrics {
                 "outbox_relay_lease_epoch",
                 "Fencing epoch of the lease this instance holds (0 when standing by)",
             )?,
+            bucket_held: r.metric_vec(
+                "outbox_relay_bucket_held",
+                "Per bucket: 1 while this instance holds its lease and publishes it, 0 once it let it go (the holder of a bucket is the instance whose series reads 1)",
+                &["bucket"],
+            )?,
+            bucket_epoch: r.metric_vec(
+                "outbox_relay_bucket_epoch",
+                "Per bucket: the fencing epoch of this instance's lease on it (bumped by every takeover; 0 once it let it go)",
+                &["bucket"],
+            )?,
             parked: r.metric_vec(
                 "outbox_parked_events",
                 "Events parked after failures, waiting for an operator (redrive or discard), by error class",
@@ -214,6 +232,16 @@ impl Metrics {
                 "outbox_oldest_unpublished_age_seconds_by_topic",
                 "Age of the oldest unpublished event per destination topic",
                 &["topic"],
+            )?,
+            backlog_by_bucket: r.metric_vec(
+                "outbox_backlog_events_by_bucket",
+                "Unpublished events per bucket of the outbox",
+                &["bucket"],
+            )?,
+            oldest_age_by_bucket: r.metric_vec(
+                "outbox_oldest_unpublished_age_seconds_by_bucket",
+                "Age of the oldest unpublished event per bucket of the outbox",
+                &["bucket"],
             )?,
             db_oldest_transaction_age: r.metric(
                 "outbox_db_oldest_transaction_age_seconds",

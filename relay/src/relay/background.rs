@@ -82,7 +82,7 @@ pub(super) async fn forget_orphan_failures(
     }
 }
 
-/// Refreshes the backlog (per topic), oldest-transaction and parking gauges every few
+/// Refreshes the backlog (per topic, per bucket), oldest-transaction and parking gauges every few
 /// seconds.
 pub(super) async fn refresh_backlog(
     store: Store,
@@ -91,10 +91,12 @@ pub(super) async fn refresh_backlog(
     stop: CancellationToken,
 ) {
     let mut topics = crate::backlog_gauges::TopicSeries::default();
+    let mut buckets = crate::backlog_gauges::BucketSeries::default();
     loop {
         let started = Instant::now();
-        if let Ok(b) = store.backlog_by_topic(&prefix).await {
-            topics.publish(&metrics, b);
+        if let Ok((by_topic, by_bucket)) = store.backlog_by_topic_and_bucket(&prefix).await {
+            topics.publish(&metrics, by_topic);
+            buckets.publish(&metrics, by_bucket);
         }
         if let Ok(age) = store.oldest_transaction_age().await {
             metrics.db_oldest_transaction_age.set(age);

@@ -1,5 +1,5 @@
 //! The backlog as `status` and the metrics read it: how many events are unpublished and how old
-//! the oldest is, in total and per destination topic (the per-topic gauges are
+//! the oldest is, in total, per destination topic and per bucket (their gauges are
 //! [`crate::backlog_gauges`]); and the age of the oldest open transaction of the database.
 //!
 //! The backlog per topic is grouped by the topic an event goes to (`topic` if set, else
@@ -34,6 +34,17 @@ pub struct TopicBacklog {
     pub oldest_age_seconds: f64,
 }
 
+/// Unpublished events of one bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketBacklog {
+    /// The bucket.
+    pub bucket: i16,
+    /// Unpublished events.
+    pub events: i64,
+    /// Age of the oldest of them in seconds.
+    pub oldest_age_seconds: f64,
+}
+
 impl Store {
     /// Unpublished events in total and the oldest one's age.
     ///
@@ -55,29 +66,46 @@ impl Store {
         })
     }
 
-    /// Unpublished events and the oldest one's age per destination topic, largest first.
+    /// Unpublished events and the oldest one's age per destination topic (largest first) and
+    /// per bucket (by bucket), in one scan of the outbox.
     ///
     /// # Errors
     /// Database errors.
-    pub async fn backlog_by_topic(&self, prefix: &str) -> Result<Vec<TopicBacklog>, sqlx::Error> {
+    pub async fn backlog_by_topic_and_bucket(
+        &self,
+        prefix: &str,
+    ) -> Result<(Vec<TopicBacklog>, Vec<BucketBacklog>), sqlx::Error> {
         let mut s = self.session().await?;
         let rows = sqlx::query(
-            "SELECT COALESCE(topic, $1 || aggregate_type) AS topic, count(*) AS n, \
+            "SELECT topic, bucket, GROUPING(topic) = 1 AS per_bucket, count(*) AS n, \
                     extract(epoch FROM now() - min(created_at))::float8 AS age \
-             FROM outbox GROUP BY 1 ORDER BY n DESC, topic",
+             FROM (SELECT COALESCE(topic, $1 || aggregate_type) AS topic, bucket, created_at \
+                   FROM outbox) o \
+             GROUP BY GROUPING SETS ((topic), (bucket)) ORDER BY n DESC, topic, bucket",
         )
         .bind(prefix)
         .fetch_all(s.conn())
         .await?;
         s.finish().await?;
-        Ok(rows
-            .iter()
-            .map(|r| TopicBacklog {
-                topic: r.get("topic"),
-                events: r.get("n"),
-                oldest_age_seconds: r.get::<f64, _>("age").max(0.0),
-            })
-            .collect())
+        let (mut topics, mut buckets) = (Vec::new(), Vec::new());
+        for r in &rows {
+            let (events, oldest_age_seconds) = (r.get("n"), r.get::<f64, _>("age").max(0.0));
+            if r.get("per_bucket") {
+                buckets.push(BucketBacklog {
+                    bucket: r.get("bucket"),
+                    events,
+                    oldest_age_seconds,
+                });
+            } else {
+                topics.push(TopicBacklog {
+                    topic: r.get("topic"),
+                    events,
+                    oldest_age_seconds,
+                });
+            }
+        }
+        buckets.sort_by_key(|b| b.bucket);
+        Ok((topics, buckets))
     }
 
     /// Seconds since the start of the oldest transaction still open in this database (other

@@ -23,7 +23,7 @@ mod parking;
 mod pool;
 pub mod session;
 
-pub use backlog::{Backlog, TopicBacklog};
+pub use backlog::{Backlog, BucketBacklog, TopicBacklog};
 pub use buckets::{BucketRow, SetBucketsError};
 pub use claim::{
     ClaimLimits, ClaimedBatch, ClaimedRow, FloorQuery, FloorSeen, IdRange, Undecodable,

@@ -188,6 +188,38 @@ async fn three_relays_share_the_buckets_through_sigkill_sigstop_and_restarts_los
         )
         .await;
     }
+    // Per bucket, exactly one relay's `outbox_relay_bucket_held` reads 1 (the owner an
+    // operator reads off the dashboard), under an epoch past the first: every bucket changed
+    // hands at least once in the rounds above.
+    e2e::wait_for(
+        "each bucket held by exactly one relay, per the relays' metrics",
+        Duration::from_secs(60),
+        || async {
+            let mut texts = Vec::new();
+            for r in &relays {
+                texts.push(r.metrics().await?);
+            }
+            (0..8)
+                .all(|b| {
+                    let b = b.to_string();
+                    let holders: Vec<&String> = texts
+                        .iter()
+                        .filter(|m| {
+                            e2e::proc::metric(m, "outbox_relay_bucket_held", &[("bucket", &b)])
+                                == 1.0
+                        })
+                        .collect();
+                    holders.len() == 1
+                        && e2e::proc::metric(
+                            holders[0],
+                            "outbox_relay_bucket_epoch",
+                            &[("bucket", &b)],
+                        ) > 1.0
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let written = writers.await.unwrap();
     e2e::wait_for("the outbox to drain", Duration::from_secs(180), || async {
         matches!(e2e::db::backlog(&db.pool).await, Ok(0)).then_some(())
@@ -254,6 +286,28 @@ async fn changing_the_bucket_count_moves_the_backlog_and_loses_nothing() {
     .unwrap();
     assert_eq!(spread, 8, "the backlog spreads over the 8 buckets");
     assert_eq!(misplaced, 0, "every row is in its aggregate's bucket");
+    // What the per-bucket backlog gauges read: each bucket's count, in one scan with the
+    // per-topic one.
+    let store = outbox_relay::store::Store::from_pool(db.pool.clone());
+    let (by_topic, by_bucket) = store.backlog_by_topic_and_bucket(&prefix).await.unwrap();
+    let counted: Vec<(i16, i64)> =
+        sqlx::query_as("SELECT bucket, count(*) FROM outbox GROUP BY bucket ORDER BY bucket")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        by_bucket
+            .iter()
+            .map(|b| (b.bucket, b.events))
+            .collect::<Vec<_>>(),
+        counted,
+        "the backlog per bucket"
+    );
+    assert_eq!(
+        by_topic.iter().map(|t| t.events).sum::<i64>(),
+        3_000,
+        "the backlog per topic, from the same statement"
+    );
     // New rows get the same bucket from the trigger.
     let more = StreamSpec {
         events: 1_000,
