@@ -196,6 +196,12 @@ pub struct Args {
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub topic_counts: Vec<u64>,
 
+    /// Offered rates of the opt-in `curve` phase, events per second, comma separated: the
+    /// latency phase at each (`--load-seconds`, `--writers`), then a drain (`--events`).
+    #[arg(long, value_delimiter = ',', default_values_t = [100u64, 1_000, 10_000],
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub curve_rates: Vec<u64>,
+
     /// Events of each run of the `topics` phase [default: 50 000; --quick: 10 000].
     #[arg(long)]
     pub topic_events: Option<u64>,
@@ -247,6 +253,9 @@ pub enum Phase {
     /// Opt-in (minutes): the relay's `--transactions` off and on, alternating for `--repeat`
     /// rounds: the drain, then the latency phase; the figures and their ratios on / off.
     Transactions,
+    /// Opt-in (minutes): the cost curve, the latency phase at each rate of `--curve-rates`
+    /// and a drain: relay and PostgreSQL CPU per event and commit → seen p50 / p99 at each.
+    Curve,
     /// One event parked with `--parked-behind` events of its aggregate behind it: healthy
     /// events' commit → published latency against the same relay without that backlog.
     Parked,
@@ -265,7 +274,7 @@ impl Phase {
     pub fn in_default_run(self) -> bool {
         !matches!(
             self,
-            Self::Backlog | Self::Topics | Self::Transactions | Self::Debezium
+            Self::Backlog | Self::Topics | Self::Transactions | Self::Debezium | Self::Curve
         )
     }
 }
@@ -441,6 +450,11 @@ mod tests {
         assert!(all.runs(Phase::Sizes) && !all.runs(Phase::Topics));
         assert_eq!(all.size_payloads, vec![100, 1_024, 16_384, 262_144]);
         assert_eq!(all.topic_counts, vec![1, 100, 1_000]);
+        assert!(!all.runs(Phase::Curve));
+        assert_eq!(all.curve_rates, vec![100, 1_000, 10_000]);
+        let c = parse(&["--phases", "curve", "--curve-rates", "50,500"]);
+        assert!(c.runs(Phase::Curve) && !c.runs(Phase::Drain));
+        assert_eq!(c.curve_rates, vec![50, 500]);
         let s = all.sizes();
         assert_eq!(
             (s.size_budget_bytes, s.topic_events, s.idle_seconds),

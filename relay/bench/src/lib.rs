@@ -16,6 +16,7 @@
 //!   topics grow;
 //! - [`transactions`]: opt-in, the drain and the latency phase with the relay's
 //!   `--transactions` off and on, alternating;
+//! - [`curve`]: opt-in, the relay's CPU per event and latency at several rates and draining;
 //! - [`debezium`]: opt-in, Debezium's Outbox Event Router and the relay on the same Debezium
 //!   table and backlog, one after the other;
 //! - [`report`]: the JSON report and the table.
@@ -23,6 +24,7 @@
 pub mod backlog;
 pub mod cli;
 pub mod cpu;
+pub mod curve;
 pub mod db;
 pub mod debezium;
 pub mod debezium_copy;
@@ -317,6 +319,16 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         transactions::run(&infra, &w, &drain_spec, &load_spec, args.repeat),
     )
     .await;
+    let curve = phase(
+        args,
+        Phase::Curve,
+        &mut errors,
+        curve::run(&infra, &w, &drain_spec, &load_spec, &args.curve_rates),
+    )
+    .await;
+    for e in curve.iter().flat_map(|c| &c.errors) {
+        errors.push(format!("phase curve: {e}"));
+    }
     let debezium_spec = debezium::DebeziumSpec {
         events: sizes.events,
         aggregates: args.aggregates,
@@ -394,6 +406,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         sizes: growth_sizes,
         topics: growth_topics,
         transactions,
+        curve,
         debezium,
         rounds,
         ratios: Ratios::default(),

@@ -140,6 +140,8 @@ pub struct Report {
     pub topics: Option<GrowthFigures>,
     /// The relay's `--transactions` off and on (opt-in).
     pub transactions: Option<TransactionsFigures>,
+    /// The cost curve (opt-in).
+    pub curve: Option<crate::curve::CurveFigures>,
     /// Debezium and the relay on the same Debezium table (opt-in).
     pub debezium: Option<crate::debezium::DebeziumFigures>,
     /// Every round's rate; the phase figures above are the best round.

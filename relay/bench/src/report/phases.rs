@@ -373,6 +373,42 @@ pub(super) fn debezium_copy_table(o: &mut String, c: &crate::debezium_copy::Copy
     );
 }
 
+pub(super) fn curve_table(o: &mut String, c: &crate::curve::CurveFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<30} {:>10} {:>12} {:>12} {:>9} {:>9}",
+        "curve: offered load", "events/s", "relay µs/ev", "PG µs/ev", "p50 ms", "p99 ms"
+    );
+    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+    for p in &c.points {
+        let _ = writeln!(
+            o,
+            "{:<30} {:>10} {:>12} {:>12} {:>9} {:>9}",
+            crate::curve::name(p),
+            group(p.achieved_per_s),
+            f(p.relay_us_per_event, 1),
+            f(p.postgres_us_per_event, 1),
+            f(p.seen_p50_ms, 1),
+            f(p.seen_p99_ms, 1)
+        );
+        if p.not_seen > 0 {
+            let _ = writeln!(
+                o,
+                "!! {} committed events not seen by the consumer",
+                p.not_seen
+            );
+        }
+    }
+    for r in &c.rises {
+        let _ = writeln!(o, "!! the relay's cost per event rose: {r}");
+    }
+    let _ = writeln!(
+        o,
+        "  (commit → seen by a read_committed consumer; PostgreSQL: the whole server's CPU, the writers' inserts included)"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -324,6 +324,9 @@ impl Report {
         if let Some(t) = &self.transactions {
             transactions_table(&mut o, t, s);
         }
+        if let Some(c) = &self.curve {
+            super::phases::curve_table(&mut o, c);
+        }
         if let Some(d) = &self.debezium {
             debezium_table(&mut o, d);
         }
