@@ -310,14 +310,14 @@ impl TopicCatalog {
                 );
                 Ok(count)
             }
+            // Another relay (of another outbox, sharing the topic) created it a moment ago:
+            // until the metadata shows its partitions, asked again like an outage.
             Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => partitions(producer, name)
                 .await
                 .map_err(Err)?
-                .ok_or_else(|| {
-                    Ok(format!(
-                        "the records topic {name} was created but has no partitions yet"
-                    ))
-                }),
+                .ok_or(Err(KafkaError::MetadataFetch(
+                    RDKafkaErrorCode::UnknownTopicOrPartition,
+                ))),
             Some(Err((_, code))) => Err(Ok(format!(
                 "could not create the relay's records topic {name}: {code}; create it with cleanup.policy=compact and at least {count} partitions, or allow the relay to (CREATE on the topic)"
             ))),
@@ -407,7 +407,7 @@ impl TopicCatalog {
 async fn any_broker(producer: &PolledProducer<RelayContext>) -> Option<i32> {
     use rdkafka::producer::Producer;
     let producer = producer.shared();
-    tokio::task::spawn_blocking(move || {
+    detached(move || {
         let md = producer
             .client()
             .fetch_metadata(None, METADATA_TIMEOUT)
@@ -415,8 +415,22 @@ async fn any_broker(producer: &PolledProducer<RelayContext>) -> Option<i32> {
         md.brokers().first().map(|b| b.id())
     })
     .await
-    .ok()
     .flatten()
+}
+
+/// Runs the blocking `f` (a metadata request, up to [`METADATA_TIMEOUT`]) on a thread of its
+/// own, not the runtime's blocking pool: a runtime waits for its blocking threads as it shuts
+/// down, so a SIGTERM while a request waits on a silent broker would wait for the request.
+/// `None` when the thread could not be started or panicked.
+async fn detached<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("relay-metadata".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .ok()?;
+    rx.await.ok()
 }
 
 /// A topic as the metadata shows it.
@@ -439,7 +453,7 @@ async fn describe(
     use rdkafka::producer::Producer;
     let producer = producer.shared();
     let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
+    detached(move || {
         let md = producer
             .client()
             .fetch_metadata(Some(&topic), METADATA_TIMEOUT)?;
@@ -459,7 +473,7 @@ async fn describe(
             }))
     })
     .await
-    .map_err(|_| KafkaError::Canceled)?
+    .ok_or(KafkaError::Canceled)?
 }
 
 /// `topic`'s partitions and those without a leader, `None` when the broker does not have it.

@@ -142,15 +142,6 @@ impl Relay {
             number: 1,
         };
         let (probe, _) = bucket_publishers(s, one, 0, None, None)?;
-        // With transactions, the records topic must exist (or be created) before any bucket
-        // is published.
-        if s.transactional_id.is_some() {
-            let Some(n) = self.records_topic(&probe, &shutdown).await? else {
-                return Ok(());
-            };
-            let _ = shared.record_partitions.set(n);
-        }
-        drop(probe);
         let helpers = shutdown.child_token();
         // LISTEN needs a session of its own; behind a transaction-pooling PgBouncer the relay
         // only polls.
@@ -183,7 +174,20 @@ impl Relay {
             helpers.clone(),
         ));
         tracing::info!(instance = %s.instance_id, lease.name = %s.lease_name, "Relay started");
-        let result = self.share_buckets(&shutdown).await;
+        let result = async {
+            // With transactions, the records topic must exist (or be created) before any
+            // bucket is published. The gauges above already report the backlog meanwhile
+            // (a broker that does not answer keeps the relay here).
+            if s.transactional_id.is_some() {
+                let Some(n) = self.records_topic(&probe, &shutdown).await? else {
+                    return Ok(());
+                };
+                let _ = shared.record_partitions.set(n);
+            }
+            drop(probe);
+            self.share_buckets(&shutdown).await
+        }
+        .await;
         helpers.cancel();
         if let Some(listener) = listener {
             let _ = listener.await;
@@ -208,16 +212,24 @@ impl Relay {
         let buckets = self.shared.store.layout().await.map_or(1, |l| l.buckets);
         let mut outage = Outage::new("kafka (records topic)");
         loop {
-            match topics
-                .records_topic(probe.producer(), &s.records_topic, buckets)
-                .await
-            {
+            // A request may wait seconds on a broker that does not answer: a shutdown does
+            // not wait for it.
+            let attempt = tokio::select! {
+                r = topics.records_topic(probe.producer(), &s.records_topic, buckets) => r,
+                () = shutdown.cancelled() => return Ok(None),
+            };
+            match attempt {
                 Ok(n) => {
                     outage.recovered();
+                    self.shared.metrics.set_healthy(true);
                     return Ok(Some(n));
                 }
                 Err(Ok(why)) => anyhow::bail!(why),
-                Err(Err(e)) => outage.failed(&e),
+                Err(Err(e)) => {
+                    // Nothing can be published until the broker answers: `/healthz` says so.
+                    self.shared.metrics.set_healthy(false);
+                    outage.failed(&e);
+                }
             }
             if !sleep_unless(Duration::from_secs(1), shutdown).await {
                 return Ok(None);
