@@ -260,6 +260,12 @@ impl TopicCatalog {
         dead
     }
 
+    /// The partition count of `topic` as the metadata last read for
+    /// [`TopicCatalog::dead_partitions`] said, if it was read.
+    pub fn partition_count(&self, topic: &str) -> Option<i32> {
+        self.leaders.get(topic).map(|l| l.count)
+    }
+
     /// The number of partitions of the relay's records topic `name` ([`crate::records`]),
     /// creating it (compacted, [`crate::records::MIN_PARTITIONS`] or `buckets` partitions,
     /// whichever is more) when missing. The topic is the relay's own state, as Kafka Connect's

@@ -329,9 +329,12 @@ impl Kafka {
             .expect("a metadata client");
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                // The directory goes with the panic's drop: the log's end says why here.
+                let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
                 panic!(
-                    "kafka exited ({status}) before it served metadata; see {}",
-                    self.log_path().display()
+                    "kafka exited ({status}) before it served metadata; the end of its log:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }
             if consumer

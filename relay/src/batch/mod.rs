@@ -204,6 +204,17 @@ impl Batcher<'_> {
         let Some(outcomes) = outcomes else {
             return BatchEnd::Shutdown;
         };
+        if let Some(why) = self.unwritable_cluster(&rows, &prepared, &outcomes) {
+            // The rows stay as they are: sent again once the cluster takes writes.
+            self.metrics.set_healthy(false);
+            self.kafka.failed(&why);
+            if let Some(Ok(ClaimedBatch::Rows(rows, _))) = &next {
+                if !rows.is_empty() {
+                    self.ahead("dropped");
+                }
+            }
+            return BatchEnd::Backoff;
+        }
         let marking = Instant::now();
         let plan = decide(&rows, &outcomes, &retrying);
         if let Err(end) = self.mark(&rows, &outcomes, &plan, shutdown).await {

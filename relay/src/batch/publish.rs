@@ -134,6 +134,53 @@ impl Batcher<'_> {
         Ok(prepared)
     }
 
+    /// Why the batch's outcomes are an outage of the cluster rather than failures of its
+    /// events: every event sent was withdrawn unacknowledged, none was acknowledged, none is
+    /// a retry, and they were bound for two partitions or more. A cluster that answers but
+    /// acknowledges nothing (every partition below `min.insync.replicas` after a broker
+    /// restart, disks full) is not the events' fault: recording failures would park every
+    /// aggregate in turn. One partition that refuses writes, beside others that take them,
+    /// still fails only its own events.
+    pub(super) fn unwritable_cluster(
+        &self,
+        rows: &[ClaimedRow],
+        prepared: &[Prepared],
+        outcomes: &[Outcome],
+    ) -> Option<String> {
+        let mut partitions: std::collections::BTreeSet<(&str, i32)> = Default::default();
+        let mut sent = 0usize;
+        for ((row, p), o) in rows.iter().zip(prepared).zip(outcomes) {
+            let (Prepared::Topic(t), Ok(m)) = (p, &row.message) else {
+                continue;
+            };
+            if row.attempts.is_some() {
+                return None;
+            }
+            match o {
+                Outcome::Acked(_) => return None,
+                Outcome::Failed {
+                    scope: Scope::Event(FailureClass::Unacknowledged),
+                    ..
+                } => {}
+                _ => continue,
+            }
+            sent += 1;
+            let partition = match (m.message_key(), self.topics.partition_count(t)) {
+                (Some(key), Some(count)) => crate::partitions::partition_for(key.as_bytes(), count),
+                // Keyless, or the count unknown: counted apart, so two such events do not
+                // pass for two partitions.
+                _ => -1,
+            };
+            partitions.insert((t, partition));
+        }
+        (sent > 0 && partitions.iter().filter(|(_, p)| *p >= 0).count() >= 2).then(|| {
+            format!(
+                "the cluster answers but acknowledged none of the batch's {sent} events, bound for {} partitions: it cannot take writes (too few in-sync replicas?); waiting, nothing is recorded against the events",
+                partitions.len()
+            )
+        })
+    }
+
     /// Sends the batch. `None` when shutdown's grace period ran out (nothing is marked; the
     /// rows are sent again later): the grace period bounds every send of the batch, the
     /// pipelined ones and the lone ones alike.

@@ -18,16 +18,29 @@ use crate::common::{ops, Ledger};
 
 /// Creates `topic` with one partition per entry of `replicas`, each on the brokers given.
 async fn create_placed(brokers: &str, topic: &str, replicas: &[&[i32]]) {
+    create_placed_with(brokers, topic, replicas, &[]).await;
+}
+
+/// [`create_placed`] with topic settings.
+async fn create_placed_with(
+    brokers: &str,
+    topic: &str,
+    replicas: &[&[i32]],
+    settings: &[(&str, &str)],
+) {
     let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
         .expect("an admin client");
     let results = admin
         .create_topics(
-            &[NewTopic::new(
-                topic,
-                replicas.len() as i32,
-                TopicReplication::Variable(replicas),
+            &[settings.iter().fold(
+                NewTopic::new(
+                    topic,
+                    replicas.len() as i32,
+                    TopicReplication::Variable(replicas),
+                ),
+                |t, (k, v)| t.set(k, v),
             )],
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
         )
@@ -218,16 +231,61 @@ async fn unwritable_partition(transactions: bool) {
 /// every event is published, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_that_cannot_write_is_an_outage_that_parks_nothing() {
+    cannot_write(Refusal::NoLeader).await;
+}
+
+/// The same, when every partition has a leader but too few in-sync replicas to take an
+/// `acks=all` write (`min.insync.replicas` 2, the second replica's broker down, as in a
+/// routine restart of one broker of two): the metadata looks healthy, the broker answers
+/// `NOT_ENOUGH_REPLICAS` to every write, and nothing is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_without_enough_in_sync_replicas_is_an_outage_that_parks_nothing() {
+    cannot_write(Refusal::TooFewInSync).await;
+}
+
+/// How the cluster refuses the writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The topic's only replicas are on the broker that is down.
+    NoLeader,
+    /// Every partition leads on the live broker, `min.insync.replicas` 2, the other replica
+    /// down.
+    TooFewInSync,
+}
+
+async fn cannot_write(refusal: Refusal) {
     let first = Kafka::start();
     place_transaction_state(&first.brokers());
     let mut second = Kafka::start_joining(&first);
     let brokers = first.brokers();
     let prefix = e2e::unique_topic_prefix();
     let topic = format!("{prefix}order");
-    let on_second: &[i32] = &[2];
-    create_placed(&brokers, &topic, &[on_second; 3]).await;
-    second.stop();
-    wait_leaderless(&brokers, &topic).await;
+    match refusal {
+        Refusal::NoLeader => {
+            let on_second: &[i32] = &[2];
+            create_placed(&brokers, &topic, &[on_second; 3]).await;
+            second.stop();
+            wait_leaderless(&brokers, &topic).await;
+        }
+        Refusal::TooFewInSync => {
+            let on_both: &[i32] = &[1, 2];
+            create_placed_with(
+                &brokers,
+                &topic,
+                &[on_both; 3],
+                &[("min.insync.replicas", "2")],
+            )
+            .await;
+            second.stop();
+            // Until the cluster has fenced the stopped broker, its metadata still lists it.
+            e2e::wait_for(
+                "the stopped broker to leave the metadata",
+                Duration::from_secs(60),
+                || async { (!first.broker_ids().contains(&2)).then_some(()) },
+            )
+            .await;
+        }
+    }
 
     let db = e2e::db::fresh_database().await;
     let mut ledger = Ledger::default();
@@ -254,7 +312,11 @@ async fn a_cluster_that_cannot_write_is_an_outage_that_parks_nothing() {
             let unhealthy = e2e::proc::http_get(&relay.metrics_addr, "/healthz")
                 .await
                 .is_none();
-            (unhealthy && relay.log_text().contains("the cluster cannot take writes")).then_some(())
+            let said = match refusal {
+                Refusal::NoLeader => "the cluster cannot take writes",
+                Refusal::TooFewInSync => "acknowledged none of the batch's",
+            };
+            (unhealthy && relay.log_text().contains(said)).then_some(())
         },
     )
     .await;
