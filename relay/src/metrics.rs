@@ -296,6 +296,18 @@ impl Metrics {
     pub fn set_healthy(&self, ok: bool) {
         self.healthy.store(ok, Ordering::Relaxed);
     }
+
+    /// The per-bucket lease gauges: `Some(epoch)` while this instance holds `bucket` under
+    /// that epoch, `None` once it let it go.
+    pub fn set_bucket_lease(&self, bucket: i16, epoch: Option<i64>) {
+        let label = bucket.to_string();
+        self.bucket_held
+            .with_label_values(&[&label])
+            .set(i64::from(epoch.is_some()));
+        self.bucket_epoch
+            .with_label_values(&[&label])
+            .set(epoch.unwrap_or(0));
+    }
 }
 
 async fn metrics_handler(State(m): State<Metrics>) -> impl IntoResponse {

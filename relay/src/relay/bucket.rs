@@ -113,17 +113,7 @@ pub(super) async fn publish_bucket(
         tracing::info!(transactional.id = %layout.transactional_id(id, bucket), bucket, "Publishing each batch as a Kafka transaction");
     }
     tracing::info!(lease.name = %token.name, lease.epoch = token.epoch, instance = %token.holder, bucket, buckets = layout.buckets, "Acquired the relay lease; publishing");
-    let label = bucket.to_string();
-    shared
-        .metrics
-        .bucket_held
-        .with_label_values(&[&label])
-        .set(1);
-    shared
-        .metrics
-        .bucket_epoch
-        .with_label_values(&[&label])
-        .set(token.epoch);
+    shared.metrics.set_bucket_lease(bucket, Some(token.epoch));
     if first {
         shared.metrics.leader.set(1);
         shared.metrics.lease_epoch.set(token.epoch);
@@ -142,16 +132,7 @@ pub(super) async fn publish_bucket(
     .await;
     let token = guard.token().clone();
     guard.stop().await;
-    shared
-        .metrics
-        .bucket_held
-        .with_label_values(&[&label])
-        .set(0);
-    shared
-        .metrics
-        .bucket_epoch
-        .with_label_values(&[&label])
-        .set(0);
+    shared.metrics.set_bucket_lease(bucket, None);
     if first {
         shared.metrics.leader.set(0);
         shared.metrics.lease_epoch.set(0);
