@@ -45,6 +45,10 @@ TOPICS="" bash deploy/local/up.sh "$STATE_DIR"
 export DATABASE_URL KAFKA_BROKERS KAFKA_LIBS PG_BIN_DIR PYTHON
 
 cargo build --workspace --bins
+# The relay of the last release without buckets, for the upgrade test (built from this
+# repository's history; cached under target/old-relay).
+OUTBOX_RELAY_OLD_BIN="$(bash deploy/local/build-old-relay.sh)"
+export OUTBOX_RELAY_OLD_BIN
 # --no-fail-fast: one failing test binary must not hide the results of the others. The last
 # line sums every binary's "test result" line, so a run reads at a glance.
 log="$STATE_DIR/cargo-test.log"

@@ -191,7 +191,7 @@ impl TopicCatalog {
                 }
             })
             .collect();
-        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let opts = creation_options();
         for r in self.admin.create_topics(&new, &opts).await? {
             match r {
                 Ok(name) => {
@@ -304,7 +304,7 @@ impl TopicCatalog {
         if let Some(n) = &min_insync {
             topic = topic.set("min.insync.replicas", n);
         }
-        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let opts = creation_options();
         let created = self
             .admin
             .create_topics(&[topic], &opts)
@@ -410,6 +410,16 @@ impl TopicCatalog {
         }
         self.default_replication
     }
+}
+
+/// A topic creation's options: the broker's own wait bounded (10 s), and the request too. Left
+/// at librdkafka's default (`socket.timeout.ms`, 60 s), a creation sent to a broker that has
+/// stopped but is still listed in the metadata (the cluster forgets it only after its session
+/// times out) held the relay that long, silent, before it could report an outage.
+fn creation_options() -> AdminOptions {
+    AdminOptions::new()
+        .operation_timeout(Some(Duration::from_secs(10)))
+        .request_timeout(Some(Duration::from_secs(15)))
 }
 
 /// `topic`'s partitions and those without a leader, `None` when the broker does not have it.

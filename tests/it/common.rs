@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use e2e::proc::relay_cli;
 use e2e::stream::Written;
-use e2e::verify::{check, dump, Report};
+use e2e::verify::{check, dump, dump_committed, Report};
 use serde_json::Value;
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -343,4 +343,17 @@ pub async fn wait_serving(http: &reqwest::Client, base: &str) {
         },
     )
     .await;
+}
+
+/// Reads the topic `read_committed` and checks it against `written`: every committed event,
+/// first occurrences in commit order.
+pub async fn check_committed(brokers: &str, prefix: &str, written: &Written) -> Report {
+    let topic = format!("{prefix}{AGGREGATE_TYPE}");
+    let brokers = brokers.to_owned();
+    let records = tokio::task::spawn_blocking(move || dump_committed(&brokers, &[topic]))
+        .await
+        .unwrap();
+    let report = check(written, &records, AGGREGATE_TYPE);
+    assert!(report.is_clean(), "the broker does not match: {report:?}");
+    report
 }

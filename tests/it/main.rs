@@ -24,6 +24,7 @@ mod delivery {
     mod lease;
     mod outages;
     mod pgbouncer;
+    mod upgrade;
 }
 
 /// An event that cannot be sent holds back only its own aggregate (guarantee 5), one partition

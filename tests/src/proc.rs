@@ -1,7 +1,7 @@
 //! Child processes: the workspace's binaries (the relay among them) with their output in a log
 //! file, signals, and reading what they expose (`/metrics`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub use test_support::metrics::{metric, metric_sample, metric_series, metric_value};
@@ -14,6 +14,25 @@ pub fn relay_binary() -> PathBuf {
         return p.into();
     }
     workspace_binary("outbox-relay")
+}
+
+/// The relay of the last release without buckets (one whole-outbox lease), built from this
+/// repository's history by `deploy/local/build-old-relay.sh` (cached; the first call builds it,
+/// minutes), or `OUTBOX_RELAY_OLD_BIN` when set.
+pub fn old_relay_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("OUTBOX_RELAY_OLD_BIN") {
+        return p.into();
+    }
+    let script = crate::workspace_root().join("deploy/local/build-old-relay.sh");
+    let out = run_ok(
+        "deploy/local/build-old-relay.sh",
+        Command::new("bash").arg(&script),
+    );
+    let path = out
+        .lines()
+        .find(|l| l.ends_with("/outbox-relay"))
+        .unwrap_or_else(|| panic!("build-old-relay.sh printed no binary: {out}"));
+    path.trim().into()
 }
 
 /// Path of a binary of this workspace's debug build (`E2E_PROFILE=release`: its release build).
@@ -165,9 +184,13 @@ impl RelayArgs {
 impl RelayProcess {
     /// Starts `outbox-relay run` with the given arguments.
     pub fn start(args: &RelayArgs) -> Self {
-        let binary = relay_binary();
+        Self::start_binary(args, &relay_binary())
+    }
+
+    /// Starts `binary run` with the given arguments (another version's relay, for example).
+    pub fn start_binary(args: &RelayArgs, binary: &Path) -> Self {
         let run = RunArgs {
-            binary: &binary,
+            binary,
             database_url: &args.database_url,
             brokers: &args.brokers,
             topic_prefix: &args.topic_prefix,

@@ -61,6 +61,9 @@ pub async fn run(
         front: Front::None,
         chunk: Some(CHUNK),
         probe_every: Some(Duration::from_secs(probe_every_s)),
+        relays: 1,
+        buckets: None,
+        warm: false,
         ..base.clone()
     };
     let d = drain::run(infra, w, &spec).await?;

@@ -256,6 +256,9 @@ pub enum Phase {
     /// Opt-in (minutes): the cost curve, the latency phase at each rate of `--curve-rates`
     /// and a drain: relay and PostgreSQL CPU per event and commit → seen p50 / p99 at each.
     Curve,
+    /// Opt-in (minutes): one backlog drained by one relay on one bucket, one relay on 8
+    /// buckets and three relays sharing the 8 (`--repeat` rounds, interleaved).
+    Relays,
     /// One event parked with `--parked-behind` events of its aggregate behind it: healthy
     /// events' commit → published latency against the same relay without that backlog.
     Parked,
@@ -274,7 +277,12 @@ impl Phase {
     pub fn in_default_run(self) -> bool {
         !matches!(
             self,
-            Self::Backlog | Self::Topics | Self::Transactions | Self::Debezium | Self::Curve
+            Self::Backlog
+                | Self::Topics
+                | Self::Transactions
+                | Self::Debezium
+                | Self::Curve
+                | Self::Relays
         )
     }
 }
@@ -451,6 +459,8 @@ mod tests {
         assert_eq!(all.size_payloads, vec![100, 1_024, 16_384, 262_144]);
         assert_eq!(all.topic_counts, vec![1, 100, 1_000]);
         assert!(!all.runs(Phase::Curve));
+        assert!(!all.runs(Phase::Relays));
+        assert!(parse(&["--phases", "relays"]).runs(Phase::Relays));
         assert_eq!(all.curve_rates, vec![100, 1_000, 10_000]);
         let c = parse(&["--phases", "curve", "--curve-rates", "50,500"]);
         assert!(c.runs(Phase::Curve) && !c.runs(Phase::Drain));

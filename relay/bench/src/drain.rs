@@ -75,8 +75,14 @@ pub struct DrainFigures {
     pub cpu: crate::cpu::CpuFigures,
     /// Samples every 0.5 s.
     pub samples: Vec<Sample>,
-    /// The relay's log.
+    /// The relay's log (the first relay's when several drain).
     pub relay_log: String,
+    /// Relay processes that drained the backlog together, and the outbox's bucket count.
+    pub relays: usize,
+    /// See `relays`.
+    pub buckets: i16,
+    /// Events each relay published (`outbox_events_published_total` at the end).
+    pub published_per_relay: Vec<u64>,
     /// Seconds of inserting the healthy backlog.
     pub insert_seconds: f64,
     /// Rows inserted in front of the backlog (see [`Front`]).
@@ -124,6 +130,16 @@ pub struct DrainSpec<'a> {
     pub chunk: Option<u64>,
     /// Take a side claim this often while draining.
     pub probe_every: Option<Duration>,
+    /// Relay processes draining the backlog together (1 but for the `relays` phase).
+    pub relays: usize,
+    /// The outbox's bucket count (`outbox-relay buckets --set`, before the backlog is
+    /// inserted); `None` leaves the migrations' one bucket.
+    pub buckets: Option<i16>,
+    /// Start the relays on the empty outbox and wait until they hold every bucket (balanced
+    /// among them) before the backlog is inserted (one transaction); the clock and the CPU
+    /// accounting start as it commits. Otherwise the relays start on the backlog, their
+    /// start-up timed with it.
+    pub warm: bool,
 }
 
 impl DrainSpec<'_> {
@@ -150,33 +166,86 @@ pub async fn run(
     let prefix = infra.topic_prefix(spec.label);
     let topics = w.topic_names(&prefix);
     infra.create_topics(&topics).await?;
+    let buckets = match spec.buckets {
+        Some(n) => {
+            Store::from_pool(db.pool.clone())
+                .set_buckets("default", i64::from(n))
+                .await
+                .map_err(|e| anyhow::anyhow!("buckets --set {n}: {e}"))?
+                .buckets
+        }
+        None => 1,
+    };
+    let logs: Vec<std::path::PathBuf> = (0..spec.relays.max(1))
+        .map(|i| match i {
+            0 => spec.log_dir.join(format!("relay-{}.log", spec.label)),
+            i => spec
+                .log_dir
+                .join(format!("relay-{}-{}.log", spec.label, i + 1)),
+        })
+        .collect();
+    let log = logs[0].clone();
+    let spawn = |log: &std::path::PathBuf| {
+        RelayProc::spawn(&RelaySpec {
+            binary: spec.binary,
+            database_url: &db.url,
+            brokers: infra.brokers(),
+            topic_prefix: &prefix,
+            batch_size: spec.batch_size,
+            extra: spec.extra,
+            log: log.clone(),
+        })
+    };
+    let mut relays = Vec::new();
+    if spec.warm {
+        for log in &logs {
+            relays.push(spawn(log)?);
+        }
+        held_by_all(&db.pool, &mut relays, buckets, spec.timeout).await?;
+    }
     spec.front.insert(&db.pool).await?;
     // The healthy events are the rows after the front's.
     let front_max: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM outbox")
         .fetch_one(&db.pool)
         .await?;
-    let insert_seconds = match spec.chunk {
-        Some(chunk) => {
+    // Warm relays are already polling: the backlog is inserted in a transaction they cannot
+    // see until it commits, after the checkpoint, as the clock starts.
+    let mut unseen = None;
+    let insert_seconds = match (spec.warm, spec.chunk) {
+        (true, _) => {
+            let t0 = Instant::now();
+            let mut tx = db.pool.begin().await?;
+            w.insert_range(&mut tx, 1, spec.events).await?;
+            sqlx::query("ANALYZE outbox").execute(&mut *tx).await?;
+            unseen = Some(tx);
+            t0.elapsed().as_secs_f64()
+        }
+        (false, Some(chunk)) => {
             w.insert_backlog_unlocked(&db.pool, spec.events, chunk)
                 .await?
         }
-        None => w.insert_backlog(&db.pool, spec.events).await?,
+        (false, None) => w.insert_backlog(&db.pool, spec.events).await?,
     };
     infra.checkpoint().await;
 
-    let log = spec.log_dir.join(format!("relay-{}.log", spec.label));
     let probes = Arc::new(Mutex::new(Vec::new()));
+    // Warm relays: their CPU from here on.
+    let relay_s0 = relays
+        .iter()
+        .map(|r| infra.cpu.process_seconds(r.pid(), false))
+        .sum::<Option<f64>>()
+        .unwrap_or(0.0);
     let cpu0 = infra.cpu.snapshot();
     let start = Instant::now();
-    let mut relay = RelayProc::spawn(&RelaySpec {
-        binary: spec.binary,
-        database_url: &db.url,
-        brokers: infra.brokers(),
-        topic_prefix: &prefix,
-        batch_size: spec.batch_size,
-        extra: spec.extra,
-        log: log.clone(),
-    })?;
+    if let Some(tx) = unseen {
+        tx.commit().await?;
+    }
+    if !spec.warm {
+        for log in &logs {
+            relays.push(spawn(log)?);
+        }
+    }
+    let mut published_per_relay = vec![0u64; relays.len()];
     let prober = spec.probe_every.map(|every| {
         tokio::spawn(side_claims(
             db.url.clone(),
@@ -191,17 +260,21 @@ pub async fn run(
     let mut samples = Vec::new();
     let mut next_sample = start;
     let mut next_count = start + Duration::from_secs(2);
-    let mut published = 0u64;
     let mut first_published: Option<(f64, u64)> = None;
     let mut progress: Vec<(f64, u64)> = Vec::new();
     let seconds = loop {
-        relay.check_running()?;
-        if let Some(m) = relay.metrics().await {
-            if let Some(v) = crate::stats::metric_value(&m, "outbox_events_published_total") {
-                published = v as u64;
+        for (i, relay) in relays.iter_mut().enumerate() {
+            relay.check_running()?;
+            if let Some(m) = relay.metrics().await {
+                if let Some(v) = crate::stats::metric_value(&m, "outbox_events_published_total") {
+                    published_per_relay[i] = v as u64;
+                }
+                if i == 0 {
+                    note_epoch(&mut lease_epochs, &m);
+                }
             }
-            note_epoch(&mut lease_epochs, &m);
         }
+        let published: u64 = published_per_relay.iter().sum();
         let now = Instant::now();
         let t = now.duration_since(start).as_secs_f64();
         progress.push((t, published));
@@ -209,7 +282,7 @@ pub async fn run(
             first_published = Some((t, published));
         }
         if now >= next_sample {
-            if let Some(mem) = relay.memory() {
+            if let Some(mem) = relays[0].memory() {
                 samples.push(Sample {
                     t_s: now.duration_since(start).as_secs_f64(),
                     rss_kb: mem.rss_kb,
@@ -240,12 +313,12 @@ pub async fn run(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let cpu = crate::cpu::CpuFigures::between(
-        &cpu0,
-        &infra.cpu.snapshot(),
-        spec.events,
-        infra.cpu.process_seconds(relay.pid(), false),
-    );
+    let relay_s = relays
+        .iter()
+        .map(|r| infra.cpu.process_seconds(r.pid(), false))
+        .sum::<Option<f64>>()
+        .map(|s| s - relay_s0);
+    let cpu = crate::cpu::CpuFigures::between(&cpu0, &infra.cpu.snapshot(), spec.events, relay_s);
     if let Some(p) = prober {
         p.abort();
     }
@@ -259,7 +332,9 @@ pub async fn run(
         Some(left) if left > front_rows_left_target => {
             // The front's sendable events (suspects) are still going out.
             loop {
-                relay.check_running()?;
+                for relay in &mut relays {
+                    relay.check_running()?;
+                }
                 let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
                     .fetch_one(&db.pool)
                     .await?;
@@ -278,25 +353,39 @@ pub async fn run(
         Some(_) => Some(seconds),
         None => None,
     };
-    let peak_rss_kb = relay.memory().map_or(0, |m| m.hwm_kb);
-    if let Some(m) = relay.memory() {
+    let peak_rss_kb = relays[0].memory().map_or(0, |m| m.hwm_kb);
+    if let Some(m) = relays[0].memory() {
         samples.push(Sample {
             t_s: seconds,
             rss_kb: m.rss_kb,
             published: spec.events,
         });
     }
-    let end_metrics = relay.metrics().await.unwrap_or_default();
-    note_epoch(&mut lease_epochs, &end_metrics);
+    let mut end_metrics = Vec::new();
+    for relay in &relays {
+        end_metrics.push(relay.metrics().await.unwrap_or_default());
+    }
+    note_epoch(&mut lease_epochs, &end_metrics[0]);
+    // A histogram's sum and count over every relay.
     let sum_count = |name: &str| {
-        let sum = crate::stats::metric_value(&end_metrics, &format!("{name}_sum"))?;
-        let count = crate::stats::metric_value(&end_metrics, &format!("{name}_count"))?;
-        Some((sum, count))
+        end_metrics.iter().try_fold((0.0, 0.0), |(sum, count), m| {
+            Some((
+                sum + crate::stats::metric_value(m, &format!("{name}_sum"))?,
+                count + crate::stats::metric_value(m, &format!("{name}_count"))?,
+            ))
+        })
     };
+    for (i, m) in end_metrics.iter().enumerate() {
+        if let Some(v) = crate::stats::metric_value(m, "outbox_events_published_total") {
+            published_per_relay[i] = v as u64;
+        }
+    }
     let avg_batch_rows =
         sum_count("outbox_batch_rows").and_then(|(sum, count)| (count > 0.0).then(|| sum / count));
     let lone_sends = sum_count("outbox_batch_lone_sends");
-    relay.stop().await?;
+    for relay in relays {
+        relay.stop().await?;
+    }
     let lease_lost_logged = std::fs::read_to_string(&log)
         .map(|t| t.lines().filter(|l| l.contains(LOST_LEASE_LOG)).count())
         .unwrap_or(0);
@@ -343,6 +432,9 @@ pub async fn run(
         cpu,
         samples,
         relay_log: log.display().to_string(),
+        relays: logs.len(),
+        buckets,
+        published_per_relay,
         insert_seconds,
         front_rows: spec.front.rows(),
         front_rows_left,
@@ -353,6 +445,39 @@ pub async fn run(
         probes,
         topic_prefix: prefix,
     })
+}
+
+/// Waits until `relays` hold every one of the outbox's `buckets`, balanced: as many holders
+/// as there can be (`min(relays, buckets)`), none above its share.
+async fn held_by_all(
+    pool: &sqlx::PgPool,
+    relays: &mut [RelayProc],
+    buckets: i16,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let holders = relays.len().min(buckets as usize) as i64;
+    loop {
+        for r in relays.iter_mut() {
+            r.check_running()?;
+        }
+        let (held, by, most): (i64, i64, i64) = sqlx::query_as(
+            "SELECT coalesce(sum(n), 0)::bigint, count(*), coalesce(max(n), 0) FROM ( \
+                 SELECT count(*) AS n FROM outbox_relay_lease \
+                 WHERE (name = 'default' OR name LIKE 'default/l%') AND expires_at > now() \
+                   AND holder <> '<buckets>' GROUP BY holder) h",
+        )
+        .fetch_one(pool)
+        .await?;
+        let share = outbox_relay::buckets::share(buckets, holders) as i64;
+        if held == i64::from(buckets) && by == holders && most <= share {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the relays held {held} of {buckets} buckets among {by} after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Notes the lease epoch of the relay's metrics when it differs from the last one seen.

@@ -141,6 +141,9 @@ async fn point(infra: &Infra, w: &Workload, events: u64, base: &DrainSpec<'_>) -
         front: Front::None,
         chunk: None,
         probe_every: None,
+        relays: 1,
+        buckets: None,
+        warm: false,
         ..base.clone()
     };
     let relay = match drain::run(infra, w, &spec).await {

@@ -17,6 +17,7 @@
 //! - [`transactions`]: opt-in, the drain and the latency phase with the relay's
 //!   `--transactions` off and on, alternating;
 //! - [`curve`]: opt-in, the relay's CPU per event and latency at several rates and draining;
+//! - [`relays`]: opt-in, one backlog drained by one relay and by three sharing its buckets;
 //! - [`debezium`]: opt-in, Debezium's Outbox Event Router and the relay on the same Debezium
 //!   table and backlog, one after the other;
 //! - [`report`]: the JSON report and the table.
@@ -39,6 +40,7 @@ pub mod naive;
 pub mod parked;
 pub mod produce;
 pub mod relay_proc;
+pub mod relays;
 pub mod report;
 pub mod schedule;
 pub mod stats;
@@ -146,6 +148,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         front: workload::Front::None,
         chunk: None,
         probe_every: None,
+        relays: 1,
+        buckets: None,
+        warm: false,
     };
     // Rounds interleave the throughput phases so that each sees the same passing noise.
     let mut rounds = Rounds::default();
@@ -329,6 +334,16 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     for e in curve.iter().flat_map(|c| &c.errors) {
         errors.push(format!("phase curve: {e}"));
     }
+    let relays = phase(
+        args,
+        Phase::Relays,
+        &mut errors,
+        relays::run(&infra, &w, &drain_spec, args.repeat),
+    )
+    .await;
+    for e in relays.iter().flat_map(|r| &r.errors) {
+        errors.push(format!("phase relays: {e}"));
+    }
     let debezium_spec = debezium::DebeziumSpec {
         events: sizes.events,
         aggregates: args.aggregates,
@@ -407,6 +422,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         topics: growth_topics,
         transactions,
         curve,
+        relays,
         debezium,
         rounds,
         ratios: Ratios::default(),

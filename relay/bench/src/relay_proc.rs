@@ -96,12 +96,18 @@ impl RelayProc {
         // A new log for every run (the child appends to it).
         std::fs::File::create(&spec.log)
             .with_context(|| format!("creating {}", spec.log.display()))?;
+        // Named after its log (`relay-<label>[-<n>]`): relays sharing an outbox need distinct
+        // instance ids (each is a member and a lease holder of its own).
+        let instance_id = spec
+            .log
+            .file_stem()
+            .map_or("relay-bench".into(), |s| s.to_string_lossy());
         let run = RunArgs {
             binary: spec.binary,
             database_url: spec.database_url,
             brokers: spec.brokers,
             topic_prefix: spec.topic_prefix,
-            instance_id: "relay-bench",
+            instance_id: &instance_id,
         };
         let relay = RelayChild::spawn(
             &run,

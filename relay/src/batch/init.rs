@@ -37,6 +37,8 @@ impl Batcher<'_> {
         self.initialise_one(false).await?;
         if lone {
             self.initialise_one(true).await?;
+            // The lone producer's initialisation moved both to a new generation.
+            self.initialise_one(false).await?;
         }
         Ok(())
     }
@@ -47,15 +49,35 @@ impl Batcher<'_> {
             return Ok(());
         };
         let ttl = self.guard.ttl();
-        let mut hold = match self
+        // A stranded id moves to the next generation, recorded in the lease row under the
+        // lease (undone with the hold if the initialisation fails).
+        let stranded = self.producer(lone).id_stranded();
+        let (mut hold, generation) = match self
             .store
-            .hold_lease(self.token, ttl, timeout + HOLD_SLACK)
+            .hold_lease(self.token, ttl, timeout + HOLD_SLACK, stranded)
             .await
         {
             Ok(Some(hold)) => hold,
             Ok(None) => return Err(self.not_held(producer)),
             Err(e) => return Err(self.db_failed(&e)),
         };
+        if stranded {
+            tracing::warn!(
+                generation,
+                producer,
+                "A partition died or refused writes inside a Kafka transaction: its abort cannot finish until the partition is back, so the bucket's producers move to a new generation of their transactional id"
+            );
+        }
+        // Both producers of the lease move together: a relay taking the bucket over
+        // initialises (and fences) both ids of the row's generation, so neither may go on
+        // under an older one.
+        for which in [lone, !lone] {
+            if let Err(e) = self.producer_mut(which).use_generation(generation) {
+                drop(hold);
+                tracing::error!(error = %e, producer, "Could not start a new Kafka producer session");
+                return Err(BatchEnd::Backoff);
+            }
+        }
         if let Err(e) = self.producer(lone).fence().await {
             drop(hold);
             // A session that cannot be initialised any more (a fatal or non-retriable error:
@@ -108,14 +130,17 @@ impl Batcher<'_> {
         }
     }
 
-    /// Starts a new session of the producer (the old one is never used again).
-    fn replace(&mut self, lone: bool, producer: &str) {
-        let publisher = if lone {
+    fn producer_mut(&mut self, lone: bool) -> &mut crate::publisher::Publisher {
+        if lone {
             &mut *self.lone
         } else {
             &mut *self.publisher
-        };
-        if let Err(e) = publisher.replace() {
+        }
+    }
+
+    /// Starts a new session of the producer (the old one is never used again).
+    fn replace(&mut self, lone: bool, producer: &str) {
+        if let Err(e) = self.producer_mut(lone).replace() {
             tracing::error!(error = %e, producer, "Could not start a new Kafka producer session");
         }
     }

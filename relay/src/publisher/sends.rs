@@ -190,8 +190,13 @@ impl Publisher {
             })
             .collect();
         if in_transaction {
-            self.end_transaction(&mut outcomes, abort, (&published, record_offset))
-                .await;
+            self.end_transaction(
+                &mut outcomes,
+                abort,
+                withdrawn.is_some(),
+                (&published, record_offset),
+            )
+            .await;
         }
         for (span, outcome) in spans.into_iter().zip(&outcomes) {
             let Some(span) = span else { continue };
@@ -209,11 +214,13 @@ impl Publisher {
     /// Commits the batch's transaction (or aborts it when `abort` says why) and settles the
     /// outcomes: committed, the acknowledged rows count as published at the commit's time;
     /// aborted, none does (behind the failed rows of the batch when there are some, else a
-    /// failure of the producer).
+    /// failure of the producer). An abort after messages were `withdrawn` strands the id
+    /// ([`Publisher::id_stranded`]).
     async fn end_transaction(
         &self,
         outcomes: &mut [Outcome],
         abort: Option<String>,
+        withdrawn: bool,
         (published, record_offset): (&[i64], Option<i64>),
     ) {
         let Some((_, t)) = &self.transactional else {
@@ -242,6 +249,12 @@ impl Publisher {
             }
             Ending::Unknown(_) => unreachable!("settled above"),
             Ending::Aborted(why, replace) => {
+                if withdrawn {
+                    // The abort reached the coordinator (nothing of the transaction will ever
+                    // be visible), but it cannot finish before the withdrawn messages'
+                    // partitions are back.
+                    t.strand();
+                }
                 if replace {
                     self.spent.store(true, std::sync::atomic::Ordering::Relaxed);
                 }

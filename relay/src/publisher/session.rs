@@ -42,7 +42,8 @@ pub struct Publisher {
     /// A send outlived `send_timeout` and its messages were withdrawn: the producer's session
     /// must be replaced (withdrawn messages leave gaps in its sequence numbers).
     pub(super) spent: std::sync::atomic::AtomicBool,
-    /// With `--transactions`: the id, and the session's transactional state.
+    /// With `--transactions`: the id (of generation 0: see [`Publisher::use_generation`]), and
+    /// the session's transactional state.
     pub(super) transactional: Option<(String, Transactions)>,
     /// With transactions: the bucket record each transaction ends with ([`crate::records`]).
     pub(super) records: Option<super::record::Records>,
@@ -168,6 +169,36 @@ impl Publisher {
         }
     }
 
+    /// With transactions: whether the current `transactional.id` is stranded, its last
+    /// transaction aborted after messages of it were withdrawn (a partition that died or
+    /// refused writes mid-transaction). The coordinator finishes that abort only once the
+    /// partition is back, and until then refuses to initialise the id: the next
+    /// initialisation must move the lease's producers to a new generation of their id.
+    pub fn id_stranded(&self) -> bool {
+        self.transactional
+            .as_ref()
+            .is_some_and(|(_, t)| t.stranded())
+    }
+
+    /// With transactions: sessions use generation `generation` of the `transactional.id` (the
+    /// lease row's, read under the lease before every initialisation, so that a relay taking
+    /// the bucket over initialises, and fences, the id its holder used); a new session starts
+    /// when it changes. Nothing without transactions.
+    ///
+    /// # Errors
+    /// Invalid librdkafka settings (as [`Publisher::replace`]).
+    pub fn use_generation(&mut self, generation: i32) -> Result<(), KafkaError> {
+        let Some((base, t)) = &self.transactional else {
+            return Ok(());
+        };
+        if t.generation() == generation {
+            return Ok(());
+        }
+        t.set_generation(generation);
+        tracing::info!(transactional.id = %t.id(base), generation, "Kafka producer sessions move to a new generation of their transactional id");
+        self.replace()
+    }
+
     /// The session's initialisation ([`Publisher::fence`]) was confirmed under the lease: its
     /// transactions may begin. Until then every send of the session is refused.
     pub fn confirm_initialised(&self) {
@@ -209,8 +240,8 @@ impl Publisher {
         self.purge_queued();
         let context =
             RelayContext::reporting_on(self.broker_down.clone(), self.context.broker_down());
-        let id = self.transactional.as_ref().map(|(id, _)| id.as_str());
-        let producer = new_producer(&self.brokers, &self.extra, id, &context)?;
+        let id = self.transactional.as_ref().map(|(base, t)| t.id(base));
+        let producer = new_producer(&self.brokers, &self.extra, id.as_deref(), &context)?;
         if let Some((_, t)) = &self.transactional {
             t.reset();
         }

@@ -7,7 +7,7 @@
 //! records it still had queued or in flight can never land after the new leader's, and
 //! `read_committed` readers never see them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use rdkafka::error::KafkaError;
@@ -24,6 +24,14 @@ pub(super) struct Transactions {
     timeout: Duration,
     /// `init_transactions` succeeded for the current producer session.
     initialised: AtomicBool,
+    /// The generation of the `transactional.id` sessions are made with ([`Transactions::id`]).
+    generation: AtomicI32,
+    /// A transaction was aborted after messages of it were withdrawn (a partition that died
+    /// or refused writes while the transaction held messages for it): the coordinator cannot
+    /// finish that abort until the partition is back (its marker cannot be written), and until
+    /// then refuses to initialise the id again. The next initialisation moves to a new
+    /// generation (see `batch::init`).
+    stranded: AtomicBool,
 }
 
 /// How a batch's transaction ended.
@@ -45,7 +53,38 @@ impl Transactions {
         Self {
             timeout,
             initialised: AtomicBool::new(false),
+            generation: AtomicI32::new(0),
+            stranded: AtomicBool::new(false),
         }
+    }
+
+    /// The `transactional.id` of sessions of the current generation: `base` for generation 0
+    /// (the id of relays without generations), else `<base>.g<generation>`.
+    pub(super) fn id(&self, base: &str) -> String {
+        match self.generation.load(Ordering::Relaxed) {
+            0 => base.to_owned(),
+            g => format!("{base}.g{g}"),
+        }
+    }
+
+    /// The generation of the current id.
+    pub(super) fn generation(&self) -> i32 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    /// Sessions from now on use generation `g`.
+    pub(super) fn set_generation(&self, g: i32) {
+        self.generation.store(g, Ordering::Relaxed);
+    }
+
+    /// The current id cannot be initialised until a dead partition is back (see `stranded`).
+    pub(super) fn strand(&self) {
+        self.stranded.store(true, Ordering::Relaxed);
+    }
+
+    /// See [`Transactions::strand`].
+    pub(super) fn stranded(&self) -> bool {
+        self.stranded.load(Ordering::Relaxed)
     }
 
     /// A new producer session starts uninitialised.
@@ -94,6 +133,7 @@ impl Transactions {
     /// may begin.
     pub(super) fn confirm(&self) {
         self.initialised.store(true, Ordering::Relaxed);
+        self.stranded.store(false, Ordering::Relaxed);
     }
 
     /// Commits the open transaction, or aborts it when `abort` says why.
@@ -171,4 +211,37 @@ fn is_fenced(e: &KafkaError) -> bool {
         e.rdkafka_error_code(),
         Some(C::Fenced | C::ProducerFenced | C::InvalidProducerEpoch)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_zero_is_the_id_of_relays_without_generations_and_later_ones_are_suffixed() {
+        let t = Transactions::new(Duration::from_secs(1));
+        assert_eq!(
+            t.id("outbox-relay.db.default.l1.b3"),
+            "outbox-relay.db.default.l1.b3"
+        );
+        t.set_generation(2);
+        assert_eq!(
+            t.id("outbox-relay.db.default"),
+            "outbox-relay.db.default.g2"
+        );
+        assert_eq!(
+            t.id("outbox-relay.db.default.lone"),
+            "outbox-relay.db.default.lone.g2"
+        );
+    }
+
+    #[test]
+    fn a_stranded_id_stays_stranded_until_a_session_is_confirmed() {
+        let t = Transactions::new(Duration::from_secs(1));
+        t.strand();
+        t.reset();
+        assert!(t.stranded(), "a new session alone does not unstrand the id");
+        t.confirm();
+        assert!(!t.stranded() && t.initialised());
+    }
 }

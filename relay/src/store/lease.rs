@@ -144,6 +144,11 @@ impl Store {
     /// `None` when the lease is no longer held under `lease`. Commit the hold with
     /// [`Session::finish`]: only a successful commit proves the lock was held throughout.
     ///
+    /// Also returns the generation of the `transactional.id`s of the lease's producers (the
+    /// row's `txn_generation`), first moved on by one with `new_generation` (the bucket's
+    /// current id cannot be initialised any more: see [`crate::publisher::Publisher`]); a new
+    /// generation counts only once the hold committed.
+    ///
     /// # Errors
     /// Database errors.
     pub async fn hold_lease(
@@ -151,15 +156,16 @@ impl Store {
         lease: &LeaseToken,
         ttl: Duration,
         hold_for: Duration,
-    ) -> Result<Option<Session>, sqlx::Error> {
+        new_generation: bool,
+    ) -> Result<Option<(Session, i32)>, sqlx::Error> {
         let mut s = self.transaction().await?;
         bound(&mut s, hold_for).await?;
-        let held = renew(s.conn(), lease, ttl).await?;
-        if !held {
+        let generation = renew_moving(s.conn(), lease, ttl, i32::from(new_generation)).await?;
+        let Some(generation) = generation else {
             s.finish().await?;
             return Ok(None);
-        }
-        Ok(Some(s))
+        };
+        Ok(Some((s, generation)))
     }
 
     /// Renews the lease again at the end of a [`Store::hold_lease`], from the statement's own
@@ -247,20 +253,32 @@ async fn renew(
     lease: &LeaseToken,
     ttl: Duration,
 ) -> Result<bool, sqlx::Error> {
-    let n = sqlx::query(
+    Ok(renew_moving(conn, lease, ttl, 0).await?.is_some())
+}
+
+/// [`renew`], moving the row's `transactional.id` generation on by `generations`: the
+/// generation after it, `None` when the row no longer carries the token.
+async fn renew_moving(
+    conn: &mut sqlx::PgConnection,
+    lease: &LeaseToken,
+    ttl: Duration,
+    generations: i32,
+) -> Result<Option<i32>, sqlx::Error> {
+    sqlx::query_scalar(
         "UPDATE outbox_relay_lease \
          SET renewed_at = clock_timestamp(), \
-             expires_at = greatest(expires_at, clock_timestamp() + make_interval(secs => $4)) \
-         WHERE name = $1 AND holder = $2 AND epoch = $3",
+             expires_at = greatest(expires_at, clock_timestamp() + make_interval(secs => $4)), \
+             txn_generation = txn_generation + $5 \
+         WHERE name = $1 AND holder = $2 AND epoch = $3 \
+         RETURNING txn_generation",
     )
     .bind(&lease.name)
     .bind(&lease.holder)
     .bind(lease.epoch)
     .bind(ttl.as_secs_f64())
-    .execute(conn)
-    .await?
-    .rows_affected();
-    Ok(n == 1)
+    .bind(generations)
+    .fetch_optional(conn)
+    .await
 }
 
 /// When a lease row taken by [`take`] expires.

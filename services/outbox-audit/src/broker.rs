@@ -133,6 +133,9 @@ impl Broker {
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
             .set("enable.metrics.push", "false")
+            // What the services' consumers read: the relays' committed transactions only (an
+            // aborted send of a fenced relay is no message of the topic).
+            .set("isolation.level", "read_committed")
             // Bounded fetches: one answer must arrive within librdkafka's request timeout
             // (`socket.timeout.ms`, 60 s), or librdkafka drops it and asks for the same offsets
             // again, forever. With the default (50 MB) a slow broker or link never answered in

@@ -13,9 +13,8 @@ use std::time::{Duration, Instant};
 
 use e2e::proc::{RelayArgs, RelayProcess};
 use e2e::stream::{write_stream, StreamSpec};
-use e2e::verify::{check, dump_committed};
 
-use crate::common::{ops, published, secs, AGGREGATE_TYPE};
+use crate::common::{check_committed, ops, published, secs, AGGREGATE_TYPE};
 
 /// Live bucket leases per holder (`default/l<layout>/b<n>` rows).
 async fn holders(pool: &sqlx::PgPool) -> BTreeMap<String, usize> {
@@ -240,23 +239,6 @@ async fn three_relays_share_the_buckets_through_sigkill_sigstop_and_restarts_los
         "events sent twice across the kills and stops"
     );
     drop(relays);
-}
-
-/// Reads the topic `read_committed` and checks it against `written`: every committed event,
-/// first occurrences in commit order.
-async fn check_committed(
-    brokers: &str,
-    prefix: &str,
-    written: &e2e::stream::Written,
-) -> e2e::verify::Report {
-    let topic = format!("{prefix}{AGGREGATE_TYPE}");
-    let brokers = brokers.to_owned();
-    let records = tokio::task::spawn_blocking(move || dump_committed(&brokers, &[topic]))
-        .await
-        .unwrap();
-    let report = check(written, &records, AGGREGATE_TYPE);
-    assert!(report.is_clean(), "the broker does not match: {report:?}");
-    report
 }
 
 /// A backlog written under one bucket moves to its buckets when the count changes (relays

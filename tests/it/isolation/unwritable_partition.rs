@@ -16,6 +16,47 @@ use serde_json::json;
 
 use crate::common::{ops, Ledger};
 
+/// Two brokers, the transaction coordinators' topic on the first (in a real cluster it is
+/// replicated; here a coordinator on the second broker would go down with it), a `stuck`
+/// topic whose one partition lives on the second broker alone and an `order` topic of
+/// `healthy_partitions` partitions on the first.
+struct TwoBrokers {
+    first: Kafka,
+    second: Kafka,
+    brokers: String,
+    prefix: String,
+    stuck_topic: String,
+    healthy_topic: String,
+}
+
+impl TwoBrokers {
+    async fn start(healthy_partitions: usize) -> Self {
+        let first = Kafka::start();
+        place_transaction_state(&first.brokers());
+        let second = Kafka::start_joining(&first);
+        let brokers = first.brokers();
+        let prefix = e2e::unique_topic_prefix();
+        let stuck_topic = format!("{prefix}stuck");
+        let healthy_topic = format!("{prefix}order");
+        create_placed(&brokers, &stuck_topic, &[&[2]]).await;
+        let on_first: &[i32] = &[1];
+        create_placed(
+            &brokers,
+            &healthy_topic,
+            &vec![on_first; healthy_partitions],
+        )
+        .await;
+        Self {
+            first,
+            second,
+            brokers,
+            prefix,
+            stuck_topic,
+            healthy_topic,
+        }
+    }
+}
+
 /// Creates `topic` with one partition per entry of `replicas`, each on the brokers given.
 async fn create_placed(brokers: &str, topic: &str, replicas: &[&[i32]]) {
     create_placed_with(brokers, topic, replicas, &[]).await;
@@ -77,6 +118,132 @@ async fn with_transactions_an_unwritable_partition_holds_back_only_its_own_aggre
     unwritable_partition(true).await;
 }
 
+/// With transactions, a partition that dies while a transaction holds messages for it: the
+/// relay aborts the transaction after `--send-timeout-ms`, but the coordinator cannot finish
+/// that abort (its marker cannot be written to the dead partition), and until it can it
+/// refuses to initialise the same `transactional.id` again. The bucket moves its producers to
+/// a new generation of their id (recorded in its lease row) and goes on: every aggregate of the
+/// live partitions is published, in order, while the dead partition's stay behind. The
+/// broker is SIGKILLed under load, while the metadata still names it as the partition's leader,
+/// so transactions are caught holding messages for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_transactions_a_partition_dying_mid_transaction_leaves_its_bucket_publishing() {
+    let TwoBrokers {
+        first: _first,
+        mut second,
+        brokers,
+        prefix,
+        stuck_topic,
+        healthy_topic,
+    } = TwoBrokers::start(3).await;
+    let on_first: &[i32] = &[1];
+    // The relay's records, on the broker that stays.
+    create_placed_with(
+        &brokers,
+        &format!("{prefix}outbox-relay.records"),
+        &[on_first; 8],
+        &[("cleanup.policy", "compact")],
+    )
+    .await;
+
+    let db = e2e::db::fresh_database().await;
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "mid-transaction");
+    args.extra = [
+        "--transactions",
+        "true",
+        "--send-timeout-ms",
+        "3000",
+        "--park-after",
+        "3",
+    ]
+    .map(String::from)
+    .to_vec();
+    let relay = RelayProcess::start(&args);
+
+    // Writers: every fourth event bound for the stuck topic, the rest for the healthy one.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (pool, stop, stuck_topic) = (db.pool.clone(), stop.clone(), stuck_topic.clone());
+        async move {
+            let mut ledger = Ledger::default();
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let stuck = i.is_multiple_of(4);
+                let (aggregate, topic) = if stuck {
+                    (format!("s-{}", i % 12), Some(stuck_topic.as_str()))
+                } else {
+                    (format!("a-{}", i % 30), None)
+                };
+                ledger
+                    .put(&pool, &aggregate, &json!({"n": i}).to_string(), "{}", topic)
+                    .await;
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            ledger
+        }
+    });
+    crate::common::wait_published(&relay, 200.0).await;
+    // The stuck topic's only broker crashes under load.
+    second.stop();
+    let killed_at = crate::common::published(&relay).await;
+    // Healthy events go on being published past the dead partition.
+    e2e::wait_for(
+        "the relay to publish 1 000 more events with the partition dead",
+        Duration::from_secs(120),
+        || async { (crate::common::published(&relay).await >= killed_at + 1_000.0).then_some(()) },
+    )
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ledger = writer.await.unwrap();
+    e2e::wait_for(
+        "every healthy event to be published",
+        Duration::from_secs(90),
+        || async {
+            let left: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM outbox WHERE topic IS DISTINCT FROM $1")
+                    .bind(&stuck_topic)
+                    .fetch_one(&db.pool)
+                    .await
+                    .ok()?;
+            (left == 0).then_some(())
+        },
+    )
+    .await;
+    let generation: i32 =
+        sqlx::query_scalar("SELECT txn_generation FROM outbox_relay_lease WHERE name = 'default'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        generation >= 1,
+        "the bucket moved to a new generation of its transactional id"
+    );
+    let records = {
+        let (b, t) = (brokers.clone(), healthy_topic.clone());
+        tokio::task::spawn_blocking(move || e2e::verify::dump_committed(&b, &[t]))
+            .await
+            .unwrap()
+    };
+    let (violations, missing) = ledger.check(&records);
+    assert!(violations.is_empty(), "order violated: {violations:?}");
+    let missing_healthy = missing
+        .iter()
+        .filter(|e| ledger.events[*e].0.starts_with("a-"))
+        .count();
+    assert_eq!(missing_healthy, 0, "healthy events missing");
+    let duplicates = records.len()
+        - records
+            .iter()
+            .filter_map(|r| r.headers.get("event_id"))
+            .collect::<std::collections::HashSet<_>>()
+            .len();
+    assert_eq!(
+        duplicates, 0,
+        "healthy events twice for a read_committed reader"
+    );
+}
+
 /// Waits until the metadata `brokers` serve shows partition 0 of `topic` without a leader.
 async fn wait_leaderless(brokers: &str, topic: &str) {
     use rdkafka::producer::{BaseProducer, Producer};
@@ -112,18 +279,14 @@ async fn wait_leaderless(brokers: &str, topic: &str) {
 }
 
 async fn unwritable_partition(transactions: bool) {
-    let first = Kafka::start();
-    // The transaction coordinators' topic on the first broker (in a real cluster it is
-    // replicated; here a coordinator on the second broker would go down with it).
-    place_transaction_state(&first.brokers());
-    let mut second = Kafka::start_joining(&first);
-    let brokers = first.brokers();
-    let prefix = e2e::unique_topic_prefix();
-    let stuck_topic = format!("{prefix}stuck");
-    let healthy_topic = format!("{prefix}order");
-    create_placed(&brokers, &stuck_topic, &[&[2]]).await;
-    let on_first: &[i32] = &[1];
-    create_placed(&brokers, &healthy_topic, &[on_first; 6]).await;
+    let TwoBrokers {
+        first,
+        mut second,
+        brokers,
+        prefix,
+        stuck_topic,
+        healthy_topic,
+    } = TwoBrokers::start(6).await;
     // The only broker of the stuck topic's partition crashes; the first broker serves on.
     second.stop();
     if transactions {

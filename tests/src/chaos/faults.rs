@@ -134,16 +134,27 @@ async fn kill_relay(world: &World, fault: &Planned) -> (String, String) {
     (name, String::new())
 }
 
-/// SIGSTOP of the orders database's leader until the other relay holds the lease (and a
-/// moment more, so the new leader publishes), then SIGCONT: the old leader wakes up with a
-/// lost lease and a batch in its hands.
+/// SIGSTOP of the relay holding the most buckets of the orders database until the other relays
+/// hold every one of them (and a moment more, so they publish), then SIGCONT: the paused relay
+/// wakes up with its leases lost and batches in its hands.
 async fn pause_leader(world: &World, fault: &Planned) -> (String, String) {
-    let Some(leader) = world.order_leader().await else {
+    let held = world.order_buckets().await.unwrap_or_default();
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for (_, holder) in &held {
+        *counts.entry(holder.as_str()).or_default() += 1;
+    }
+    let Some((leader, _)) = counts.into_iter().max_by_key(|(h, n)| (*n, *h)) else {
         return (
-            "(no leader)".to_owned(),
-            "no lease holder to pause".to_owned(),
+            "(no holder)".to_owned(),
+            "no bucket holder to pause".to_owned(),
         );
     };
+    let leader = leader.to_owned();
+    let mine: Vec<String> = held
+        .iter()
+        .filter(|(_, h)| *h == leader)
+        .map(|(b, _)| b.clone())
+        .collect();
     let pid = {
         let relays = world.relays.lock().unwrap();
         relays
@@ -152,20 +163,34 @@ async fn pause_leader(world: &World, fault: &Planned) -> (String, String) {
             .and_then(|s| s.process.as_ref().map(|p| p.pid()))
     };
     let Some(pid) = pid else {
-        return (leader, "leader process not running".to_owned());
+        return (leader, "bucket holder not running".to_owned());
     };
     signal(pid, "STOP");
     let taken_by = outbox_process::poll::poll_every(
         Duration::from_millis(200),
         Duration::from_secs(60),
-        || async { world.order_leader().await.filter(|h| *h != leader) },
+        || async {
+            let now = world.order_buckets().await?;
+            let others: Vec<&str> = mine
+                .iter()
+                .map(|b| {
+                    now.iter()
+                        .find(|(n, h)| n == b && *h != leader)
+                        .map(|(_, h)| h.as_str())
+                })
+                .collect::<Option<_>>()?;
+            let mut others: Vec<String> = others.into_iter().map(str::to_owned).collect();
+            others.sort();
+            others.dedup();
+            Some(others)
+        },
     )
     .await;
     sleep(fault.hold).await;
     signal(pid, "CONT");
     let note = match taken_by {
-        Some(h) => format!("{h} took the lease"),
-        None => "nobody took the lease within 60 s".to_owned(),
+        Some(h) => format!("its {} buckets taken by {}", mine.len(), h.join(", ")),
+        None => format!("its {} buckets not all taken within 60 s", mine.len()),
     };
     (leader, note)
 }

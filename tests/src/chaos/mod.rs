@@ -1,5 +1,5 @@
-//! The chaos run: the whole system (order service, WMS and stock consumers, a relay per
-//! database plus a standby for the orders database, the marketplace channel) on a private
+//! The chaos run: the whole system (order service, WMS and stock consumers, several active
+//! relays per database sharing its outbox's buckets, the marketplace channel) on a private
 //! PostgreSQL and a private Apache Kafka broker, each behind a [`crate::proxy`], over the
 //! secured stack ([`world`]: SASL_SSL with SCRAM-SHA-512, PostgreSQL `verify-full`, each
 //! process as its least-privilege role, passwords from files), under steady load ([`load`])
@@ -26,14 +26,14 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
-    /// SIGKILL of a relay (any of the four), started again after a moment.
+    /// SIGKILL of a relay (any of them), started again after a moment.
     KillRelay,
     /// SIGKILL of the WMS or stock consumer, started again until it has partitions.
     KillConsumer,
     /// SIGKILL of the order service (HTTP, fulfilment consumer, marketplace channel).
     KillOrderService,
-    /// SIGSTOP of the orders database's leading relay until the standby took the lease, then
-    /// SIGCONT: a zombie leader waking up.
+    /// SIGSTOP of the relay holding the most buckets of the orders database until the others
+    /// took them over, then SIGCONT: a zombie holder waking up.
     PauseLeader,
     /// The broker's JVM SIGKILLed and started again on its storage.
     RestartBroker,

@@ -179,7 +179,7 @@ impl Summary {
         let _ = writeln!(
             o,
             "audit (exit {}): {} orders ({} paid), {} outbounds, {} reservations, {} stock movements, \
-             {} messages on the broker ({} duplicates), {} published events checked against the ledgers, \
+             {} messages on the broker ({} duplicates read_committed), {} published events checked against the ledgers, \
              inbox duplicates absorbed: order {}, wms {}, stock {}; violations: {}",
             self.audit_code,
             pick("orders"),

@@ -3,8 +3,10 @@
 //! ([`SecuredKafka`]: a SASL_SSL listener with SCRAM-SHA-512), a proxy in front of each (the
 //! broker's SASL_SSL listener advertises its proxy's address, so every Kafka connection goes
 //! through it), the marketplace simulator, the three services with the producer-side ledgers
-//! installed, and four relays (one per database, plus a standby for the orders database) that
-//! faults kill and restart.
+//! installed, and several active relays per database that faults kill, pause and restart: each
+//! outbox is split into buckets ([`RELAYS`]), shared by its relays, every one publishing with
+//! Kafka transactions (the default), so the audit's `read_committed` read of the topics must
+//! find every event exactly once.
 //!
 //! Every process logs in as a deployment does. PostgreSQL: `sslmode=verify-full` against the
 //! test CA, host `localhost` and the proxy's port, each process as its least-privilege role of
@@ -68,7 +70,7 @@ pub struct World {
     pub sys: Arc<System>,
     /// The marketplace simulator.
     pub sim: Service,
-    /// The relays: `relay-order`, `relay-order-standby`, `relay-wms`, `relay-stock`.
+    /// The relays ([`RELAYS`]), the orders database's first.
     pub relays: Mutex<Vec<RelaySlot>>,
     /// Pools on the three databases straight to PostgreSQL (not through the proxy), as the
     /// admin, for sampling the lag while the proxy is faulty: order, wms, stock.
@@ -80,6 +82,14 @@ pub struct World {
     /// The test CA, the certificates and the password files (removed when dropped, last).
     pub pki: Pki,
 }
+
+/// The relays of each database (order, wms, stock) and its outbox's bucket count: every relay
+/// of a database publishes its share of the buckets at once.
+pub const RELAYS: [(&[&str], u8); 3] = [
+    (&["relay-order", "relay-order-2", "relay-order-3"], 4),
+    (&["relay-wms", "relay-wms-2"], 2),
+    (&["relay-stock", "relay-stock-2"], 2),
+];
 
 /// SKUs of the load: `(sku, price_cents, stock)`. `rare` runs out, so some paid orders are
 /// rejected for lack of stock.
@@ -154,32 +164,22 @@ impl World {
             services_env.clone(),
         )
         .await;
+        // The system started one relay per database (the first of each in `RELAYS`); the
+        // others start here.
         let mut started = std::mem::take(&mut sys.relays).into_iter();
-        let logins = [&dbs[0].relay, &dbs[0].relay, &dbs[1].relay, &dbs[2].relay];
-        let names = [
-            "relay-order",
-            "relay-order-standby",
-            "relay-wms",
-            "relay-stock",
-        ];
-        let relays = logins
-            .iter()
-            .zip(names)
-            .map(|(login, name)| {
-                let args = relay_args(login, &brokers, &sys.prefix, name, &services_env);
-                // The three the system started keep running; the standby starts here.
-                let process = if name == "relay-order-standby" {
-                    RelayProcess::start(&args)
-                } else {
-                    started.next().expect("a relay per database")
-                };
-                RelaySlot {
-                    name: name.to_owned(),
+        let mut relays = Vec::new();
+        for (db, (names, _)) in dbs.iter().zip(RELAYS) {
+            let mut first = started.next();
+            for name in names {
+                let args = relay_args(&db.relay, &brokers, &sys.prefix, name, &services_env);
+                let process = first.take().unwrap_or_else(|| RelayProcess::start(&args));
+                relays.push(RelaySlot {
+                    name: (*name).to_owned(),
                     args,
                     process: Some(process),
-                }
-            })
-            .collect();
+                });
+            }
+        }
         let me = Self {
             pg,
             pg_proxy,
@@ -236,6 +236,16 @@ impl World {
                     &admin_url,
                     service_role,
                     &[("DATABASE_PASSWORD_FILE", &files[MIGRATOR])],
+                );
+                // The outbox split into buckets before any relay starts, as the operator
+                // does it: `outbox-relay buckets --set` as the migrator.
+                let buckets = RELAYS[dbs.len()].1.to_string();
+                crate::proc::run_ok(
+                    &format!("outbox-relay buckets --set {buckets} as {MIGRATOR}"),
+                    std::process::Command::new(crate::proc::relay_binary())
+                        .args(["buckets", "--set", &buckets, "--database-url"])
+                        .arg(&urls.migrator)
+                        .env("DATABASE_PASSWORD_FILE", &files[MIGRATOR]),
                 );
                 (urls, files)
             });
@@ -360,15 +370,15 @@ impl World {
         .ok()
     }
 
-    /// The current holder of the orders database's lease.
-    pub async fn order_leader(&self) -> Option<String> {
-        sqlx::query_scalar(
-            "SELECT holder FROM outbox_relay_lease WHERE name = 'default' AND expires_at > now()",
+    /// The live bucket leases of the orders database: `(bucket lease, holder)`.
+    pub async fn order_buckets(&self) -> Option<Vec<(String, String)>> {
+        sqlx::query_as(
+            "SELECT name, holder FROM outbox_relay_lease \
+             WHERE name LIKE 'default/l%' AND expires_at > now() ORDER BY name",
         )
-        .fetch_optional(&self.direct[0])
+        .fetch_all(&self.direct[0])
         .await
         .ok()
-        .flatten()
     }
 
     /// Unpublished events in the three outboxes, `None` when a database does not answer.

@@ -142,6 +142,8 @@ pub struct Report {
     pub transactions: Option<TransactionsFigures>,
     /// The cost curve (opt-in).
     pub curve: Option<crate::curve::CurveFigures>,
+    /// One relay against three on one backlog (opt-in).
+    pub relays: Option<crate::relays::RelaysFigures>,
     /// Debezium and the relay on the same Debezium table (opt-in).
     pub debezium: Option<crate::debezium::DebeziumFigures>,
     /// Every round's rate; the phase figures above are the best round.

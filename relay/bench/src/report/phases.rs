@@ -409,6 +409,45 @@ pub(super) fn curve_table(o: &mut String, c: &crate::curve::CurveFigures) {
     );
 }
 
+pub(super) fn relays_table(o: &mut String, r: &crate::relays::RelaysFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<30} {:>10} {:>10} {:>12} {:>12}  published by each",
+        "relays: draining", "events/s", "× 1 relay", "relay µs/ev", "PG µs/ev"
+    );
+    let f = |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+    let base = r.points.first().and_then(|p| p.events_per_s);
+    for p in &r.points {
+        let _ = writeln!(
+            o,
+            "{:<30} {:>10} {:>10} {:>12} {:>12}  {}",
+            format!(
+                "{} relay{}, {} bucket{}",
+                p.relays,
+                if p.relays == 1 { "" } else { "s" },
+                p.buckets,
+                if p.buckets == 1 { "" } else { "s" }
+            ),
+            p.events_per_s.map_or("-".to_owned(), group),
+            f(p.events_per_s.zip(base).map(|(a, b)| a / b), 2),
+            f(p.relay_us_per_event, 1),
+            f(p.postgres_us_per_event, 1),
+            p.published_per_relay
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" / ")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  ({} events each, best of {} round(s); relay CPU: every relay process together)",
+        group(r.events as f64),
+        r.points.first().map_or(0, |p| p.rounds_events_per_s.len())
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
