@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub use test_support::metrics::{metric, metric_sample, metric_series, metric_value};
+pub use test_support::metrics::{
+    histogram, histogram_delta, histogram_quantile, metric, metric_sample, metric_series,
+    metric_value,
+};
 pub use test_support::process::{http_get, signal, wait_exit, ChildProcess};
 use test_support::relay::{RelayChild, RunArgs};
 

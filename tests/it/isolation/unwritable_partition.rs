@@ -244,6 +244,119 @@ async fn with_transactions_a_partition_dying_mid_transaction_leaves_its_bucket_p
     );
 }
 
+/// Beside a dead partition, every other aggregate's median commit → published latency stays
+/// within 2× of the same run's before the partition died, while the dead partition's
+/// aggregates fail, are retried alone and parked; transactions on and off. Both medians come
+/// from the relay's own histogram, over windows of the same load: 100 events a second of
+/// healthy aggregates, and beside them in the second window 20 a second bound for the dead
+/// partition, each on a new aggregate so that retries go on through the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_transactions_other_aggregates_latency_beside_a_dead_partition_stays_within_twice() {
+    latency_beside_a_dead_partition(true).await;
+}
+
+/// [`with_transactions_other_aggregates_latency_beside_a_dead_partition_stays_within_twice`]
+/// without transactions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn other_aggregates_latency_beside_a_dead_partition_stays_within_twice() {
+    latency_beside_a_dead_partition(false).await;
+}
+
+async fn latency_beside_a_dead_partition(transactions: bool) {
+    let TwoBrokers {
+        first: _first,
+        mut second,
+        brokers,
+        prefix,
+        stuck_topic,
+        ..
+    } = TwoBrokers::start(3).await;
+    let on_first: &[i32] = &[1];
+    create_placed_with(
+        &brokers,
+        &format!("{prefix}outbox-relay.records"),
+        &[on_first; 8],
+        &[("cleanup.policy", "compact")],
+    )
+    .await;
+    let db = e2e::db::fresh_database().await;
+    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "beside-dead");
+    args.extra = [
+        "--transactions",
+        if transactions { "true" } else { "false" },
+        "--send-timeout-ms",
+        "3000",
+        "--park-after",
+        "3",
+    ]
+    .map(String::from)
+    .to_vec();
+    let relay = RelayProcess::start(&args);
+    let mut ledger = Ledger::default();
+    let window = async |ledger: &mut Ledger, window: u32, stuck: bool| {
+        const LATENCY: &str = "outbox_publish_latency_seconds";
+        let before = e2e::proc::histogram(&relay.metrics().await.unwrap_or_default(), LATENCY);
+        for i in 0..600u32 {
+            let aggregate = format!("a-{}", i % 40);
+            let payload = json!({"window": window, "n": i}).to_string();
+            ledger.put(&db.pool, &aggregate, &payload, "{}", None).await;
+            if stuck && i % 5 == 0 {
+                let aggregate = format!("s-{window}-{i}");
+                ledger
+                    .put(&db.pool, &aggregate, &payload, "{}", Some(&stuck_topic))
+                    .await;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        e2e::wait_for(
+            "the window's healthy events to be published",
+            Duration::from_secs(60),
+            || async {
+                let left: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM outbox WHERE topic IS DISTINCT FROM $1",
+                )
+                .bind(&stuck_topic)
+                .fetch_one(&db.pool)
+                .await
+                .ok()?;
+                (left == 0).then_some(())
+            },
+        )
+        .await;
+        let after = e2e::proc::histogram(&relay.metrics().await.unwrap_or_default(), LATENCY);
+        e2e::proc::histogram_quantile(&e2e::proc::histogram_delta(&after, &before), 0.5)
+            .expect("latencies observed in the window")
+    };
+    // Warm: the relay has published before the first window starts.
+    for i in 0..20 {
+        let payload = json!({"warm": i}).to_string();
+        ledger.put(&db.pool, "warm", &payload, "{}", None).await;
+    }
+    crate::common::wait_published(&relay, 20.0).await;
+    let alive = window(&mut ledger, 1, false).await;
+    second.stop();
+    wait_leaderless(&brokers, &stuck_topic).await;
+    let dead = window(&mut ledger, 2, true).await;
+    // The dead partition's aggregates were failing meanwhile: retried, some parked.
+    let (_, blocked) = ops(&["blocked"], &db.url);
+    let stuck = blocked["events"].as_array().map_or(0, Vec::len);
+    eprintln!(
+        "median commit → published: {:.1} ms with both brokers, {:.1} ms beside the dead partition ({stuck} of its events failing or parked)",
+        alive * 1e3,
+        dead * 1e3
+    );
+    assert!(
+        stuck > 0,
+        "the dead partition's events were not failing: {blocked}"
+    );
+    assert!(
+        dead <= 2.0 * alive,
+        "beside the dead partition the median rose from {:.1} to {:.1} ms",
+        alive * 1e3,
+        dead * 1e3
+    );
+}
+
 /// Waits until the metadata `brokers` serve shows partition 0 of `topic` without a leader.
 async fn wait_leaderless(brokers: &str, topic: &str) {
     use rdkafka::producer::{BaseProducer, Producer};

@@ -68,3 +68,44 @@ pub fn histogram(text: &str, name: &str) -> Vec<(f64, f64)> {
     out.sort_by(|a, b| a.0.total_cmp(&b.0));
     out
 }
+
+/// Bucket-wise difference `after - before` (observations made in between).
+pub fn histogram_delta(after: &[(f64, f64)], before: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    after
+        .iter()
+        .map(|&(le, n)| {
+            let b = before
+                .iter()
+                .find(|(l, _)| *l == le)
+                .map_or(0.0, |(_, c)| *c);
+            (le, n - b)
+        })
+        .collect()
+}
+
+/// Quantile `q` of cumulative buckets, interpolated linearly inside the bucket (as
+/// Prometheus' `histogram_quantile` does); the `+Inf` bucket answers its lower bound.
+pub fn histogram_quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let target = q * total;
+    let mut prev = (0.0, 0.0);
+    for &(le, n) in buckets {
+        if n >= target {
+            if le.is_infinite() {
+                return Some(prev.0);
+            }
+            let width = n - prev.1;
+            let frac = if width > 0.0 {
+                (target - prev.1) / width
+            } else {
+                1.0
+            };
+            return Some(prev.0 + (le - prev.0) * frac);
+        }
+        prev = (le, n);
+    }
+    None
+}
