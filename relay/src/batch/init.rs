@@ -34,6 +34,9 @@ impl Batcher<'_> {
     /// [`BatchEnd::LeaseLost`] when the lease is no longer this relay's; [`BatchEnd::Backoff`]
     /// when the database or the broker failed (the next batch tries again).
     pub(crate) async fn initialise(&mut self, lone: bool) -> Result<(), BatchEnd> {
+        // A stranded lone producer moves the bucket on now, not at its next lone send (which
+        // may never come, its event parked): a takeover would find the id stuck.
+        let lone = lone || self.lone.id_stranded().is_some();
         self.initialise_one(false).await?;
         if lone {
             self.initialise_one(true).await?;
@@ -61,7 +64,7 @@ impl Batcher<'_> {
             Ok(None) => return Err(self.not_held(producer)),
             Err(e) => return Err(self.db_failed(&e)),
         };
-        if stranded {
+        if stranded.is_some_and(|g| generation > g) {
             tracing::warn!(
                 generation,
                 producer,

@@ -250,9 +250,9 @@ impl Publisher {
             Ending::Unknown(_) => unreachable!("settled above"),
             Ending::Aborted(why, replace) => {
                 if withdrawn {
-                    // The abort reached the coordinator (nothing of the transaction will ever
-                    // be visible), but it cannot finish before the withdrawn messages'
-                    // partitions are back.
+                    // Aborted (or, when the abort failed too, never committed: no commit was
+                    // sent, and the coordinator aborts it at its timeout), but the abort cannot
+                    // finish before the withdrawn messages' partitions are back.
                     t.strand();
                 }
                 if replace {

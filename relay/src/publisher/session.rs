@@ -169,15 +169,14 @@ impl Publisher {
         }
     }
 
-    /// With transactions: whether the current `transactional.id` is stranded, its last
-    /// transaction aborted after messages of it were withdrawn (a partition that died or
+    /// With transactions: the generation whose `transactional.id` is stranded, if any: a
+    /// transaction of it aborted after messages of it were withdrawn (a partition that died or
     /// refused writes mid-transaction). The coordinator finishes that abort only once the
     /// partition is back, and until then refuses to initialise the id: the next
-    /// initialisation must move the lease's producers to a new generation of their id.
-    pub fn id_stranded(&self) -> bool {
-        self.transactional
-            .as_ref()
-            .is_some_and(|(_, t)| t.stranded())
+    /// initialisation must move the lease's producers on to a new generation of their id
+    /// (unless the lease already moved past it).
+    pub fn id_stranded(&self) -> Option<i32> {
+        self.transactional.as_ref().and_then(|(_, t)| t.stranded())
     }
 
     /// With transactions: sessions use generation `generation` of the `transactional.id` (the

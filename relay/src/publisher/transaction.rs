@@ -26,12 +26,13 @@ pub(super) struct Transactions {
     initialised: AtomicBool,
     /// The generation of the `transactional.id` sessions are made with ([`Transactions::id`]).
     generation: AtomicI32,
-    /// A transaction was aborted after messages of it were withdrawn (a partition that died
-    /// or refused writes while the transaction held messages for it): the coordinator cannot
-    /// finish that abort until the partition is back (its marker cannot be written), and until
-    /// then refuses to initialise the id again. The next initialisation moves to a new
-    /// generation (see `batch::init`).
-    stranded: AtomicBool,
+    /// The generation whose id was stranded (-1: none): a transaction of it was aborted after
+    /// messages of it were withdrawn (a partition that died or refused writes while the
+    /// transaction held messages for it). The coordinator cannot finish that abort until the
+    /// partition is back (its marker cannot be written), and until then refuses to initialise
+    /// the id again. The next initialisation moves the lease on from that generation (see
+    /// `batch::init`).
+    stranded: AtomicI32,
 }
 
 /// How a batch's transaction ended.
@@ -54,7 +55,7 @@ impl Transactions {
             timeout,
             initialised: AtomicBool::new(false),
             generation: AtomicI32::new(0),
-            stranded: AtomicBool::new(false),
+            stranded: AtomicI32::new(-1),
         }
     }
 
@@ -79,12 +80,13 @@ impl Transactions {
 
     /// The current id cannot be initialised until a dead partition is back (see `stranded`).
     pub(super) fn strand(&self) {
-        self.stranded.store(true, Ordering::Relaxed);
+        self.stranded
+            .store(self.generation.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
-    /// See [`Transactions::strand`].
-    pub(super) fn stranded(&self) -> bool {
-        self.stranded.load(Ordering::Relaxed)
+    /// The generation whose id is stranded, if any (see [`Transactions::strand`]).
+    pub(super) fn stranded(&self) -> Option<i32> {
+        Some(self.stranded.load(Ordering::Relaxed)).filter(|g| *g >= 0)
     }
 
     /// A new producer session starts uninitialised.
@@ -133,7 +135,7 @@ impl Transactions {
     /// may begin.
     pub(super) fn confirm(&self) {
         self.initialised.store(true, Ordering::Relaxed);
-        self.stranded.store(false, Ordering::Relaxed);
+        self.stranded.store(-1, Ordering::Relaxed);
     }
 
     /// Commits the open transaction, or aborts it when `abort` says why.
@@ -238,10 +240,16 @@ mod tests {
     #[test]
     fn a_stranded_id_stays_stranded_until_a_session_is_confirmed() {
         let t = Transactions::new(Duration::from_secs(1));
+        t.set_generation(3);
         t.strand();
         t.reset();
-        assert!(t.stranded(), "a new session alone does not unstrand the id");
+        assert_eq!(
+            t.stranded(),
+            Some(3),
+            "a new session alone does not unstrand the id"
+        );
         t.confirm();
-        assert!(!t.stranded() && t.initialised());
+        assert_eq!(t.stranded(), None);
+        assert!(t.initialised());
     }
 }

@@ -169,10 +169,6 @@ async fn lead(
     (shutdown, release): (&CancellationToken, &CancellationToken),
 ) -> LeadEnd {
     let s = &shared.settings;
-    let (min_poll, max_poll) = s.poll;
-    let mut idle = min_poll;
-    let mut last_rows = Instant::now();
-    let mut backoff = new_backoff();
     let mut batcher = Batcher {
         store: &shared.store,
         metrics: &shared.metrics,
@@ -202,6 +198,35 @@ async fn lead(
     if batcher.initialise(true).await == Err(BatchEnd::LeaseLost) {
         return LeadEnd::LeaseLost;
     }
+    let end = run_batches(&mut batcher, &mut wake, guard, s.poll, (shutdown, release)).await;
+    // A bucket handed over (SIGTERM, or released to another relay) right after a transaction
+    // was stranded by a dead partition moves on to a new generation first: its next holder
+    // initialises the row's generation, and would wait for the partition on a stranded one.
+    if end == LeadEnd::Shutdown
+        && (batcher.publisher.id_stranded().is_some() || batcher.lone.id_stranded().is_some())
+    {
+        let bound = s.shutdown_timeout;
+        if tokio::time::timeout(bound, batcher.initialise(true))
+            .await
+            .is_err()
+        {
+            tracing::warn!(?bound, "Could not move the bucket to a new transactional id generation before handing it over; its next holder waits for the dead partition");
+        }
+    }
+    end
+}
+
+/// Runs batches until the relay stops, hands the bucket over or loses its lease.
+async fn run_batches(
+    batcher: &mut Batcher<'_>,
+    wake: &mut watch::Receiver<u64>,
+    guard: &LeaseGuard,
+    (min_poll, max_poll): (Duration, Duration),
+    (shutdown, release): (&CancellationToken, &CancellationToken),
+) -> LeadEnd {
+    let mut idle = min_poll;
+    let mut last_rows = Instant::now();
+    let mut backoff = new_backoff();
     loop {
         if shutdown.is_cancelled() || release.is_cancelled() {
             return LeadEnd::Shutdown;

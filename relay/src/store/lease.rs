@@ -145,9 +145,10 @@ impl Store {
     /// [`Session::finish`]: only a successful commit proves the lock was held throughout.
     ///
     /// Also returns the generation of the `transactional.id`s of the lease's producers (the
-    /// row's `txn_generation`), first moved on by one with `new_generation` (the bucket's
-    /// current id cannot be initialised any more: see [`crate::publisher::Publisher`]); a new
-    /// generation counts only once the hold committed.
+    /// row's `txn_generation`), first moved on by one when it is `stranded` (that generation's
+    /// id cannot be initialised any more: see [`crate::publisher::Publisher::id_stranded`]; a
+    /// row already past it is left as it is); a new generation counts only once the hold
+    /// committed.
     ///
     /// # Errors
     /// Database errors.
@@ -156,11 +157,11 @@ impl Store {
         lease: &LeaseToken,
         ttl: Duration,
         hold_for: Duration,
-        new_generation: bool,
+        stranded: Option<i32>,
     ) -> Result<Option<(Session, i32)>, sqlx::Error> {
         let mut s = self.transaction().await?;
         bound(&mut s, hold_for).await?;
-        let generation = renew_moving(s.conn(), lease, ttl, i32::from(new_generation)).await?;
+        let generation = renew_moving(s.conn(), lease, ttl, stranded).await?;
         let Some(generation) = generation else {
             s.finish().await?;
             return Ok(None);
@@ -253,22 +254,22 @@ async fn renew(
     lease: &LeaseToken,
     ttl: Duration,
 ) -> Result<bool, sqlx::Error> {
-    Ok(renew_moving(conn, lease, ttl, 0).await?.is_some())
+    Ok(renew_moving(conn, lease, ttl, None).await?.is_some())
 }
 
-/// [`renew`], moving the row's `transactional.id` generation on by `generations`: the
-/// generation after it, `None` when the row no longer carries the token.
+/// [`renew`], moving the row's `transactional.id` generation on by one when it is `stranded`:
+/// the generation after it, `None` when the row no longer carries the token.
 async fn renew_moving(
     conn: &mut sqlx::PgConnection,
     lease: &LeaseToken,
     ttl: Duration,
-    generations: i32,
+    stranded: Option<i32>,
 ) -> Result<Option<i32>, sqlx::Error> {
     sqlx::query_scalar(
         "UPDATE outbox_relay_lease \
          SET renewed_at = clock_timestamp(), \
              expires_at = greatest(expires_at, clock_timestamp() + make_interval(secs => $4)), \
-             txn_generation = txn_generation + $5 \
+             txn_generation = txn_generation + coalesce((txn_generation = $5)::int, 0) \
          WHERE name = $1 AND holder = $2 AND epoch = $3 \
          RETURNING txn_generation",
     )
@@ -276,7 +277,7 @@ async fn renew_moving(
     .bind(&lease.holder)
     .bind(lease.epoch)
     .bind(ttl.as_secs_f64())
-    .bind(generations)
+    .bind(stranded)
     .fetch_optional(conn)
     .await
 }
