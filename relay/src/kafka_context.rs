@@ -141,6 +141,8 @@ pub struct BatchReports {
     slots: std::sync::Mutex<Vec<Option<Report>>>,
     remaining: std::sync::atomic::AtomicUsize,
     done: tokio::sync::Notify,
+    /// A report said a message failed.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl BatchReports {
@@ -152,6 +154,7 @@ impl BatchReports {
             // One for the sender, released by [`BatchReports::sent_all`].
             remaining: std::sync::atomic::AtomicUsize::new(1),
             done: tokio::sync::Notify::new(),
+            failed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -187,6 +190,11 @@ impl BatchReports {
         self.remaining.load(Ordering::Acquire)
     }
 
+    /// True once a report said a message failed.
+    pub fn any_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
     /// Waits until every expected report arrived.
     pub async fn wait(&self) {
         while self.remaining.load(Ordering::Acquire) != 0 {
@@ -204,12 +212,16 @@ impl BatchReports {
             return;
         }
         let index = opaque & 0xffff_ffff;
+        let failed = matches!(report, Report::Failed(_));
         {
             let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
             match slots.get_mut(index) {
                 Some(slot) if slot.is_none() => *slot = Some(report),
                 _ => return,
             }
+        }
+        if failed {
+            self.failed.store(true, Ordering::Release);
         }
         self.arrived();
     }

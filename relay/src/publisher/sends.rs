@@ -134,7 +134,7 @@ impl Publisher {
             _ => None,
         };
         batch.sent_all();
-        let withdrawn = self.await_reports(&batch, rows).await;
+        let withdrawn = self.await_reports(&batch, rows, in_transaction).await;
         let reports = batch.take();
         let record_offset = match reports.get(rows.len()) {
             Some(Some(Report::Acked(_, offset))) if record => Some(*offset),
@@ -290,7 +290,18 @@ impl Publisher {
     /// producer. With a send timeout, a batch that went that long without an acknowledgement
     /// while the cluster answers has its unacknowledged messages withdrawn the same way:
     /// `Some(why)` then.
-    async fn await_reports(&self, batch: &BatchReports, rows: &[Send<'_>]) -> Option<String> {
+    ///
+    /// In a transaction, once a message failed (a record batch the broker refused, say) the
+    /// transaction can only abort, and librdkafka sends none of its queued messages any more:
+    /// they would wait the whole send timeout and then fail as unacknowledged, for their own
+    /// aggregates (parked at once with `--park-after 1`). They are purged from the queue at
+    /// once instead: not their events' fault, they are sent again after the abort.
+    async fn await_reports(
+        &self,
+        batch: &BatchReports,
+        rows: &[Send<'_>],
+        in_transaction: bool,
+    ) -> Option<String> {
         let mut watch = tokio::time::interval(Duration::from_millis(50));
         let mut purged = false;
         let mut withdrawn = None;
@@ -305,6 +316,12 @@ impl Publisher {
                     if self.is_fatal() {
                         purged = true;
                         self.purge_queued();
+                        continue;
+                    }
+                    if in_transaction && batch.any_failed() {
+                        // In-flight messages still get their reports.
+                        purged = true;
+                        self.purge_waiting();
                         continue;
                     }
                     let Some(timeout) = self.send_timeout else { continue };

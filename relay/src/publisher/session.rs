@@ -285,6 +285,12 @@ impl Publisher {
         self.is_fatal() || self.spent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Drops the messages still waiting in librdkafka's queue (not those in flight).
+    pub(super) fn purge_waiting(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue());
+    }
+
     pub(super) fn purge_queued(&self) {
         self.producer
             .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
