@@ -38,6 +38,7 @@ pub mod isolation;
 pub mod latency;
 pub mod naive;
 pub mod parked;
+pub mod probe;
 pub mod produce;
 pub mod relay_proc;
 pub mod relays;

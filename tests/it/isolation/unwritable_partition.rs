@@ -136,29 +136,8 @@ async fn with_transactions_a_partition_dying_mid_transaction_leaves_its_bucket_p
         stuck_topic,
         healthy_topic,
     } = TwoBrokers::start(3).await;
-    let on_first: &[i32] = &[1];
-    // The relay's records, on the broker that stays.
-    create_placed_with(
-        &brokers,
-        &format!("{prefix}outbox-relay.records"),
-        &[on_first; 8],
-        &[("cleanup.policy", "compact")],
-    )
-    .await;
-
     let db = e2e::db::fresh_database().await;
-    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "mid-transaction");
-    args.extra = [
-        "--transactions",
-        "true",
-        "--send-timeout-ms",
-        "3000",
-        "--park-after",
-        "3",
-    ]
-    .map(String::from)
-    .to_vec();
-    let relay = RelayProcess::start(&args);
+    let relay = relay_beside_the_stuck_topic(&db, &brokers, &prefix, "mid-transaction", true).await;
 
     // Writers: every fourth event bound for the stuck topic, the rest for the healthy one.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -167,7 +146,10 @@ async fn with_transactions_a_partition_dying_mid_transaction_leaves_its_bucket_p
         async move {
             let mut ledger = Ledger::default();
             let mut i = 0u64;
+            // 200 events a second.
+            let mut pace = tokio::time::interval(Duration::from_millis(5));
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                pace.tick().await;
                 let stuck = i.is_multiple_of(4);
                 let (aggregate, topic) = if stuck {
                     (format!("s-{}", i % 12), Some(stuck_topic.as_str()))
@@ -178,7 +160,6 @@ async fn with_transactions_a_partition_dying_mid_transaction_leaves_its_bucket_p
                     .put(&pool, &aggregate, &json!({"n": i}).to_string(), "{}", topic)
                     .await;
                 i += 1;
-                tokio::time::sleep(Duration::from_millis(5)).await;
             }
             ledger
         }
@@ -271,32 +252,17 @@ async fn latency_beside_a_dead_partition(transactions: bool) {
         stuck_topic,
         ..
     } = TwoBrokers::start(3).await;
-    let on_first: &[i32] = &[1];
-    create_placed_with(
-        &brokers,
-        &format!("{prefix}outbox-relay.records"),
-        &[on_first; 8],
-        &[("cleanup.policy", "compact")],
-    )
-    .await;
     let db = e2e::db::fresh_database().await;
-    let mut args = RelayArgs::new(&db.url, &brokers, &prefix, "beside-dead");
-    args.extra = [
-        "--transactions",
-        if transactions { "true" } else { "false" },
-        "--send-timeout-ms",
-        "3000",
-        "--park-after",
-        "3",
-    ]
-    .map(String::from)
-    .to_vec();
-    let relay = RelayProcess::start(&args);
+    let relay =
+        relay_beside_the_stuck_topic(&db, &brokers, &prefix, "beside-dead", transactions).await;
     let mut ledger = Ledger::default();
     let window = async |ledger: &mut Ledger, window: u32, stuck: bool| {
         const LATENCY: &str = "outbox_publish_latency_seconds";
         let before = e2e::proc::histogram(&relay.metrics().await.unwrap_or_default(), LATENCY);
+        // 100 healthy events a second.
+        let mut pace = tokio::time::interval(Duration::from_millis(10));
         for i in 0..600u32 {
+            pace.tick().await;
             let aggregate = format!("a-{}", i % 40);
             let payload = json!({"window": window, "n": i}).to_string();
             ledger.put(&db.pool, &aggregate, &payload, "{}", None).await;
@@ -306,7 +272,6 @@ async fn latency_beside_a_dead_partition(transactions: bool) {
                     .put(&db.pool, &aggregate, &payload, "{}", Some(&stuck_topic))
                     .await;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         e2e::wait_for(
             "the window's healthy events to be published",
@@ -355,6 +320,37 @@ async fn latency_beside_a_dead_partition(transactions: bool) {
         alive * 1e3,
         dead * 1e3
     );
+}
+
+/// A relay (`name`) for [`TwoBrokers`]: its records topic made on the first broker (the one
+/// that stays), transactions on or off, a 3 s send timeout, parking after 3 attempts.
+async fn relay_beside_the_stuck_topic(
+    db: &e2e::db::TestDb,
+    brokers: &str,
+    prefix: &str,
+    name: &str,
+    transactions: bool,
+) -> RelayProcess {
+    let on_first: &[i32] = &[1];
+    create_placed_with(
+        brokers,
+        &format!("{prefix}outbox-relay.records"),
+        &[on_first; 8],
+        &[("cleanup.policy", "compact")],
+    )
+    .await;
+    let mut args = RelayArgs::new(&db.url, brokers, prefix, name);
+    args.extra = [
+        "--transactions",
+        if transactions { "true" } else { "false" },
+        "--send-timeout-ms",
+        "3000",
+        "--park-after",
+        "3",
+    ]
+    .map(String::from)
+    .to_vec();
+    RelayProcess::start(&args)
 }
 
 /// Waits until the metadata `brokers` serve shows partition 0 of `topic` without a leader.
