@@ -162,6 +162,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             ..ParkPolicy::default()
         },
         poll: args.poll_bounds(),
+        min_batch_interval: args.min_batch_interval(),
         lease_name: args.lease_name.clone(),
         instance_id: args.instance_id(),
         lease_ttl: args.lease_ttl(),

@@ -55,6 +55,7 @@ mod consumers {
 
 /// What goes on the wire: binary payloads, tombstones, keys, CloudEvents.
 mod publishing {
+    mod batch_interval;
     mod topic_durability;
     mod wire_formats;
 }

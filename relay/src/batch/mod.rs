@@ -111,6 +111,9 @@ pub struct Batcher<'a> {
     /// The bucket must be settled from its records before the next claim (at the start of a
     /// term, and after a transaction ended without the relay knowing whether it committed).
     pub unsettled: bool,
+    /// The last batch was full (as many rows as asked, or cut by the byte bound): more is
+    /// waiting, and the next batch starts at once whatever `--min-batch-interval-ms` says.
+    pub full: bool,
 }
 
 impl Batcher<'_> {
@@ -119,6 +122,7 @@ impl Batcher<'_> {
         let started = Instant::now();
         self.batches += 1;
         self.replaced = false;
+        self.full = false;
         if let Err(end) = self.settle_if_needed().await {
             return end;
         }
@@ -167,6 +171,7 @@ impl Batcher<'_> {
         // A full batch (or one the byte bound cut) means more is waiting: claim it while this
         // one is in flight.
         let full = cut || rows.len() as i64 >= asked;
+        self.full = full;
         let prefetch = (filter == FailureFilter::Off && full)
             .then(|| rows.last().map(ClaimedRow::id))
             .flatten();

@@ -191,6 +191,7 @@ async fn lead(
         // A new owner settles the bucket from its records before its first claim.
         unsettled: records.is_some(),
         records,
+        full: false,
     };
     // Fence the relays that held the lease before, now (their open transactions are
     // aborted, so `read_committed` readers do not wait for their timeout); failing that,
@@ -198,7 +199,14 @@ async fn lead(
     if batcher.initialise(true).await == Err(BatchEnd::LeaseLost) {
         return LeadEnd::LeaseLost;
     }
-    let end = run_batches(&mut batcher, &mut wake, guard, s.poll, (shutdown, release)).await;
+    let end = run_batches(
+        &mut batcher,
+        &mut wake,
+        guard,
+        (s.poll, s.min_batch_interval),
+        (shutdown, release),
+    )
+    .await;
     // A bucket handed over (SIGTERM, or released to another relay) right after a transaction
     // was stranded by a dead partition moves on to a new generation first: its next holder
     // initialises the row's generation, and would wait for the partition on a stranded one.
@@ -221,12 +229,14 @@ async fn run_batches(
     batcher: &mut Batcher<'_>,
     wake: &mut watch::Receiver<u64>,
     guard: &LeaseGuard,
-    (min_poll, max_poll): (Duration, Duration),
+    ((min_poll, max_poll), interval): ((Duration, Duration), Duration),
     (shutdown, release): (&CancellationToken, &CancellationToken),
 ) -> LeadEnd {
     let mut idle = min_poll;
     let mut last_rows = Instant::now();
     let mut backoff = new_backoff();
+    // When the next batch may start (`--min-batch-interval-ms`).
+    let mut not_before: Option<Instant> = None;
     loop {
         if shutdown.is_cancelled() || release.is_cancelled() {
             return LeadEnd::Shutdown;
@@ -234,9 +244,23 @@ async fn run_batches(
         if !guard.is_valid() {
             return LeadEnd::LeaseLost;
         }
+        if let Some(at) = not_before.take() {
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                _ = shutdown.cancelled() => return LeadEnd::Shutdown,
+                _ = release.cancelled() => return LeadEnd::Shutdown,
+                _ = guard.lost() => return LeadEnd::LeaseLost,
+            }
+        }
+        let started = Instant::now();
         // A release waits for the batch in flight; a shutdown cuts its wait for
         // acknowledgements short (`--shutdown-timeout-ms`).
-        match batcher.run(shutdown).await {
+        let end = batcher.run(shutdown).await;
+        // A backlog (the batch was full) goes on at once.
+        if !interval.is_zero() && !batcher.full {
+            not_before = Some(started + interval);
+        }
+        match end {
             BatchEnd::Empty => {
                 tokio::select! {
                     r = wake.changed() => if r.is_err() {

@@ -52,6 +52,8 @@ pub struct RelaySettings {
     pub park: ParkPolicy,
     /// Shortest and longest idle poll interval.
     pub poll: (Duration, Duration),
+    /// Shortest time between the starts of two batches, unless a backlog is waiting.
+    pub min_batch_interval: Duration,
     /// Lease name.
     pub lease_name: String,
     /// This instance's id.

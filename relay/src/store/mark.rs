@@ -77,16 +77,18 @@ impl Store {
             }
         };
         // The lease row locked `FOR SHARE`, or updated (a stronger lock) with the record's
-        // offset.
+        // offset (a parameter: a small batch's statement stays prepared with transactions
+        // on too, one round trip instead of two).
         let lease_row = match record {
-            None => "SELECT 1 FROM outbox_relay_lease \
-                     WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE"
-                .to_owned(),
-            Some(offset) => format!(
+            None => {
+                "SELECT 1 FROM outbox_relay_lease \
+                 WHERE name = $1 AND holder = $2 AND epoch = $3 FOR SHARE"
+            }
+            Some(_) => {
                 "UPDATE outbox_relay_lease \
-                 SET record_offset = greatest(coalesce(record_offset, -1), {offset}) \
+                 SET record_offset = greatest(coalesce(record_offset, -1), $6) \
                  WHERE name = $1 AND holder = $2 AND epoch = $3 RETURNING 1"
-            ),
+            }
         };
         let sql = format!(
             "WITH l AS ({lease_row}), d AS ({delete}), f AS ( \
@@ -94,15 +96,17 @@ impl Store {
              ) \
              SELECT (SELECT count(*) FROM l) AS held, (SELECT count(*) FROM d) AS deleted"
         );
-        let row = sqlx::query(&sql)
-            .persistent(dense.is_none() && record.is_none())
+        let mut query = sqlx::query(&sql)
+            .persistent(dense.is_none())
             .bind(&lease.name)
             .bind(&lease.holder)
             .bind(lease.epoch)
             .bind(ids)
-            .bind(had_failures)
-            .fetch_one(s.conn())
-            .await?;
+            .bind(had_failures);
+        if let Some(offset) = record {
+            query = query.bind(offset);
+        }
+        let row = query.fetch_one(s.conn()).await?;
         s.finish().await?;
         if row.get::<i64, _>("held") == 0 {
             return Ok(Marked::LeaseLost);
