@@ -256,6 +256,10 @@ pub enum Phase {
     /// Opt-in (minutes): the cost curve, the latency phase at each rate of `--curve-rates`
     /// and a drain: relay and PostgreSQL CPU per event and commit → seen p50 / p99 at each.
     Curve,
+    /// Opt-in (minutes): the latency phase on a fresh table and on a table the relay has
+    /// just drained `--events` from, alternating for `--repeat` rounds: each round's p50 and
+    /// p99, their spread, and the drained table's p99 against the fresh table's.
+    Tail,
     /// Opt-in (minutes): one backlog drained by one relay on one bucket, one relay on 8
     /// buckets and three relays sharing the 8 (`--repeat` rounds, interleaved).
     Relays,
@@ -282,6 +286,7 @@ impl Phase {
                 | Self::Transactions
                 | Self::Debezium
                 | Self::Curve
+                | Self::Tail
                 | Self::Relays
         )
     }

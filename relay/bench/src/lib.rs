@@ -45,6 +45,7 @@ pub mod relays;
 pub mod report;
 pub mod schedule;
 pub mod stats;
+pub mod tail;
 pub mod transactions;
 pub mod workload;
 
@@ -203,6 +204,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         log_dir: &log_dir,
         idle_seconds: sizes.idle_seconds,
         label: "latency",
+        drained_first: 0,
     };
     let latency = phase(
         args,
@@ -335,6 +337,16 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     for e in curve.iter().flat_map(|c| &c.errors) {
         errors.push(format!("phase curve: {e}"));
     }
+    let tail = phase(
+        args,
+        Phase::Tail,
+        &mut errors,
+        tail::run(&infra, &w, &load_spec, sizes.events, args.repeat),
+    )
+    .await;
+    for e in tail.iter().flat_map(|t| &t.errors) {
+        errors.push(format!("phase tail: {e}"));
+    }
     let relays = phase(
         args,
         Phase::Relays,
@@ -423,6 +435,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         topics: growth_topics,
         transactions,
         curve,
+        tail,
         relays,
         debezium,
         rounds,

@@ -28,7 +28,7 @@ fn run_bench(dir: &Path, deadline: Duration) -> Value {
         .arg(&out)
         .args([
             "--phases",
-            "produce,db,drain,naive,latency,isolation,insert,failures,backlog,parked,sizes,topics,debezium",
+            "produce,db,drain,naive,latency,isolation,insert,failures,backlog,parked,sizes,topics,tail,debezium",
             "--events",
             &EVENTS.to_string(),
             "--naive-events",
@@ -208,6 +208,20 @@ async fn relay_bench_runs_every_phase_on_the_real_servers_and_each_drained_event
         );
         measured(latency, &format!("stages.{stage}.p99"));
     }
+
+    // The tail: one run on a fresh table, one after the relay drained `--events` from it, each
+    // seen whole by the consumer.
+    let tail = &report["tail"];
+    assert_eq!(num(tail, "drained_events"), EVENTS as f64, "{tail}");
+    for side in ["fresh", "drained"] {
+        let runs = tail[side]
+            .as_array()
+            .unwrap_or_else(|| panic!("tail.{side}: {tail}"));
+        assert_eq!(runs.len(), 1, "tail.{side}: {tail}");
+        assert_eq!(num(&runs[0], "not_seen"), 0.0, "tail.{side}: {tail}");
+        measured(&runs[0], "seen_p99_ms");
+    }
+    measured(tail, "drained_over_fresh_p99");
 
     // Isolation: the poisoned rows (three per aggregate) stay behind, the rest drains. On the
     // broker (kafka-python): every healthy event; no event of a poisoned aggregate (the two

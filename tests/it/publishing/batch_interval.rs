@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use e2e::proc::{metric_value, RelayArgs, RelayProcess};
-use e2e::stream::{write_stream, StreamSpec};
+use e2e::stream::{write_stream, StreamSpec, Written};
 use tokio::time::Instant;
 
 use crate::common::{drain_and_check, AGGREGATE_TYPE};
@@ -18,6 +18,11 @@ async fn batches(relay: &RelayProcess) -> f64 {
         .await
         .and_then(|m| metric_value(&m, "outbox_batch_rows_count"))
         .unwrap_or(0.0)
+}
+
+/// Waits (deadline 60 s) until every committed event was published, then checks the topic.
+async fn all_on_the_broker(pool: &sqlx::PgPool, brokers: &str, prefix: &str, written: &Written) {
+    drain_and_check(pool, brokers, prefix, written, Duration::from_secs(60)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -51,14 +56,7 @@ async fn a_steady_trickle_is_gathered_into_batches_at_least_the_interval_apart()
     };
     let pool = db.pool.clone();
     let written = write_stream(&pool, AGGREGATE_TYPE, &spec).await;
-    drain_and_check(
-        &db.pool,
-        &brokers,
-        &prefix,
-        &written,
-        Duration::from_secs(60),
-    )
-    .await;
+    all_on_the_broker(&db.pool, &brokers, &prefix, &written).await;
     let elapsed = started.elapsed();
     let ran = batches(&relay).await - before;
     // Batch starts at least INTERVAL apart: within `elapsed`, at most one per interval, and
@@ -103,12 +101,5 @@ async fn a_backlog_drains_at_once_whatever_the_batch_interval() {
         "100".into(),
     ];
     let _relay = RelayProcess::start(&args);
-    drain_and_check(
-        &db.pool,
-        &brokers,
-        &prefix,
-        &written,
-        Duration::from_secs(60),
-    )
-    .await;
+    all_on_the_broker(&db.pool, &brokers, &prefix, &written).await;
 }

@@ -53,6 +53,28 @@ pub struct LoadSpec<'a> {
     pub idle_seconds: u64,
     /// Names the log (`relay-<label>.log`), the database and the topic prefix.
     pub label: &'a str,
+    /// Events committed at once and drained by the relay before the load (0: the load starts
+    /// on a fresh table): the table then holds as many dead rows as a relay leaves behind
+    /// after a backlog, until autovacuum clears them.
+    pub drained_first: u64,
+}
+
+/// Commits `events` at once and waits (at most 10 minutes) until the relay has published them
+/// all.
+async fn drain_first(pool: &sqlx::PgPool, w: &Workload, events: u64) -> anyhow::Result<()> {
+    w.insert_backlog(pool, events).await?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM outbox)")
+        .fetch_one(pool)
+        .await?
+    {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the relay did not drain the {events} events committed before the load"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
 }
 
 /// Seconds the relay is left alone after its last event before the idle measurement starts
@@ -173,6 +195,9 @@ pub async fn run(
         log: log.clone(),
     })?;
     relay.wait_until_leading(Duration::from_secs(30)).await?;
+    if spec.drained_first > 0 {
+        drain_first(&db.pool, w, spec.drained_first).await?;
+    }
 
     let seen: Arc<Mutex<HashMap<Uuid, Seen>>> = Arc::default();
     let (count_tx, mut count_rx) = watch::channel(0usize);

@@ -142,6 +142,8 @@ pub struct Report {
     pub transactions: Option<TransactionsFigures>,
     /// The cost curve (opt-in).
     pub curve: Option<crate::curve::CurveFigures>,
+    /// The latency tail on a fresh and on a just-drained table (opt-in).
+    pub tail: Option<crate::tail::TailFigures>,
     /// One relay against three on one backlog (opt-in).
     pub relays: Option<crate::relays::RelaysFigures>,
     /// Debezium and the relay on the same Debezium table (opt-in).

@@ -373,6 +373,40 @@ pub(super) fn debezium_copy_table(o: &mut String, c: &crate::debezium_copy::Copy
     );
 }
 
+pub(super) fn tail_table(o: &mut String, t: &crate::tail::TailFigures) {
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "{:<30} {:>12} {:>12} {:>12} {:>12}",
+        "tail: commit → seen, ms", "p50", "p99", "relay µs/ev", "not seen"
+    );
+    let f = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+    let runs = t
+        .fresh
+        .iter()
+        .map(|r| ("fresh table", r))
+        .chain(t.drained.iter().map(|r| ("after draining the backlog", r)));
+    for (name, r) in runs {
+        let _ = writeln!(
+            o,
+            "{:<30} {:>12} {:>12} {:>12} {:>12}",
+            name,
+            f(r.seen_p50_ms),
+            f(r.seen_p99_ms),
+            f(r.relay_us_per_event),
+            r.not_seen
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  fresh p99 highest / lowest {} (target ≤ 2); drained / fresh median p99 {} (target ≤ 2); backlog {} events",
+        t.fresh_p99_spread.map_or("-".to_owned(), |v| format!("{v:.2}")),
+        t.drained_over_fresh_p99
+            .map_or("-".to_owned(), |v| format!("{v:.2}")),
+        group(t.drained_events as f64)
+    );
+}
+
 pub(super) fn curve_table(o: &mut String, c: &crate::curve::CurveFigures) {
     let _ = writeln!(o);
     let _ = writeln!(

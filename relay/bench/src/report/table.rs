@@ -327,6 +327,9 @@ impl Report {
         if let Some(c) = &self.curve {
             super::phases::curve_table(&mut o, c);
         }
+        if let Some(t) = &self.tail {
+            super::phases::tail_table(&mut o, t);
+        }
         if let Some(r) = &self.relays {
             super::phases::relays_table(&mut o, r);
         }
