@@ -155,6 +155,10 @@ impl Batcher<'_> {
             Ok(c) => c,
             Err(end) => return end,
         };
+        // A full batch (or one the byte bound cut) means more is waiting: claimed while this
+        // one is in flight, and not paced, however this one ends.
+        let full = cut || rows.len() as i64 >= asked;
+        self.full = full;
         self.metrics.batch_size.observe(rows.len() as f64);
         self.metrics
             .observe_stage(BatchStage::Claim, started.elapsed());
@@ -168,10 +172,6 @@ impl Batcher<'_> {
         if let Err(end) = self.initialise(!retrying.is_empty()).await {
             return end;
         }
-        // A full batch (or one the byte bound cut) means more is waiting: claim it while this
-        // one is in flight.
-        let full = cut || rows.len() as i64 >= asked;
-        self.full = full;
         let prefetch = (filter == FailureFilter::Off && full)
             .then(|| rows.last().map(ClaimedRow::id))
             .flatten();

@@ -246,7 +246,8 @@ async fn run_batches(
         }
         if let Some(at) = not_before.take() {
             tokio::select! {
-                () = tokio::time::sleep_until(at) => {}
+                // Checked again (the lease may have run out meanwhile) before the claim.
+                () = tokio::time::sleep_until(at) => continue,
                 _ = shutdown.cancelled() => return LeadEnd::Shutdown,
                 _ = release.cancelled() => return LeadEnd::Shutdown,
                 _ = guard.lost() => return LeadEnd::LeaseLost,

@@ -42,7 +42,13 @@ impl Store {
             options = options.statement_cache_capacity(0).extra_float_digits(None);
         }
         // Renewals of several buckets' leases share the lease's pool.
-        let lease_pool = pool_options(2).connect_lazy_with(options.clone());
+        // Its connections are tested before every use, as sqlx does by default: a renewal
+        // that failed on a connection broken while idle would cost the lease, and renewals
+        // are few.
+        let lease_pool = PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(options.clone());
         // Connections open as needed: a relay publishing one bucket uses two or three; one
         // holding several buckets claims, marks and initialises producers for each.
         let pool = pool_options(20).connect_lazy_with(options);
@@ -117,22 +123,26 @@ impl Store {
     }
 }
 
+/// How long the relay waits for a pooled connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// A connection idle this long is tested (a round trip) before it is handed out; one used more
 /// recently is handed out as it is.
 const TEST_IDLE_AFTER: Duration = Duration::from_secs(1);
 
-/// The options of the relay's pools: at most `max` connections, 3 s to get one.
+/// The options of the relay's pool for claims, marks and the rest: at most `max` connections.
 ///
-/// sqlx tests every connection with a round trip before handing it out; at the rate a relay
-/// claims and marks (hundreds of statements a second under a steady load) that was one round
-/// trip in three, and about a sixth of the relay's CPU. Only a connection idle for
-/// [`TEST_IDLE_AFTER`] is tested now (a server restarted while the relay was quiet is found
-/// before a claim); one that broke while in use fails its statement, which the relay retries
-/// as any database error, on a new connection (a session that failed closes its own).
+/// sqlx tests a connection with a round trip when it goes back to the pool and again before
+/// handing it out; under a steady load the relay claims and marks hundreds of times a second,
+/// so those were two round trips of every claim's and every mark's three or four. The test
+/// before use is kept only for a connection idle for [`TEST_IDLE_AFTER`] (a server restarted
+/// while the relay was quiet is found before a claim). One that broke within that second
+/// fails its statement: a database error, which the relay retries as any other, on a new
+/// connection (a session that failed closes its own).
 fn pool_options(max: u32) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max)
-        .acquire_timeout(Duration::from_secs(3))
+        .acquire_timeout(ACQUIRE_TIMEOUT)
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             Box::pin(async move {
