@@ -63,13 +63,18 @@ pub async fn drain_and_check(
     report
 }
 
-/// Published count reported by a relay's `/metrics` (0 when unreachable).
-pub async fn published(relay: &e2e::proc::RelayProcess) -> f64 {
+/// The value of `series` in a relay's `/metrics` (0 when unreachable or not exported yet).
+pub async fn relay_metric(relay: &e2e::proc::RelayProcess, series: &str) -> f64 {
     relay
         .metrics()
         .await
-        .and_then(|m| e2e::proc::metric_value(&m, "outbox_events_published_total"))
+        .and_then(|m| e2e::proc::metric_value(&m, series))
         .unwrap_or(0.0)
+}
+
+/// Published count reported by a relay's `/metrics` (0 when unreachable).
+pub async fn published(relay: &e2e::proc::RelayProcess) -> f64 {
+    relay_metric(relay, "outbox_events_published_total").await
 }
 
 /// Current lease holder and epoch.

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use e2e::proc::{metric_value, RelayArgs, RelayProcess};
+use e2e::proc::{RelayArgs, RelayProcess};
 use e2e::proxy::Proxy;
 use e2e::stream::{write_stream, StreamSpec};
 use e2e::verify::{check, dump_committed};
@@ -116,11 +116,7 @@ async fn a_relay_killed_between_a_commit_and_its_mark_sends_nothing_twice() {
         matches!(e2e::db::backlog(&db.pool).await, Ok(0)).then_some(())
     })
     .await;
-    let settled = successor
-        .metrics()
-        .await
-        .and_then(|m| metric_value(&m, "outbox_events_settled_total"))
-        .unwrap_or(0.0);
+    let settled = crate::common::relay_metric(&successor, "outbox_events_settled_total").await;
     let records = {
         let (brokers, topic) = (brokers.clone(), topic.clone());
         tokio::task::spawn_blocking(move || dump_committed(&brokers, &[topic]))

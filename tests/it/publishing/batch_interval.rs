@@ -5,19 +5,15 @@
 
 use std::time::Duration;
 
-use e2e::proc::{metric_value, RelayArgs, RelayProcess};
+use e2e::proc::{RelayArgs, RelayProcess};
 use e2e::stream::{write_stream, StreamSpec, Written};
 use tokio::time::Instant;
 
-use crate::common::{drain_and_check, AGGREGATE_TYPE};
+use crate::common::{drain_and_check, relay_metric, AGGREGATE_TYPE};
 
 /// Batches with rows the relay ran so far (`outbox_batch_rows`' count).
 async fn batches(relay: &RelayProcess) -> f64 {
-    relay
-        .metrics()
-        .await
-        .and_then(|m| metric_value(&m, "outbox_batch_rows_count"))
-        .unwrap_or(0.0)
+    relay_metric(relay, "outbox_batch_rows_count").await
 }
 
 /// Waits (deadline 60 s) until every committed event was published, then checks the topic.
