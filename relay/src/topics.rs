@@ -51,11 +51,20 @@ pub struct TopicProblem {
 
 /// Topics known to exist, and the admin client that checks their durability settings and
 /// creates missing ones.
+///
+/// The admin client lives only while a check or a creation needs it: it is a librdkafka
+/// client of its own (threads, a connection to every broker) whose poll thread wakes ten
+/// times a second, per bucket, for the life of the relay; most of an idle relay's CPU when
+/// it held several buckets. Topics are checked once each, so one comes and goes with each
+/// new topic.
 pub struct TopicCatalog {
     known: HashSet<String>,
     /// Per topic, the partitions without a leader as the last metadata said, and when.
     leaders: HashMap<String, Leaders>,
-    admin: AdminClient<RelayContext>,
+    /// The admin client's settings.
+    admin_config: ClientConfig,
+    /// The admin client while a check or a creation runs.
+    admin: Option<AdminClient<RelayContext>>,
     create: Option<TopicSpec>,
     /// The broker's `default.replication.factor`, once asked (for topics created without
     /// `--topic-replication-factor`).
@@ -67,6 +76,15 @@ impl std::fmt::Debug for TopicCatalog {
         f.debug_struct("TopicCatalog")
             .field("known", &self.known.len())
             .finish()
+    }
+}
+
+impl Drop for TopicCatalog {
+    fn drop(&mut self) {
+        // A check cut short (a shutdown) left its admin client.
+        if let (Some(admin), Ok(rt)) = (self.admin.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn_blocking(move || drop(admin));
+        }
     }
 }
 
@@ -91,15 +109,10 @@ pub struct DeadPartitions {
 }
 
 impl TopicCatalog {
-    /// A catalog that creates missing topics with `create`, or only checks them.
-    ///
-    /// # Errors
-    /// Invalid client settings.
-    pub fn new(
-        brokers: &str,
-        extra: &[(String, String)],
-        create: Option<TopicSpec>,
-    ) -> Result<Self, KafkaError> {
+    /// A catalog that creates missing topics with `create`, or only checks them. Its admin
+    /// client is created when needed: settings it refuses are refused first by the producer
+    /// the relay creates from the same ones.
+    pub fn new(brokers: &str, extra: &[(String, String)], create: Option<TopicSpec>) -> Self {
         let mut cfg = ClientConfig::new();
         cfg.set("bootstrap.servers", brokers);
         cfg.set("enable.metrics.push", "false");
@@ -108,13 +121,33 @@ impl TopicCatalog {
         for (k, v) in outbox_kafka::connection_settings(extra) {
             cfg.set(k, v);
         }
-        Ok(Self {
+        Self {
             known: HashSet::new(),
             leaders: HashMap::new(),
-            admin: cfg.create_with_context(RelayContext::default())?,
+            admin_config: cfg,
+            admin: None,
             create,
             default_replication: None,
-        })
+        }
+    }
+
+    /// The admin client, created if there is none.
+    fn admin(&mut self) -> Result<&AdminClient<RelayContext>, KafkaError> {
+        let admin = match self.admin.take() {
+            Some(admin) => admin,
+            None => self
+                .admin_config
+                .create_with_context(RelayContext::default())?,
+        };
+        Ok(self.admin.insert(admin))
+    }
+
+    /// Lets the admin client go, off the runtime's thread: dropping it joins its poll thread,
+    /// up to 100 ms.
+    fn retire_admin(&mut self) {
+        if let Some(admin) = self.admin.take() {
+            tokio::task::spawn_blocking(move || drop(admin));
+        }
     }
 
     /// Checks the topics not known yet; returns the ones that cannot take messages. Known
@@ -123,6 +156,16 @@ impl TopicCatalog {
     /// # Errors
     /// When the broker cannot be asked (it is down): the caller backs off as a whole.
     pub async fn check<'a>(
+        &mut self,
+        producer: &PolledProducer<RelayContext>,
+        topics: impl IntoIterator<Item = &'a str>,
+    ) -> Result<HashMap<String, TopicProblem>, KafkaError> {
+        let checked = self.check_unknown(producer, topics).await;
+        self.retire_admin();
+        checked
+    }
+
+    async fn check_unknown<'a>(
         &mut self,
         producer: &PolledProducer<RelayContext>,
         topics: impl IntoIterator<Item = &'a str>,
@@ -192,7 +235,7 @@ impl TopicCatalog {
             })
             .collect();
         let opts = creation_options();
-        for r in self.admin.create_topics(&new, &opts).await? {
+        for r in self.admin()?.create_topics(&new, &opts).await? {
             match r {
                 Ok(name) => {
                     tracing::info!(
@@ -285,6 +328,19 @@ impl TopicCatalog {
         name: &str,
         buckets: i16,
     ) -> Result<i32, Result<String, KafkaError>> {
+        let found = self
+            .find_or_create_records_topic(producer, name, buckets)
+            .await;
+        self.retire_admin();
+        found
+    }
+
+    async fn find_or_create_records_topic(
+        &mut self,
+        producer: &PolledProducer<RelayContext>,
+        name: &str,
+        buckets: i16,
+    ) -> Result<i32, Result<String, KafkaError>> {
         if let Some(n) = partitions(producer, name).await.map_err(Err)? {
             return Ok(n);
         }
@@ -306,7 +362,8 @@ impl TopicCatalog {
         }
         let opts = creation_options();
         let created = self
-            .admin
+            .admin()
+            .map_err(Err)?
             .create_topics(&[topic], &opts)
             .await
             .map_err(Err)?;
@@ -338,13 +395,15 @@ impl TopicCatalog {
     /// acknowledged: `min.insync.replicas` 1 with more than one replica, so an acknowledged
     /// event (the relay then deletes its row) can be lost with that one broker. Once per
     /// topic; a topic whose settings the relay may not read is not checked.
-    async fn warn_if_leader_alone(&self, topic: &str, replication: usize) {
+    async fn warn_if_leader_alone(&mut self, topic: &str, replication: usize) {
         if replication <= 1 {
             return;
         }
         let opts = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
-        let Ok(results) = self
-            .admin
+        let Ok(admin) = self.admin() else {
+            return;
+        };
+        let Ok(results) = admin
             .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts)
             .await
         else {
@@ -398,7 +457,8 @@ impl TopicCatalog {
             let broker = any_broker(producer).await?;
             let opts = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
             let results = self
-                .admin
+                .admin()
+                .ok()?
                 .describe_configs(&[ResourceSpecifier::Broker(broker)], &opts)
                 .await
                 .ok()?;

@@ -106,7 +106,7 @@ pub(super) async fn publish_bucket(
         first.then(|| shared.metrics.broker_down.clone()),
         records.as_ref(),
     )?;
-    let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
+    let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics);
     let mut db = Outage::new("database");
     let mut kafka = Outage::new("kafka publish");
     if let Some(id) = &s.transactional_id {
@@ -169,8 +169,10 @@ async fn lead(
     (shutdown, release): (&CancellationToken, &CancellationToken),
 ) -> LeadEnd {
     let s = &shared.settings;
+    // The bucket's claims and marks keep their connection between them.
+    let store = shared.store.holding();
     let mut batcher = Batcher {
-        store: &shared.store,
+        store: &store,
         metrics: &shared.metrics,
         token: guard.token(),
         guard,

@@ -210,7 +210,7 @@ impl Relay {
         shutdown: &CancellationToken,
     ) -> anyhow::Result<Option<i32>> {
         let s = &self.shared.settings;
-        let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics)?;
+        let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics);
         let buckets = self.shared.store.layout().await.map_or(1, |l| l.buckets);
         let mut outage = Outage::new("kafka (records topic)");
         loop {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sqlx::{Executor, Row};
+use sqlx::Row;
 
 use super::pool::Store;
 use super::session::Session;
@@ -123,8 +123,9 @@ impl Store {
     ) -> Result<Option<bool>, sqlx::Error> {
         // A link that stalls between the update and the commit must not leave the row locked
         // (a takeover would wait for it for good): PostgreSQL ends the transaction after `wait`.
-        let mut s = self.lease_transaction().await?;
-        bound(&mut s, wait.max(Duration::from_millis(100))).await?;
+        let mut s = self
+            .lease_transaction_within(wait.max(Duration::from_millis(100)))
+            .await?;
         match renew(s.conn(), lease, ttl).await {
             Ok(held) => {
                 s.finish().await?;
@@ -159,8 +160,7 @@ impl Store {
         hold_for: Duration,
         stranded: Option<i32>,
     ) -> Result<Option<(Session, i32)>, sqlx::Error> {
-        let mut s = self.transaction().await?;
-        bound(&mut s, hold_for).await?;
+        let mut s = self.transaction_within(hold_for).await?;
         let generation = renew_moving(s.conn(), lease, ttl, stranded).await?;
         let Some(generation) = generation else {
             s.finish().await?;
@@ -353,21 +353,4 @@ pub(super) async fn take(
     .bind(t.layout)
     .fetch_optional(conn)
     .await
-}
-
-/// Bounds how long the open transaction `s` may wait for a lock and sit idle: PostgreSQL ends
-/// it past `limit`. Simple queries (no prepared statement); `SET LOCAL` ends with the
-/// transaction, also behind PgBouncer's transaction pooling.
-async fn bound(s: &mut Session, limit: Duration) -> Result<(), sqlx::Error> {
-    let ms = limit.as_millis().clamp(1, i32::MAX as u128);
-    s.conn()
-        .execute(
-            format!(
-                "SET LOCAL idle_in_transaction_session_timeout = {ms}; \
-                 SET LOCAL lock_timeout = {ms}"
-            )
-            .as_str(),
-        )
-        .await?;
-    Ok(())
 }

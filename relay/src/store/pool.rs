@@ -1,12 +1,14 @@
 //! The [`Store`] itself: its two pools (the batches' and the lease's own) and the sessions every
 //! statement of the other files of `store` runs in.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
+use sqlx::{Connection, PgPool};
 
-use super::session::Session;
+use super::session::{Held, Session};
 
 /// Access to the outbox database.
 #[derive(Debug, Clone)]
@@ -18,7 +20,28 @@ pub struct Store {
     lease_pool: PgPool,
     /// Behind PgBouncer's transaction pooling: see [`super::session`].
     pgbouncer: bool,
+    /// The connection this store's statements keep between them ([`Store::holding`]).
+    held: Option<Arc<HeldSlot>>,
+    /// How many holding stores exist, of at most [`MAX_HELD`].
+    holders: Arc<AtomicUsize>,
 }
+
+/// A holding store's connection; counted among the holders while it exists.
+#[derive(Debug)]
+struct HeldSlot {
+    conn: Held,
+    holders: Arc<AtomicUsize>,
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.holders.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// At most this many holding stores keep a connection of the pool's 20 each (a relay holding
+/// more buckets than that hands the rest's connections back after each statement, as before).
+const MAX_HELD: usize = 10;
 
 impl Store {
     /// Connects lazily: the relay starts even while the database is down and retries.
@@ -56,6 +79,8 @@ impl Store {
             pool,
             lease_pool,
             pgbouncer,
+            held: None,
+            holders: Arc::default(),
         })
     }
 
@@ -65,6 +90,30 @@ impl Store {
             lease_pool: pool.clone(),
             pool,
             pgbouncer: false,
+            held: None,
+            holders: Arc::default(),
+        }
+    }
+
+    /// This store, keeping the connection of its statements ([`Store::session`]) between them
+    /// instead of handing it back to the pool after each: for one loop's claims and marks (a
+    /// bucket's), which otherwise cost a round trip more each (sqlx tests a connection as it
+    /// goes back to the pool) and, every second or so, a test before use. A connection kept
+    /// idle for [`TEST_IDLE_AFTER`] is tested before it is used again; one whose statement
+    /// failed is closed, and the next statement takes a new one from the pool. Past
+    /// [`MAX_HELD`] holding stores, a plain clone.
+    pub fn holding(&self) -> Self {
+        let holding = self.holders.fetch_add(1, Ordering::Relaxed);
+        if holding >= MAX_HELD {
+            self.holders.fetch_sub(1, Ordering::Relaxed);
+            return self.clone();
+        }
+        Self {
+            held: Some(Arc::new(HeldSlot {
+                conn: Held::default(),
+                holders: self.holders.clone(),
+            })),
+            ..self.clone()
         }
     }
 
@@ -78,7 +127,32 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub(super) async fn session(&self) -> Result<Session, sqlx::Error> {
-        Session::begin(&self.pool, self.pgbouncer).await
+        let Some(held) = &self.held else {
+            return Session::begin(&self.pool, self.pgbouncer).await;
+        };
+        let home = Some(held.conn.clone());
+        let kept = held.conn.lock().expect("the held connection's lock").take();
+        if let Some((mut conn, used)) = kept {
+            if used.elapsed() < TEST_IDLE_AFTER || conn.ping().await.is_ok() {
+                return Session::on(
+                    conn,
+                    self.pgbouncer.then_some("BEGIN"),
+                    self.pgbouncer,
+                    home,
+                )
+                .await;
+            }
+            // Broken while idle (a server restart): closed, and a new one from the pool.
+            conn.close_on_drop();
+        }
+        let conn = self.pool.acquire().await?;
+        Session::on(
+            conn,
+            self.pgbouncer.then_some("BEGIN"),
+            self.pgbouncer,
+            home,
+        )
+        .await
     }
 
     /// A connection of the lease's own pool for one statement.
@@ -89,12 +163,23 @@ impl Store {
         Session::begin(&self.lease_pool, self.pgbouncer).await
     }
 
-    /// A transaction on the lease's own pool.
+    /// A transaction on the lease's own pool, bounded as [`Session::bounded_transaction`].
     ///
     /// # Errors
     /// Database errors.
-    pub(super) async fn lease_transaction(&self) -> Result<Session, sqlx::Error> {
-        Session::transaction(&self.lease_pool, self.pgbouncer).await
+    pub(super) async fn lease_transaction_within(
+        &self,
+        limit: Duration,
+    ) -> Result<Session, sqlx::Error> {
+        Session::bounded_transaction(&self.lease_pool, self.pgbouncer, limit).await
+    }
+
+    /// [`Store::transaction`] bounded as [`Session::bounded_transaction`].
+    ///
+    /// # Errors
+    /// Database errors.
+    pub(super) async fn transaction_within(&self, limit: Duration) -> Result<Session, sqlx::Error> {
+        Session::bounded_transaction(&self.pool, self.pgbouncer, limit).await
     }
 
     /// A transaction, in either mode.

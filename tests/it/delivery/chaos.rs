@@ -96,8 +96,8 @@ async fn chaos_under_load_ends_with_a_clean_audit() {
     assert_eq!(summary["drained"], true, "every outbox drained");
     assert_eq!(
         summary["audit_code"], 0,
-        "the audit is clean: {}",
-        summary["audit"]
+        "the audit is clean: {} {}",
+        summary["audit"], summary["audit_error"]
     );
     assert_eq!(
         summary["audit"]["violations"].as_array().map(Vec::len),

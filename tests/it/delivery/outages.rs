@@ -1,6 +1,7 @@
 //! Guarantee 1 through outages: the broker stopped for 20 s, PostgreSQL restarted; the relay
 //! retries with backoff and resumes by itself, and nothing committed is lost. A broker that
 //! takes connections and never answers does not keep SIGTERM from stopping the relay at once.
+//! Connections the server ends are replaced.
 //! These tests start private servers because they stop them.
 
 use std::time::Duration;
@@ -196,6 +197,70 @@ async fn postgres_restarted_mid_stream_loses_nothing() {
     assert!(
         log.contains("Recovered"),
         "the relay should log its recovery:\n{log}"
+    );
+}
+
+/// The server ends every connection of the relay's database (`pg_terminate_backend`, as an
+/// administrator or a failover of a managed database does), once while the relay idles and
+/// once mid-stream: each bucket's claims and marks keep their connection between them, and a
+/// kept connection that died is replaced (tested before use after a second idle, or failing
+/// one statement that is retried); the relay stays up and every committed event is published,
+/// in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_ended_by_the_server_are_replaced_and_nothing_is_lost() {
+    let db = e2e::db::fresh_database().await;
+    let brokers = e2e::kafka_brokers();
+    let prefix = e2e::unique_topic_prefix();
+    let mut relay = RelayProcess::start(&RelayArgs::new(&db.url, &brokers, &prefix, "ended"));
+    let end_all = || async {
+        let ended: i64 = sqlx::query_scalar(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        ended
+    };
+    let first = StreamSpec {
+        events: 200,
+        ..StreamSpec::default()
+    };
+    let mut written = write_stream(&db.pool, AGGREGATE_TYPE, &first).await;
+    wait_published(&relay, written.committed.len() as f64).await;
+    // Idle: the relay's kept connections sit between two polls.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The test's own pool loses its other connections too: it opens new ones.
+    assert!(end_all().await > 0, "the relay's connections were ended");
+    let second = StreamSpec {
+        events: 2_000,
+        pause: Duration::from_millis(10),
+        first_writer: first.writers,
+        ..StreamSpec::default()
+    };
+    let pool = db.pool.clone();
+    let writers = tokio::spawn(async move { write_stream(&pool, AGGREGATE_TYPE, &second).await });
+    wait_published(&relay, written.committed.len() as f64 + 100.0).await;
+    end_all().await;
+    assert_stays_up(
+        &mut relay,
+        Duration::from_secs(1),
+        "connections ended by the server",
+    )
+    .await;
+    written.merge(writers.await.unwrap());
+    let report = drain_and_check(
+        &db.pool,
+        &brokers,
+        &prefix,
+        &written,
+        Duration::from_secs(120),
+    )
+    .await;
+    eprintln!(
+        "connections ended: {} events, {} duplicates",
+        written.committed.len(),
+        report.duplicates
     );
 }
 

@@ -271,3 +271,59 @@ async fn audit_reads_the_topics_back_over_a_slow_link() {
         );
     }
 }
+
+/// A partition whose last transaction was aborted ends in records a `read_committed` reader
+/// never sees and an abort marker: the audit reads it to its end all the same (its position
+/// passes them), and returns the committed records only, where waiting for a record at the end
+/// offset would time out on every run. Relays leave such partitions behind whenever a
+/// transaction is aborted and its events go out in a later transaction to other offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_reads_a_partition_that_ends_in_an_aborted_transaction() {
+    use outbox_audit::broker::Broker;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    let brokers = e2e::kafka_brokers();
+    let ended = format!("ends-aborted-{:08x}", rand::random::<u32>());
+    let only = format!("only-aborted-{:08x}", rand::random::<u32>());
+    create_topics(&brokers, 1, &[&ended, &only]);
+    let (b, t1, t2) = (brokers.clone(), ended.clone(), only.clone());
+    tokio::task::spawn_blocking(move || {
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &b)
+            .set("transactional.id", format!("audit-aborted-{t1}"))
+            .create()
+            .unwrap();
+        let timeout = Duration::from_secs(30);
+        producer.init_transactions(timeout).unwrap();
+        let send = |topic: &str, n: usize| {
+            let key = format!("k{n}");
+            producer
+                .send(BaseRecord::to(topic).key(&key).payload("v").partition(0))
+                .map_err(|(e, _)| e)
+                .unwrap();
+        };
+        producer.begin_transaction().unwrap();
+        send(&t1, 0);
+        send(&t1, 1);
+        producer.commit_transaction(timeout).unwrap();
+        producer.begin_transaction().unwrap();
+        send(&t1, 2);
+        send(&t2, 3);
+        producer.flush(timeout).unwrap();
+        producer.abort_transaction(timeout).unwrap();
+    })
+    .await
+    .unwrap();
+
+    let broker = Broker::new(&brokers, &[], Duration::from_secs(20));
+    let records = tokio::task::spawn_blocking(move || {
+        let partitions = broker.partitions(&[ended, only]).unwrap();
+        assert_eq!(partitions.len(), 2, "both topics: {partitions:?}");
+        broker.read_all(&partitions)
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| panic!("the audit did not read the partitions to their end: {e}"));
+    let offsets: Vec<i64> = records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [0, 1], "the committed records only: {records:?}");
+}

@@ -92,6 +92,9 @@ pub struct Summary {
     pub audit: Value,
     /// The audit's exit code.
     pub audit_code: i32,
+    /// What the last audit wrote to stderr when it could not audit (exit 2), so a failed run
+    /// says why (a partition not read to its end, a broker or database that did not answer).
+    pub audit_error: Option<String>,
 }
 
 impl Summary {
@@ -195,6 +198,9 @@ impl Summary {
             pick("inbox.stock.duplicates_absorbed"),
             self.audit["violations"].as_array().map_or(0, Vec::len)
         );
+        if let Some(e) = &self.audit_error {
+            let _ = writeln!(o, "the audit could not audit: {e}");
+        }
         if let Some(vs) = self.audit["violations"].as_array() {
             for v in vs.iter().take(50) {
                 let _ = writeln!(o, "  violation: {v}");
@@ -386,6 +392,7 @@ pub async fn run(spec: &Spec) -> Summary {
         faults_by_kind: by_kind,
         drain_ms,
         drained,
+        audit_error: (audit.code == 2).then(|| audit.stderr.trim().to_owned()),
         audit: audit.report,
         audit_code: audit.code,
     }
