@@ -133,7 +133,13 @@ impl Store {
         let home = Some(held.conn.clone());
         let kept = held.conn.lock().expect("the held connection's lock").take();
         if let Some((mut conn, used)) = kept {
-            if used.elapsed() < TEST_IDLE_AFTER || conn.ping().await.is_ok() {
+            // Bounded as the pool bounds its own test (a stalled link fails it, not hangs it).
+            let alive = used.elapsed() < TEST_IDLE_AFTER
+                || matches!(
+                    tokio::time::timeout(ACQUIRE_TIMEOUT, conn.ping()).await,
+                    Ok(Ok(()))
+                );
+            if alive {
                 return Session::on(
                     conn,
                     self.pgbouncer.then_some("BEGIN"),
@@ -142,7 +148,8 @@ impl Store {
                 )
                 .await;
             }
-            // Broken while idle (a server restart): closed, and a new one from the pool.
+            // Broken or stalled while idle (a server restart, a cut link): closed, and a new one
+            // from the pool.
             conn.close_on_drop();
         }
         let conn = self.pool.acquire().await?;
