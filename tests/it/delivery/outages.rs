@@ -228,8 +228,23 @@ async fn connections_ended_by_the_server_are_replaced_and_nothing_is_lost() {
     };
     let mut written = write_stream(&db.pool, AGGREGATE_TYPE, &first).await;
     wait_published(&relay, written.committed.len() as f64).await;
-    // Idle: the relay's kept connections sit between two polls.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Idle: every connection of the relay sits between two statements (the outbox is empty).
+    e2e::wait_for(
+        "the relay's connections to idle",
+        Duration::from_secs(30),
+        || async {
+            let busy: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND state <> 'idle'",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            let backlog = e2e::db::backlog(&db.pool).await.unwrap();
+            (busy == 0 && backlog == 0).then_some(())
+        },
+    )
+    .await;
     // The test's own pool loses its other connections too: it opens new ones.
     assert!(end_all().await > 0, "the relay's connections were ended");
     let second = StreamSpec {
