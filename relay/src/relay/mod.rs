@@ -154,8 +154,10 @@ impl Relay {
                 helpers.clone(),
             ))
         });
+        // The gauges' three queries every few seconds share one kept connection: one test of
+        // it before them instead of a test before and after each.
         let refresher = tokio::spawn(refresh_backlog(
-            shared.store.clone(),
+            shared.store.holding(),
             s.topic_prefix.clone(),
             shared.metrics.clone(),
             helpers.clone(),
@@ -323,7 +325,11 @@ impl Relay {
     ) -> Result<Round, sqlx::Error> {
         let shared = &self.shared;
         let s = &shared.settings;
-        let current = shared.store.layout().await?;
+        let view = shared
+            .store
+            .round_view(&s.lease_name, &s.instance_id, s.lease_ttl, *layout)
+            .await?;
+        let current = view.layout;
         if layout.is_some_and(|l| l != current) {
             tracing::info!(
                 buckets = current.buckets,
@@ -335,10 +341,7 @@ impl Relay {
             }
         }
         *layout = Some(current);
-        let members = shared
-            .store
-            .renew_membership(&s.lease_name, &s.instance_id, s.lease_ttl)
-            .await?;
+        let members = view.members;
         let share = crate::buckets::share(current.buckets, members);
         // Beyond the share: the highest buckets go, each after its batch in flight.
         while held.len() > share {
@@ -355,7 +358,7 @@ impl Relay {
         }
         // Every relay reports the buckets nobody holds (the alert on a bucket without owner
         // needs no particular relay alive).
-        let rows = shared.store.bucket_rows(&s.lease_name, current).await?;
+        let rows = view.rows;
         shared
             .metrics
             .buckets_unowned

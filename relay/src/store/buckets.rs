@@ -19,6 +19,52 @@ pub struct BucketRow {
     pub holder: Option<String>,
 }
 
+/// What one acquisition round sees ([`Store::round_view`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundView {
+    /// The outbox's layout.
+    pub layout: Layout,
+    /// Live members sharing the lease, this relay included.
+    pub members: i64,
+    /// The lease rows of the layout's buckets, in bucket order.
+    pub rows: Vec<BucketRow>,
+}
+
+/// The query of the bucket (from 0) and unexpired holder of each lease row named in the
+/// `names` parameter, in the order of the names (a name without a row: no holder).
+fn bucket_rows_sql(names: &str) -> String {
+    format!(
+        "SELECT (n.bucket - 1)::int2 AS bucket, l.holder \
+         FROM unnest({names}::text[]) WITH ORDINALITY AS n(name, bucket) \
+         LEFT JOIN outbox_relay_lease l ON l.name = n.name AND l.expires_at > now()"
+    )
+}
+
+/// The lease row names of `layout`'s buckets, bucket 0 first.
+fn lease_names(lease: &str, layout: Layout) -> Vec<String> {
+    (0..layout.buckets)
+        .map(|b| layout.lease_name(lease, b))
+        .collect()
+}
+
+/// The bucket rows of `names` ([`bucket_rows_sql`]) on `conn`, in bucket order.
+async fn read_bucket_rows(
+    conn: &mut sqlx::PgConnection,
+    names: &[String],
+) -> Result<Vec<BucketRow>, sqlx::Error> {
+    let rows = sqlx::query(&format!("{} ORDER BY bucket", bucket_rows_sql("$1")))
+        .bind(names)
+        .fetch_all(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| BucketRow {
+            bucket: r.get(0),
+            holder: r.get(1),
+        })
+        .collect())
+}
+
 /// Why `buckets set` refused.
 #[derive(Debug, thiserror::Error)]
 pub enum SetBucketsError {
@@ -59,40 +105,6 @@ impl Store {
         })
     }
 
-    /// Renews this relay's membership of the relays sharing `lease` (joining if new) and
-    /// returns how many members are alive, itself included. Rows of members gone for an hour
-    /// are deleted on the way.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub async fn renew_membership(
-        &self,
-        lease: &str,
-        instance: &str,
-        ttl: Duration,
-    ) -> Result<i64, sqlx::Error> {
-        let mut s = self.lease_session().await?;
-        let live: i64 = sqlx::query_scalar(
-            "WITH me AS ( \
-                 INSERT INTO outbox_relay_member AS m (lease, instance, expires_at) \
-                 VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3)) \
-                 ON CONFLICT (lease, instance) DO UPDATE SET expires_at = EXCLUDED.expires_at \
-                 RETURNING 1), \
-             gone AS ( \
-                 DELETE FROM outbox_relay_member \
-                 WHERE lease = $1 AND expires_at < now() - interval '1 hour') \
-             SELECT 1 + count(*) FROM outbox_relay_member \
-             WHERE lease = $1 AND instance <> $2 AND expires_at > now()",
-        )
-        .bind(lease)
-        .bind(instance)
-        .bind(ttl.as_secs_f64())
-        .fetch_one(s.conn())
-        .await?;
-        s.finish().await?;
-        Ok(live)
-    }
-
     /// Leaves the relays sharing `lease` (on shutdown, after releasing its buckets): the others
     /// count one member fewer at once instead of after its row expired.
     ///
@@ -109,6 +121,70 @@ impl Store {
         Ok(())
     }
 
+    /// One acquisition round, in one statement (a relay runs a round every second, idle too):
+    /// renews this relay's membership of the relays sharing `lease` (joining if new), counts
+    /// the live members (itself included), reads the layout and the lease rows of the buckets
+    /// of `expected` (the layout of the last round); when the layout is not `expected` (the
+    /// first round, or the count changed), its rows are read again in the same session. Rows
+    /// of members gone for an hour are deleted on the way.
+    ///
+    /// # Errors
+    /// Database errors.
+    pub async fn round_view(
+        &self,
+        lease: &str,
+        instance: &str,
+        ttl: Duration,
+        expected: Option<Layout>,
+    ) -> Result<RoundView, sqlx::Error> {
+        let names = expected.map_or_else(Vec::new, |l| lease_names(lease, l));
+        let mut s = self.lease_session().await?;
+        let row = sqlx::query(&format!(
+            "WITH me AS ( \
+                 INSERT INTO outbox_relay_member AS m (lease, instance, expires_at) \
+                 VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3)) \
+                 ON CONFLICT (lease, instance) DO UPDATE SET expires_at = EXCLUDED.expires_at), \
+             gone AS ( \
+                 DELETE FROM outbox_relay_member \
+                 WHERE lease = $1 AND expires_at < now() - interval '1 hour'), \
+             b AS ({}) \
+             SELECT o.buckets, o.layout, \
+                 (SELECT 1 + count(*) FROM outbox_relay_member \
+                  WHERE lease = $1 AND instance <> $2 AND expires_at > now()) AS members, \
+                 ARRAY(SELECT bucket FROM b ORDER BY bucket) AS buckets_of, \
+                 ARRAY(SELECT holder FROM b ORDER BY bucket) AS holders \
+             FROM outbox_buckets o",
+            bucket_rows_sql("$4")
+        ))
+        .bind(lease)
+        .bind(instance)
+        .bind(ttl.as_secs_f64())
+        .bind(&names)
+        .fetch_one(s.conn())
+        .await?;
+        let layout = Layout {
+            buckets: row.get::<i32, _>("buckets") as i16,
+            number: row.get("layout"),
+        };
+        let rows = if expected == Some(layout) {
+            let buckets: Vec<i16> = row.get("buckets_of");
+            let holders: Vec<Option<String>> = row.get("holders");
+            buckets
+                .into_iter()
+                .zip(holders)
+                .map(|(bucket, holder)| BucketRow { bucket, holder })
+                .collect()
+        } else {
+            read_bucket_rows(s.conn(), &lease_names(lease, layout)).await?
+        };
+        s.finish().await?;
+        Ok(RoundView {
+            layout,
+            members: row.get("members"),
+            rows,
+        })
+    }
+
     /// The lease rows of `layout`'s buckets (a bucket whose row does not exist yet is free).
     ///
     /// # Errors
@@ -118,27 +194,10 @@ impl Store {
         lease: &str,
         layout: Layout,
     ) -> Result<Vec<BucketRow>, sqlx::Error> {
-        let names: Vec<String> = (0..layout.buckets)
-            .map(|b| layout.lease_name(lease, b))
-            .collect();
         let mut s = self.lease_session().await?;
-        let rows = sqlx::query(
-            "SELECT n.bucket::int2, l.holder \
-             FROM unnest($1::text[]) WITH ORDINALITY AS n(name, bucket) \
-             LEFT JOIN outbox_relay_lease l ON l.name = n.name AND l.expires_at > now() \
-             ORDER BY n.bucket",
-        )
-        .bind(&names)
-        .fetch_all(s.conn())
-        .await?;
+        let rows = read_bucket_rows(s.conn(), &lease_names(lease, layout)).await?;
         s.finish().await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| BucketRow {
-                bucket: r.get::<i16, _>(0) - 1,
-                holder: r.get(1),
-            })
-            .collect())
+        Ok(rows)
     }
 
     /// Changes the outbox's bucket count to `buckets` (the operator's `buckets set`), in one

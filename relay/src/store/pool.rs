@@ -96,9 +96,10 @@ impl Store {
     }
 
     /// This store, keeping the connection of its statements ([`Store::session`]) between them
-    /// instead of handing it back to the pool after each: for one loop's claims and marks (a
-    /// bucket's), which otherwise cost a round trip more each (sqlx tests a connection as it
-    /// goes back to the pool) and, every second or so, a test before use. A connection kept
+    /// instead of handing it back to the pool after each: for one loop's statements (a
+    /// bucket's claims and marks, the gauges' refresh), which otherwise cost a round trip more
+    /// each (sqlx tests a connection as it goes back to the pool) and, every second or so, a
+    /// test before use. A connection kept
     /// idle for [`TEST_IDLE_AFTER`] is tested before it is used again; one whose statement
     /// failed is closed, and the next statement takes a new one from the pool. Past
     /// [`MAX_HELD`] holding stores, a plain clone.
