@@ -82,9 +82,7 @@ impl std::fmt::Debug for TopicCatalog {
 impl Drop for TopicCatalog {
     fn drop(&mut self) {
         // A check cut short (a shutdown) left its admin client.
-        if let (Some(admin), Ok(rt)) = (self.admin.take(), tokio::runtime::Handle::try_current()) {
-            rt.spawn_blocking(move || drop(admin));
-        }
+        self.retire_admin();
     }
 }
 
@@ -142,11 +140,16 @@ impl TopicCatalog {
         Ok(self.admin.insert(admin))
     }
 
-    /// Lets the admin client go, off the runtime's thread: dropping it joins its poll thread,
-    /// up to 100 ms.
+    /// Lets the admin client go, on the blocking pool when there is a runtime (off the
+    /// runtime's thread: dropping it joins its poll thread, up to 100 ms).
     fn retire_admin(&mut self) {
         if let Some(admin) = self.admin.take() {
-            tokio::task::spawn_blocking(move || drop(admin));
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn_blocking(move || drop(admin));
+                }
+                Err(_) => drop(admin),
+            }
         }
     }
 

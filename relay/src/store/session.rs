@@ -78,7 +78,7 @@ impl Session {
 
     /// A session on `conn`, which goes to `home` when the work succeeded; a transaction opened
     /// by `begin` (a simple query: no prepared statement) when given.
-    pub(crate) async fn on(
+    pub(super) async fn on(
         mut conn: PoolConnection<Postgres>,
         begin: Option<&str>,
         deallocate: bool,
