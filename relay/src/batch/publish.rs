@@ -18,8 +18,9 @@ pub const LONE_SENDS_PER_BATCH: usize = 16;
 
 /// A claimed row before publishing.
 pub(super) enum Prepared {
-    /// Goes to this topic.
-    Topic(Arc<str>),
+    /// Goes to this topic; to this partition when given (a keyless event kept off the
+    /// topic's partitions without a leader), else to its key's.
+    Topic(Arc<str>, Option<i32>),
     /// Not sent.
     Failed(Outcome),
 }
@@ -33,13 +34,14 @@ impl Batcher<'_> {
             .iter()
             .map(|r| match &r.message {
                 Ok(m) if m.topic.as_deref().is_some_and(|t| !t.is_empty()) => {
-                    Prepared::Topic(Arc::from(self.publisher.topic_of(m)))
+                    Prepared::Topic(Arc::from(self.publisher.topic_of(m)), None)
                 }
                 Ok(m) => Prepared::Topic(
                     routed
                         .entry(m.aggregate_type.as_str())
                         .or_insert_with(|| Arc::from(self.publisher.topic_of(m)))
                         .clone(),
+                    None,
                 ),
                 Err(u) => Prepared::Failed(Outcome::Failed {
                     scope: Scope::Event(FailureClass::Undecodable),
@@ -49,7 +51,7 @@ impl Batcher<'_> {
             })
             .collect();
         let names = prepared.iter().filter_map(|p| match p {
-            Prepared::Topic(t) => Some(&**t),
+            Prepared::Topic(t, _) => Some(&**t),
             Prepared::Failed(_) => None,
         });
         let problems = match self.topics.check(self.publisher.producer(), names).await {
@@ -66,7 +68,7 @@ impl Batcher<'_> {
         let topics: Vec<Arc<str>> = prepared
             .iter()
             .filter_map(|p| match p {
-                Prepared::Topic(t) => Some(t.clone()),
+                Prepared::Topic(t, _) => Some(t.clone()),
                 Prepared::Failed(_) => None,
             })
             .collect();
@@ -100,10 +102,18 @@ impl Batcher<'_> {
         }
         if !dead.is_empty() {
             for (p, row) in prepared.iter_mut().zip(rows) {
-                let (Prepared::Topic(t), Ok(m)) = (&*p, &row.message) else {
+                let (Prepared::Topic(t, _), Ok(m)) = (&*p, &row.message) else {
                     continue;
                 };
-                let (Some(d), Some(key)) = (dead.get(&**t), m.message_key()) else {
+                let Some(d) = dead.get(&**t) else {
+                    continue;
+                };
+                let Some(key) = m.message_key() else {
+                    // A keyless event has no partition of its own (librdkafka would pick one
+                    // at random, a dead one too): it goes to one that has a leader.
+                    if let Some(live) = d.live_partition(m.id) {
+                        *p = Prepared::Topic(t.clone(), Some(live));
+                    }
                     continue;
                 };
                 let partition = crate::partitions::partition_for(key.as_bytes(), d.count);
@@ -120,7 +130,7 @@ impl Batcher<'_> {
         }
         if !problems.is_empty() {
             for p in &mut prepared {
-                if let Prepared::Topic(t) = p {
+                if let Prepared::Topic(t, _) = p {
                     if let Some(problem) = problems.get(&**t) {
                         *p = Prepared::Failed(Outcome::Failed {
                             scope: Scope::Event(problem.class),
@@ -150,7 +160,7 @@ impl Batcher<'_> {
         let mut partitions: std::collections::BTreeSet<(&str, i32)> = Default::default();
         let mut sent = 0usize;
         for ((row, p), o) in rows.iter().zip(prepared).zip(outcomes) {
-            let (Prepared::Topic(t), Ok(m)) = (p, &row.message) else {
+            let (Prepared::Topic(t, _), Ok(m)) = (p, &row.message) else {
                 continue;
             };
             if row.attempts.is_some() {
@@ -205,7 +215,7 @@ impl Batcher<'_> {
             .iter()
             .map(|p| match p {
                 Prepared::Failed(o) => Some(o.clone()),
-                Prepared::Topic(_) => None,
+                Prepared::Topic(..) => None,
             })
             .collect();
         let lone = lone_candidates(rows, retrying, &mut known);
@@ -219,7 +229,7 @@ impl Batcher<'_> {
             .map(|(i, row)| match (&known[i], &prepared[i], &row.message) {
                 (Some(o), _, _) => Send::Known(row.aggregate(), o),
                 _ if sent_alone[i] => Send::Known(row.aggregate(), &Outcome::BlockedBehindFailure),
-                (None, Prepared::Topic(t), Ok(m)) => Send::Message(m, t),
+                (None, Prepared::Topic(t, partition), Ok(m)) => Send::Message(m, t, *partition),
                 (None, _, _) => unreachable!("rows without a topic or message have an outcome"),
             })
             .collect();
@@ -242,12 +252,14 @@ impl Batcher<'_> {
                 if over {
                     break;
                 }
-                let (Prepared::Topic(topic), Ok(message)) = (&prepared[i], &rows[i].message) else {
+                let (Prepared::Topic(topic, partition), Ok(message)) =
+                    (&prepared[i], &rows[i].message)
+                else {
                     continue;
                 };
                 tracing::debug!(outbox.id = message.id, event.id = %message.event_id, "Sending an event alone (retried after a failure)");
                 let outcome = lone_publisher
-                    .publish(&[Send::Message(message, topic)], true)
+                    .publish(&[Send::Message(message, topic, *partition)], true)
                     .await
                     .pop()
                     .unwrap_or(Outcome::BlockedBehindFailure);

@@ -21,8 +21,9 @@ use crate::kafka_context::{BatchReports, Report};
 /// One row of a batch as handed to [`Publisher::publish`].
 #[derive(Debug, Clone, Copy)]
 pub enum Send<'a> {
-    /// Send this message to this topic.
-    Message(&'a EventEnvelope, &'a str),
+    /// Send this message to this topic; to this partition when given (else the partitioner
+    /// picks it from the key).
+    Message(&'a EventEnvelope, &'a str, Option<i32>),
     /// Do not send; the outcome of the row of this aggregate (type, id) is already known.
     Known((&'a str, &'a str), &'a Outcome),
 }
@@ -84,7 +85,7 @@ impl Publisher {
                     }
                     known.push(Some(outcome.clone()));
                 }
-                Send::Message(row, topic) => {
+                Send::Message(row, topic, partition) => {
                     let aggregate = (row.aggregate_type.as_str(), row.aggregate_id.as_str());
                     if !stopped.is_empty() && stopped.contains(&aggregate) {
                         known.push(Some(Outcome::BlockedBehindFailure));
@@ -98,7 +99,12 @@ impl Publisher {
                         spans.push(span);
                     }
                     match self
-                        .enqueue(row, topic, traceparent.as_deref(), batch.opaque(i))
+                        .enqueue(
+                            row,
+                            (topic, partition),
+                            traceparent.as_deref(),
+                            batch.opaque(i),
+                        )
                         .await
                     {
                         Ok(()) => known.push(None),
@@ -119,7 +125,7 @@ impl Publisher {
             rows.iter()
                 .zip(&known)
                 .filter_map(|(r, k)| match (r, k) {
-                    (Send::Message(m, _), None) => Some(m.id),
+                    (Send::Message(m, ..), None) => Some(m.id),
                     _ => None,
                 })
                 .collect()
@@ -336,7 +342,7 @@ impl Publisher {
                     // Nothing moved for `timeout`: an outage (wait on, librdkafka delivers
                     // once the broker is back), or partitions the cluster cannot write.
                     let topic = rows.iter().find_map(|r| match r {
-                        Send::Message(_, t) => Some(*t),
+                        Send::Message(_, t, _) => Some(*t),
                         Send::Known(..) => None,
                     });
                     let answers = match topic {
@@ -371,7 +377,7 @@ impl Publisher {
         let sends: Vec<Send<'_>> = rows
             .iter()
             .zip(&topics)
-            .map(|(r, t)| Send::Message(r, t))
+            .map(|(r, t)| Send::Message(r, t, None))
             .collect();
         self.publish(&sends, false).await
     }
@@ -418,7 +424,7 @@ impl Publisher {
     async fn enqueue(
         &self,
         row: &EventEnvelope,
-        topic: &str,
+        (topic, partition): (&str, Option<i32>),
         traceparent: Option<&str>,
         opaque: usize,
     ) -> Result<(), RDKafkaErrorCode> {
@@ -439,6 +445,9 @@ impl Publisher {
         }
         if let Some(value) = row.payload.bytes() {
             record = record.payload(value);
+        }
+        if let Some(partition) = partition {
+            record = record.partition(partition);
         }
         self.send_waiting(record).await
     }
