@@ -279,19 +279,13 @@ async fn partition_dying_mid_transaction(handover: bool) {
 /// the partition with a leader: every one is published and none fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_transactions_keyless_events_go_to_partitions_with_a_leader() {
-    let TwoBrokers {
-        first: _first,
-        mut second,
-        brokers,
-        prefix,
-        stuck_topic,
-        ..
-    } = TwoBrokers::start(1).await;
+    let mut cluster = TwoBrokers::start(1).await;
+    let (brokers, prefix) = (cluster.brokers.clone(), cluster.prefix.clone());
     // Partition 0 on the first broker, partition 1 on the second.
     let mixed_topic = format!("{prefix}mixed");
     create_placed(&brokers, &mixed_topic, &[&[1], &[2]]).await;
-    second.stop();
-    wait_leaderless(&brokers, &stuck_topic).await;
+    cluster.second.stop();
+    wait_leaderless(&brokers, &cluster.stuck_topic).await;
     let db = e2e::db::fresh_database().await;
     let relay = relay_beside_the_stuck_topic(&db, &brokers, &prefix, "keyless", true).await;
     const EVENTS: i64 = 200;
