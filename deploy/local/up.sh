@@ -84,9 +84,11 @@ start_postgres() {
         # default /var/run/postgresql may not exist or belong to another cluster).
         # wal_level=logical: the harness's Debezium (tests/src/debezium.rs) streams from a
         # logical replication slot (the defaults give 10 slots and WAL senders); it costs a
-        # little more WAL per write.
+        # little more WAL per write. max_connections=300: the test suite runs three tests at
+        # once, and one whole system (three relays, the order service, two consumers, the
+        # test's own pool) holds up to about fifty; three of them went past the default 100.
         if ! as_pg_user "$PG_BIN_DIR/pg_ctl" -D "$datadir/data" -l "$pglog" -w -t "$UP_TIMEOUT" \
-            -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$sockdir -c wal_level=logical" \
+            -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$sockdir -c wal_level=logical -c max_connections=300" \
             start >"$STATE_DIR/pg_ctl.log" 2>&1; then
             cat "$STATE_DIR/pg_ctl.log" >&2
             log_tail "$pglog"
