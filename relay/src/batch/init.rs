@@ -37,6 +37,17 @@ impl Batcher<'_> {
         // A stranded lone producer moves the bucket on now, not at its next lone send (which
         // may never come, its event parked): a takeover would find the id stuck.
         let lone = lone || self.lone.id_stranded().is_some();
+        // Before the bucket moves past its generation, this relay initialises (fences) the id
+        // of that generation that is not stranded, if it has not yet: the previous holder's
+        // session of it may hold a transaction (a batch claimed before it was deposed) that
+        // only that initialisation fences, and no relay initialises an older generation.
+        if self.publisher.id_stranded().is_some() || self.lone.id_stranded().is_some() {
+            for which in [false, true] {
+                if !self.producer(which).id_settled() {
+                    self.initialise_one(which).await?;
+                }
+            }
+        }
         self.initialise_one(false).await?;
         if lone {
             self.initialise_one(true).await?;
@@ -53,7 +64,7 @@ impl Batcher<'_> {
         };
         let ttl = self.guard.ttl();
         // A stranded id moves to the next generation, recorded in the lease row under the
-        // lease (undone with the hold if the initialisation fails).
+        // lease.
         let stranded = self.producer(lone).id_stranded();
         let (mut hold, generation) = match self
             .store
@@ -68,7 +79,7 @@ impl Batcher<'_> {
             tracing::warn!(
                 generation,
                 producer,
-                "A partition died or refused writes inside a Kafka transaction: its abort cannot finish until the partition is back, so the bucket's producers move to a new generation of their transactional id"
+                "The bucket's producers move to a new generation of their transactional id: a transaction of the last one cannot end until a partition that died or refused writes is back"
             );
         }
         // Both producers of the lease move together: a relay taking the bucket over
@@ -82,7 +93,14 @@ impl Batcher<'_> {
             }
         }
         if let Err(e) = self.producer(lone).fence().await {
-            drop(hold);
+            self.end_failed_hold(hold).await;
+            if self.producer(lone).init_refused(&e) {
+                tracing::warn!(
+                    generation,
+                    producer,
+                    "The coordinator has refused to initialise the transactional id for as long as a send may take: an earlier transaction of it holds a partition that cannot be written, so the id counts as stranded"
+                );
+            }
             // A session that cannot be initialised any more (a fatal or non-retriable error:
             // an authorisation refused, say) is replaced; a timeout is retried on it.
             let dead = self.producer(lone).is_fatal()
@@ -121,6 +139,24 @@ impl Batcher<'_> {
                 tracing::warn!(error = %e, producer, "Could not confirm the lease after initialising a Kafka producer; starting a new session instead");
                 self.replace(lone, producer);
                 Err(self.db_failed(&e))
+            }
+        }
+    }
+
+    /// Ends a hold whose initialisation failed, keeping its renewal: the lease was held
+    /// throughout (a generation the hold moved on to is kept too; no session used it yet).
+    /// Undone, the renewals the hold kept the renewer from making would be lost with it, and
+    /// a relay whose initialisations keep failing (refused until a dead partition is back,
+    /// say) would let its lease lapse and start its producers afresh every few seconds.
+    async fn end_failed_hold(&self, mut hold: crate::store::session::Session) {
+        let renewing = tokio::time::Instant::now();
+        if let Ok(true) = self
+            .store
+            .renew_in_hold(&mut hold, self.token, self.guard.ttl())
+            .await
+        {
+            if hold.finish().await.is_ok() {
+                self.guard.renewed(renewing);
             }
         }
     }

@@ -179,6 +179,25 @@ impl Publisher {
         self.transactional.as_ref().and_then(|(_, t)| t.stranded())
     }
 
+    /// With transactions: whether the current generation's id was initialised at the broker
+    /// by this relay ([`Publisher::fence`]), or is stranded; true without transactions. A
+    /// bucket moves past a generation only once both its ids are: a session of the previous
+    /// holder under an id this relay never initialised could otherwise still commit.
+    pub fn id_settled(&self) -> bool {
+        self.transactional
+            .as_ref()
+            .is_none_or(|(_, t)| t.fenced_current() || t.stranded().is_some())
+    }
+
+    /// With transactions: an initialisation ([`Publisher::fence`]) failed with `e`; true when
+    /// the id counts as stranded from now on (refused as concurrent for as long as a send
+    /// may take: an earlier holder's transaction that a dead partition keeps from ending).
+    pub fn init_refused(&self, e: &KafkaError) -> bool {
+        self.transactional
+            .as_ref()
+            .is_some_and(|(_, t)| t.refused_as_concurrent(e))
+    }
+
     /// With transactions: sessions use generation `generation` of the `transactional.id` (the
     /// lease row's, read under the lease before every initialisation, so that a relay taking
     /// the bucket over initialises, and fences, the id its holder used); a new session starts

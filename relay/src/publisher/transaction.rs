@@ -33,6 +33,12 @@ pub(super) struct Transactions {
     /// the id again. The next initialisation moves the lease on from that generation (see
     /// `batch::init`).
     stranded: AtomicI32,
+    /// The last generation whose id this relay initialised at the broker (-1: none): every
+    /// earlier session of that id, another relay's too, is fenced.
+    fenced: AtomicI32,
+    /// Since when the current id's initialisations have been refused because the coordinator
+    /// is still ending an earlier transaction of it ([`Transactions::refused`]).
+    refused_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// How a batch's transaction ended.
@@ -56,6 +62,8 @@ impl Transactions {
             initialised: AtomicBool::new(false),
             generation: AtomicI32::new(0),
             stranded: AtomicI32::new(-1),
+            fenced: AtomicI32::new(-1),
+            refused_since: std::sync::Mutex::new(None),
         }
     }
 
@@ -76,6 +84,37 @@ impl Transactions {
     /// Sessions from now on use generation `g`.
     pub(super) fn set_generation(&self, g: i32) {
         self.generation.store(g, Ordering::Relaxed);
+        *self.refused() = None;
+    }
+
+    fn refused(&self) -> std::sync::MutexGuard<'_, Option<std::time::Instant>> {
+        self.refused_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An initialisation of the current id failed with `e`. When the coordinator refused it
+    /// because it is still ending an earlier transaction of the id (`CONCURRENT_TRANSACTIONS`),
+    /// and has refused them for as long as a send may take, that transaction is taken to hold a
+    /// message for a partition without a leader (its marker cannot be written until the
+    /// partition is back): the id is stranded ([`Transactions::strand`]) and true is returned.
+    /// This is how a relay that took the bucket over learns what only the relay that left the
+    /// transaction open could know. An abort of a transaction whose partitions all answer ends
+    /// within a few round trips.
+    pub(super) fn refused_as_concurrent(&self, e: &KafkaError) -> bool {
+        if e.rdkafka_error_code() != Some(rdkafka::error::RDKafkaErrorCode::ConcurrentTransactions)
+        {
+            *self.refused() = None;
+            return false;
+        }
+        let mut since = self.refused();
+        let first = *since.get_or_insert_with(std::time::Instant::now);
+        if first.elapsed() < self.timeout {
+            return false;
+        }
+        *since = None;
+        self.strand();
+        true
     }
 
     /// The current id cannot be initialised until a dead partition is back (see `stranded`).
@@ -125,10 +164,18 @@ impl Transactions {
     ) -> Result<(), KafkaError> {
         let shared = producer.shared();
         let timeout = self.timeout;
+        let generation = self.generation();
         tokio::task::spawn_blocking(move || shared.init_transactions(timeout))
             .await
             .map_err(|_| KafkaError::Canceled)??;
+        self.fenced.store(generation, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// True once this relay initialised the current generation's id at the broker (whether or
+    /// not that session is still in use): no earlier session of the id can commit any more.
+    pub(super) fn fenced_current(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed) == self.generation()
     }
 
     /// The session's initialisation is confirmed (it happened under the lease): transactions
@@ -136,6 +183,7 @@ impl Transactions {
     pub(super) fn confirm(&self) {
         self.initialised.store(true, Ordering::Relaxed);
         self.stranded.store(-1, Ordering::Relaxed);
+        *self.refused() = None;
     }
 
     /// Commits the open transaction, or aborts it when `abort` says why.
@@ -235,6 +283,21 @@ mod tests {
             t.id("outbox-relay.db.default.lone"),
             "outbox-relay.db.default.lone.g2"
         );
+    }
+
+    #[test]
+    fn an_id_refused_as_concurrent_for_as_long_as_a_send_may_take_is_stranded() {
+        use rdkafka::error::RDKafkaErrorCode as C;
+        let concurrent = KafkaError::Global(C::ConcurrentTransactions);
+        let patient = Transactions::new(Duration::from_secs(3600));
+        assert!(!patient.refused_as_concurrent(&concurrent));
+        assert_eq!(patient.stranded(), None, "one refusal is not enough");
+        let t = Transactions::new(Duration::ZERO);
+        t.set_generation(2);
+        assert!(!t.refused_as_concurrent(&KafkaError::Global(C::MessageTimedOut)));
+        assert_eq!(t.stranded(), None, "other failures strand nothing");
+        assert!(t.refused_as_concurrent(&concurrent));
+        assert_eq!(t.stranded(), Some(2));
     }
 
     #[test]

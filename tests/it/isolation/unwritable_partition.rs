@@ -133,14 +133,112 @@ async fn with_transactions_a_partition_dying_mid_transaction_leaves_its_bucket_p
 
 /// [`with_transactions_a_partition_dying_mid_transaction_leaves_its_bucket_publishing`], then the
 /// relay is SIGKILLed while the partition is still dead: the relay that takes the bucket over
-/// initialises the generation recorded in the lease row (the stranded one's id would be
-/// refused until the partition is back) and publishes every healthy event, in order, none
-/// twice for a `read_committed` reader.
+/// initialises the generation recorded in the lease row, moves on from it when the relay it
+/// replaces stranded that generation too before it died, and publishes every healthy event,
+/// in order, none twice for a `read_committed` reader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "known defect: when the lone producer's id of the recorded generation is stranded too, the relay taking over gets CONCURRENT_TRANSACTIONS at every initialisation and never moves to a new generation (only the relay that aborted knows an id is stranded)"]
 async fn with_transactions_a_relay_taking_over_a_stranded_bucket_publishes_under_its_new_generation(
 ) {
     partition_dying_mid_transaction(true).await;
+}
+
+/// A relay taking over a bucket one of whose `transactional.id`s a dead partition holds: its
+/// previous holder (here a producer of the test's) had sent a message to the partition inside
+/// a transaction and never ended it (SIGKILLed), and then the partition's broker died. Before
+/// it initialises the id again the coordinator must abort that transaction, and it cannot
+/// write the abort's marker to the dead partition: every initialisation of the id is refused
+/// as concurrent until the partition is back. Only the holder that aborted could know the id
+/// was stranded; the relay taking over sees the refusals last longer than a send may take,
+/// moves the bucket's producers to a new generation of their id and publishes every healthy
+/// event, in order, none twice for a `read_committed` reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_transactions_a_relay_taking_over_an_id_a_dead_partition_holds_moves_to_a_new_generation(
+) {
+    let mut cluster = TwoBrokers::start(3).await;
+    let db = e2e::db::fresh_database().await;
+    // The lone producer's id (the id of the batches' producer plus `.lone`) of generation 0:
+    // the relay initialises it when it takes the bucket, after the batches' producer.
+    let lone_id = format!("{}relay.lone", cluster.prefix);
+    let holder = {
+        let (b, id, t) = (
+            cluster.brokers.clone(),
+            lone_id.clone(),
+            cluster.stuck_topic.clone(),
+        );
+        tokio::task::spawn_blocking(move || open_transaction(&b, &id, &t))
+            .await
+            .unwrap()
+    };
+    cluster.second.stop();
+    // Like a SIGKILLed relay's, its transaction is never ended.
+    std::mem::forget(holder);
+    wait_leaderless(&cluster.brokers, &cluster.stuck_topic).await;
+    let mut ledger = Ledger::default();
+    for i in 0..300 {
+        ledger
+            .put(
+                &db.pool,
+                &format!("a-{}", i % 30),
+                &json!({"n": i}).to_string(),
+                "{}",
+                None,
+            )
+            .await;
+    }
+    let _relay =
+        relay_beside_the_stuck_topic(&db, &cluster.brokers, &cluster.prefix, "held-id", true).await;
+    wait_outbox_empty(&db, "every healthy event to be published").await;
+    let generation: i32 =
+        sqlx::query_scalar("SELECT txn_generation FROM outbox_relay_lease WHERE name = 'default'")
+            .fetch_one(&db.pool)
+            .await
+            .expect("the lease row");
+    assert!(
+        generation >= 1,
+        "the bucket moved to a new generation of its transactional id"
+    );
+    let records = {
+        let (b, t) = (cluster.brokers.clone(), cluster.healthy_topic.clone());
+        tokio::task::spawn_blocking(move || e2e::verify::dump_committed(&b, &[t]))
+            .await
+            .unwrap()
+    };
+    let (violations, missing) = ledger.check(&records);
+    assert!(violations.is_empty(), "order violated: {violations:?}");
+    assert!(missing.is_empty(), "events missing: {}", missing.len());
+    assert_eq!(
+        records.len(),
+        300,
+        "each event once for a read_committed reader"
+    );
+}
+
+/// A transactional producer of `id` with a transaction left open that holds one acknowledged
+/// message for partition 0 of `topic`.
+fn open_transaction(brokers: &str, id: &str, topic: &str) -> rdkafka::producer::BaseProducer {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("transactional.id", id)
+        .create()
+        .expect("a transactional producer");
+    producer
+        .init_transactions(Duration::from_secs(60))
+        .expect("init_transactions");
+    producer.begin_transaction().expect("a transaction begun");
+    producer
+        .send(
+            BaseRecord::<str, str>::to(topic)
+                .partition(0)
+                .key("held")
+                .payload("{}"),
+        )
+        .map_err(|(e, _)| e)
+        .expect("a message queued");
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("the message acknowledged");
+    producer
 }
 
 async fn partition_dying_mid_transaction(handover: bool) {
@@ -302,18 +400,7 @@ async fn with_transactions_keyless_events_go_to_partitions_with_a_leader() {
         .await
         .expect("a keyless row");
     }
-    e2e::wait_for(
-        "every keyless event to be published",
-        Duration::from_secs(120),
-        || async {
-            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
-                .fetch_one(&db.pool)
-                .await
-                .ok()?;
-            (left == 0).then_some(())
-        },
-    )
-    .await;
+    wait_outbox_empty(&db, "every keyless event to be published").await;
     let metrics = relay.metrics().await.unwrap_or_default();
     let failures: f64 = metrics
         .lines()
@@ -470,10 +557,20 @@ fn stuck_topic_relay_args(
         "3000",
         "--park-after",
         "3",
+        "--transactional-id",
+        &format!("{prefix}relay"),
     ]
     .map(String::from)
     .to_vec();
     args
+}
+
+/// Waits (up to 120 s) until the outbox of `db` holds no row.
+async fn wait_outbox_empty(db: &e2e::db::TestDb, what: &str) {
+    e2e::wait_for(what, Duration::from_secs(120), || async {
+        (e2e::db::backlog(&db.pool).await.ok()? == 0).then_some(())
+    })
+    .await;
 }
 
 /// Waits until the metadata `brokers` serve shows partition 0 of `topic` without a leader.
