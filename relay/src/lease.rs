@@ -1,7 +1,8 @@
 //! Keeping the relay lease while this instance is the active publisher.
 //!
 //! A background task renews the lease every third of its time-to-live. The relay loop asks
-//! [`LeaseGuard::is_valid`] before each claim: the lease is trusted locally only until the
+//! [`LeaseGuard::is_valid`] before each claim (and each publisher before each commit of a
+//! Kafka transaction, [`LeaseGuard::check`]): the lease is trusted locally only until the
 //! time-to-live (minus a margin) has passed since the last successful renewal started, so a
 //! relay cut off from the database stops claiming before a standby can take over. Marking is
 //! fenced by the epoch in the database as well (`Store::mark_published`).
@@ -74,7 +75,16 @@ impl LeaseGuard {
 
     /// True while the lease is known to be held.
     pub fn is_valid(&self) -> bool {
-        !self.lost.is_cancelled() && Instant::now() < *self.valid_until.lock().unwrap()
+        self.check().is_valid()
+    }
+
+    /// [`LeaseGuard::is_valid`] as a handle of its own: each publisher of the lease asks it
+    /// before it commits a Kafka transaction.
+    pub fn check(&self) -> LeaseCheck {
+        LeaseCheck {
+            valid_until: self.valid_until.clone(),
+            lost: self.lost.clone(),
+        }
     }
 
     /// Resolves when the database says the lease changed hands.
@@ -94,6 +104,20 @@ impl LeaseGuard {
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+/// Whether a [`LeaseGuard`]'s lease is still known to be held ([`LeaseGuard::check`]).
+#[derive(Debug, Clone)]
+pub struct LeaseCheck {
+    valid_until: Arc<Mutex<Instant>>,
+    lost: CancellationToken,
+}
+
+impl LeaseCheck {
+    /// True while the lease is known to be held.
+    pub fn is_valid(&self) -> bool {
+        !self.lost.is_cancelled() && Instant::now() < *self.valid_until.lock().unwrap()
     }
 }
 

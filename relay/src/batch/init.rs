@@ -92,9 +92,10 @@ impl Batcher<'_> {
                 return Err(BatchEnd::Backoff);
             }
         }
+        let initialising = std::time::Instant::now();
         if let Err(e) = self.producer(lone).fence().await {
             self.end_failed_hold(hold).await;
-            if self.producer(lone).init_refused(&e) {
+            if self.producer(lone).init_refused(&e, initialising) {
                 tracing::warn!(
                     generation,
                     producer,
@@ -150,13 +151,26 @@ impl Batcher<'_> {
     /// say) would let its lease lapse and start its producers afresh every few seconds.
     async fn end_failed_hold(&self, mut hold: crate::store::session::Session) {
         let renewing = tokio::time::Instant::now();
-        if let Ok(true) = self
+        let kept = match self
             .store
             .renew_in_hold(&mut hold, self.token, self.guard.ttl())
             .await
         {
-            if hold.finish().await.is_ok() {
-                self.guard.renewed(renewing);
+            Ok(true) => hold.finish().await,
+            // The row is locked by this hold: another relay cannot have changed it.
+            Ok(false) => {
+                tracing::warn!(
+                    lease.epoch = self.token.epoch,
+                    "The lease row no longer carries this relay's epoch after a failed producer initialisation"
+                );
+                return;
+            }
+            Err(e) => Err(e),
+        };
+        match kept {
+            Ok(()) => self.guard.renewed(renewing),
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not renew the lease after a failed producer initialisation; the background renewal goes on");
             }
         }
     }

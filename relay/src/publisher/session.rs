@@ -47,6 +47,9 @@ pub struct Publisher {
     pub(super) transactional: Option<(String, Transactions)>,
     /// With transactions: the bucket record each transaction ends with ([`crate::records`]).
     pub(super) records: Option<super::record::Records>,
+    /// With transactions: the lease the transactions are committed under
+    /// ([`Publisher::commit_under`]).
+    pub(super) lease: Option<crate::lease::LeaseCheck>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -129,6 +132,7 @@ impl Publisher {
             spent: Default::default(),
             transactional: None,
             records: None,
+            lease: None,
         })
     }
 
@@ -186,16 +190,17 @@ impl Publisher {
     pub fn id_settled(&self) -> bool {
         self.transactional
             .as_ref()
-            .is_none_or(|(_, t)| t.fenced_current() || t.stranded().is_some())
+            .is_none_or(|(_, t)| t.fenced_current() || t.stranded() == Some(t.generation()))
     }
 
-    /// With transactions: an initialisation ([`Publisher::fence`]) failed with `e`; true when
-    /// the id counts as stranded from now on (refused as concurrent for as long as a send
-    /// may take: an earlier holder's transaction that a dead partition keeps from ending).
-    pub fn init_refused(&self, e: &KafkaError) -> bool {
+    /// With transactions: an initialisation ([`Publisher::fence`]) `started` then failed with
+    /// `e`; true when the id counts as stranded from now on (refused as concurrent for as long
+    /// as a send may take: an earlier holder's transaction that a dead partition keeps from
+    /// ending).
+    pub fn init_refused(&self, e: &KafkaError, started: std::time::Instant) -> bool {
         self.transactional
             .as_ref()
-            .is_some_and(|(_, t)| t.refused_as_concurrent(e))
+            .is_some_and(|(_, t)| t.refused_as_concurrent(e, started))
     }
 
     /// With transactions: sessions use generation `generation` of the `transactional.id` (the
@@ -215,6 +220,16 @@ impl Publisher {
         t.set_generation(generation);
         tracing::info!(transactional.id = %t.id(base), generation, "Kafka producer sessions move to a new generation of their transactional id");
         self.replace()
+    }
+
+    /// With transactions: a transaction is committed only while `lease` is known to be held;
+    /// one whose lease is no longer trusted is aborted instead. Broker fencing stops a deposed
+    /// relay's session only when the next holder initialised the same id; a holder that moved
+    /// the bucket to a new generation past an id it could not initialise (see `batch::init`)
+    /// left that session unfenced, and a relay paused or cut off mid-batch could otherwise
+    /// commit it when it comes back.
+    pub fn commit_under(&mut self, lease: crate::lease::LeaseCheck) {
+        self.lease = Some(lease);
     }
 
     /// The session's initialisation ([`Publisher::fence`]) was confirmed under the lease: its

@@ -93,22 +93,27 @@ impl Transactions {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// An initialisation of the current id failed with `e`. When the coordinator refused it
-    /// because it is still ending an earlier transaction of the id (`CONCURRENT_TRANSACTIONS`),
-    /// and has refused them for as long as a send may take, that transaction is taken to hold a
+    /// An initialisation of the current id, `started` then, failed with `e`. When the
+    /// coordinator refused it because it is still ending an earlier transaction of the id
+    /// (`CONCURRENT_TRANSACTIONS`, which librdkafka asks again until the call's timeout), and
+    /// has refused them since the first such call started for as long as a send may take, that transaction is taken to hold a
     /// message for a partition without a leader (its marker cannot be written until the
     /// partition is back): the id is stranded ([`Transactions::strand`]) and true is returned.
     /// This is how a relay that took the bucket over learns what only the relay that left the
     /// transaction open could know. An abort of a transaction whose partitions all answer ends
     /// within a few round trips.
-    pub(super) fn refused_as_concurrent(&self, e: &KafkaError) -> bool {
+    pub(super) fn refused_as_concurrent(
+        &self,
+        e: &KafkaError,
+        started: std::time::Instant,
+    ) -> bool {
         if e.rdkafka_error_code() != Some(rdkafka::error::RDKafkaErrorCode::ConcurrentTransactions)
         {
             *self.refused() = None;
             return false;
         }
         let mut since = self.refused();
-        let first = *since.get_or_insert_with(std::time::Instant::now);
+        let first = *since.get_or_insert(started);
         if first.elapsed() < self.timeout {
             return false;
         }
@@ -289,14 +294,28 @@ mod tests {
     fn an_id_refused_as_concurrent_for_as_long_as_a_send_may_take_is_stranded() {
         use rdkafka::error::RDKafkaErrorCode as C;
         let concurrent = KafkaError::Global(C::ConcurrentTransactions);
-        let patient = Transactions::new(Duration::from_secs(3600));
-        assert!(!patient.refused_as_concurrent(&concurrent));
-        assert_eq!(patient.stranded(), None, "one refusal is not enough");
-        let t = Transactions::new(Duration::ZERO);
+        let now = std::time::Instant::now();
+        let t = Transactions::new(Duration::from_secs(30));
         t.set_generation(2);
-        assert!(!t.refused_as_concurrent(&KafkaError::Global(C::MessageTimedOut)));
+        assert!(!t.refused_as_concurrent(&concurrent, now));
+        assert_eq!(t.stranded(), None, "refused for less than a send may take");
+        let long_ago = now - Duration::from_secs(40);
+        assert!(!t.refused_as_concurrent(&KafkaError::Global(C::MessageTimedOut), long_ago));
         assert_eq!(t.stranded(), None, "other failures strand nothing");
-        assert!(t.refused_as_concurrent(&concurrent));
+        assert!(
+            !t.refused_as_concurrent(&concurrent, now),
+            "another failure in between starts the count again"
+        );
+        assert!(
+            !t.refused_as_concurrent(&concurrent, long_ago),
+            "the count runs from the first refused call's start"
+        );
+        let t = Transactions::new(Duration::from_secs(30));
+        t.set_generation(2);
+        assert!(
+            t.refused_as_concurrent(&concurrent, long_ago),
+            "one call refused for its whole timeout is enough"
+        );
         assert_eq!(t.stranded(), Some(2));
     }
 

@@ -120,6 +120,8 @@ pub(super) async fn publish_bucket(
         publisher.set_leading(true);
     }
     let guard = LeaseGuard::start(shared.store.clone(), token, s.lease_ttl, acquired_at);
+    publisher.commit_under(guard.check());
+    lone.commit_under(guard.check());
     let end = lead(
         &shared,
         (wake, records),
@@ -211,7 +213,8 @@ async fn lead(
     .await;
     // A bucket handed over (SIGTERM, or released to another relay) right after a transaction
     // was stranded by a dead partition moves on to a new generation first: its next holder
-    // initialises the row's generation, and would wait for the partition on a stranded one.
+    // initialises the row's generation, and would be refused on a stranded one for as long
+    // as a send may take before it moves on itself.
     if end == LeadEnd::Shutdown
         && (batcher.publisher.id_stranded().is_some() || batcher.lone.id_stranded().is_some())
     {
@@ -220,7 +223,7 @@ async fn lead(
             .await
             .is_err()
         {
-            tracing::warn!(?bound, "Could not move the bucket to a new transactional id generation before handing it over; its next holder waits for the dead partition");
+            tracing::warn!(?bound, "Could not move the bucket to a new transactional id generation before handing it over; its next holder moves it on once its initialisations have been refused for as long as a send may take");
         }
     }
     end
