@@ -66,7 +66,7 @@ impl Batcher<'_> {
         // A stranded id moves to the next generation, recorded in the lease row under the
         // lease.
         let stranded = self.producer(lone).id_stranded();
-        let (mut hold, generation) = match self
+        let (hold, generation) = match self
             .store
             .hold_lease(self.token, ttl, timeout + HOLD_SLACK, stranded)
             .await
@@ -94,7 +94,11 @@ impl Batcher<'_> {
         }
         let initialising = std::time::Instant::now();
         if let Err(e) = self.producer(lone).fence().await {
-            self.end_failed_hold(hold).await;
+            match self.commit_hold(hold).await {
+                Ok(true) => {}
+                Ok(false) => tracing::warn!(lease.epoch = self.token.epoch, producer, "The lease row no longer carries this relay's epoch after a failed producer initialisation"),
+                Err(e) => tracing::warn!(error = %e, producer, "Could not renew the lease after a failed producer initialisation; the background renewal goes on"),
+            }
             if self.producer(lone).init_refused(&e, initialising) {
                 tracing::warn!(
                     generation,
@@ -117,22 +121,14 @@ impl Batcher<'_> {
         }
         // The initialisation may have outlasted the lease's local trust: renew it once more
         // under the lock, and trust it from then on once the hold committed.
-        let renewing = tokio::time::Instant::now();
-        let confirmed = match self.store.renew_in_hold(&mut hold, self.token, ttl).await {
-            Ok(true) => hold.finish().await,
-            Ok(false) => {
-                // The row is locked by this hold: another relay cannot have changed it.
-                drop(hold);
-                self.replace(lone, producer);
-                return Err(self.not_held(producer));
-            }
-            Err(e) => Err(e),
-        };
-        match confirmed {
-            Ok(()) => {
-                self.guard.renewed(renewing);
+        match self.commit_hold(hold).await {
+            Ok(true) => {
                 self.producer(lone).confirm_initialised();
                 Ok(())
+            }
+            Ok(false) => {
+                self.replace(lone, producer);
+                Err(self.not_held(producer))
             }
             Err(e) => {
                 // Whether the initialisation came before a takeover cannot be known: the
@@ -144,35 +140,30 @@ impl Batcher<'_> {
         }
     }
 
-    /// Ends a hold whose initialisation failed, keeping its renewal: the lease was held
-    /// throughout (a generation the hold moved on to is kept too; no session used it yet).
-    /// Undone, the renewals the hold kept the renewer from making would be lost with it, and
-    /// a relay whose initialisations keep failing (refused until a dead partition is back,
-    /// say) would let its lease lapse and start its producers afresh every few seconds.
-    async fn end_failed_hold(&self, mut hold: crate::store::session::Session) {
+    /// Renews the lease once more under `hold` and commits it: the lease is trusted from the
+    /// renewal on. False when the row no longer carries this relay's epoch (a defect: the
+    /// hold keeps it locked); the hold is then rolled back.
+    ///
+    /// A hold whose initialisation failed is committed too: the lease was held throughout (a
+    /// generation the hold moved on to is kept; no session used it yet). Rolled back, the
+    /// renewals the hold kept the background renewal from making would be lost with it, and a
+    /// relay whose initialisations keep failing (refused until a dead partition is back, say)
+    /// would let its lease lapse and start its producers afresh every few seconds.
+    async fn commit_hold(
+        &self,
+        mut hold: crate::store::session::Session,
+    ) -> Result<bool, sqlx::Error> {
         let renewing = tokio::time::Instant::now();
-        let kept = match self
+        if !self
             .store
             .renew_in_hold(&mut hold, self.token, self.guard.ttl())
-            .await
+            .await?
         {
-            Ok(true) => hold.finish().await,
-            // The row is locked by this hold: another relay cannot have changed it.
-            Ok(false) => {
-                tracing::warn!(
-                    lease.epoch = self.token.epoch,
-                    "The lease row no longer carries this relay's epoch after a failed producer initialisation"
-                );
-                return;
-            }
-            Err(e) => Err(e),
-        };
-        match kept {
-            Ok(()) => self.guard.renewed(renewing),
-            Err(e) => {
-                tracing::warn!(error = %e, "Could not renew the lease after a failed producer initialisation; the background renewal goes on");
-            }
+            return Ok(false);
         }
+        hold.finish().await?;
+        self.guard.renewed(renewing);
+        Ok(true)
     }
 
     fn producer(&self, lone: bool) -> &crate::publisher::Publisher {

@@ -232,15 +232,6 @@ impl Publisher {
         let Some((_, t)) = &self.transactional else {
             return;
         };
-        let abort = abort.or_else(|| {
-            self.lease
-                .as_ref()
-                .filter(|lease| !lease.is_valid())
-                .map(|_| {
-                    "the lease is no longer known to be held: the transaction is not committed"
-                        .to_owned()
-                })
-        });
         let ending = t.end(&self.producer, abort).await;
         if let Some(r) = &self.records {
             match &ending {

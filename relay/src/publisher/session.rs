@@ -47,9 +47,6 @@ pub struct Publisher {
     pub(super) transactional: Option<(String, Transactions)>,
     /// With transactions: the bucket record each transaction ends with ([`crate::records`]).
     pub(super) records: Option<super::record::Records>,
-    /// With transactions: the lease the transactions are committed under
-    /// ([`Publisher::commit_under`]).
-    pub(super) lease: Option<crate::lease::LeaseCheck>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -132,7 +129,6 @@ impl Publisher {
             spent: Default::default(),
             transactional: None,
             records: None,
-            lease: None,
         })
     }
 
@@ -229,7 +225,9 @@ impl Publisher {
     /// left that session unfenced, and a relay paused or cut off mid-batch could otherwise
     /// commit it when it comes back.
     pub fn commit_under(&mut self, lease: crate::lease::LeaseCheck) {
-        self.lease = Some(lease);
+        if let Some((_, t)) = &mut self.transactional {
+            t.commit_under(lease);
+        }
     }
 
     /// The session's initialisation ([`Publisher::fence`]) was confirmed under the lease: its

@@ -39,6 +39,8 @@ pub(super) struct Transactions {
     /// Since when the current id's initialisations have been refused because the coordinator
     /// is still ending an earlier transaction of it ([`Transactions::refused`]).
     refused_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The lease transactions are committed under ([`Transactions::commit_under`]).
+    lease: Option<crate::lease::LeaseCheck>,
 }
 
 /// How a batch's transaction ended.
@@ -64,6 +66,7 @@ impl Transactions {
             stranded: AtomicI32::new(-1),
             fenced: AtomicI32::new(-1),
             refused_since: std::sync::Mutex::new(None),
+            lease: None,
         }
     }
 
@@ -191,7 +194,14 @@ impl Transactions {
         *self.refused() = None;
     }
 
-    /// Commits the open transaction, or aborts it when `abort` says why.
+    /// Transactions commit only while `lease` is known to be held (see
+    /// [`super::Publisher::commit_under`]).
+    pub(super) fn commit_under(&mut self, lease: crate::lease::LeaseCheck) {
+        self.lease = Some(lease);
+    }
+
+    /// Commits the open transaction, or aborts it when `abort` says why (or when the lease it
+    /// commits under is no longer known to be held).
     pub(super) async fn end(
         &self,
         producer: &PolledProducer<RelayContext>,
@@ -199,6 +209,10 @@ impl Transactions {
     ) -> Ending {
         let shared = producer.shared();
         let timeout = self.timeout;
+        let abort = abort.or_else(|| {
+            let lost = self.lease.as_ref().is_some_and(|l| !l.is_valid());
+            lost.then(|| "the lease is no longer known to be held: not committed".to_owned())
+        });
         let committed = match abort {
             Some(why) => Err(why),
             None => tokio::task::spawn_blocking({
