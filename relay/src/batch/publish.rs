@@ -157,38 +157,7 @@ impl Batcher<'_> {
         prepared: &[Prepared],
         outcomes: &[Outcome],
     ) -> Option<String> {
-        let mut partitions: std::collections::BTreeSet<(&str, i32)> = Default::default();
-        let mut sent = 0usize;
-        for ((row, p), o) in rows.iter().zip(prepared).zip(outcomes) {
-            let (Prepared::Topic(t, _), Ok(m)) = (p, &row.message) else {
-                continue;
-            };
-            if row.attempts.is_some() {
-                return None;
-            }
-            match o {
-                Outcome::Acked(_) => return None,
-                Outcome::Failed {
-                    scope: Scope::Event(FailureClass::Unacknowledged),
-                    ..
-                } => {}
-                _ => continue,
-            }
-            sent += 1;
-            let partition = match (m.message_key(), self.topics.partition_count(t)) {
-                (Some(key), Some(count)) => crate::partitions::partition_for(key.as_bytes(), count),
-                // Keyless, or the count unknown: counted apart, so two such events do not
-                // pass for two partitions.
-                _ => -1,
-            };
-            partitions.insert((t, partition));
-        }
-        (sent > 0 && partitions.iter().filter(|(_, p)| *p >= 0).count() >= 2).then(|| {
-            format!(
-                "the cluster answers but acknowledged none of the batch's {sent} events, bound for {} partitions: it cannot take writes (too few in-sync replicas?); waiting, nothing is recorded against the events",
-                partitions.len()
-            )
-        })
+        refused_everywhere(rows, prepared, outcomes, |t| self.topics.partition_count(t))
     }
 
     /// Sends the batch. `None` when shutdown's grace period ran out (nothing is marked; the
@@ -352,4 +321,118 @@ fn lone_candidates(
         }
     }
     lone
+}
+
+/// [`Batcher::unwritable_cluster`] with the topics' partition counts from `partition_count`.
+fn refused_everywhere(
+    rows: &[ClaimedRow],
+    prepared: &[Prepared],
+    outcomes: &[Outcome],
+    partition_count: impl Fn(&str) -> Option<i32>,
+) -> Option<String> {
+    let mut partitions: std::collections::BTreeSet<(&str, i32)> = Default::default();
+    let mut sent = 0usize;
+    for ((row, p), o) in rows.iter().zip(prepared).zip(outcomes) {
+        let (Prepared::Topic(t, chosen), Ok(m)) = (p, &row.message) else {
+            continue;
+        };
+        if row.attempts.is_some() {
+            return None;
+        }
+        match o {
+            Outcome::Acked(_) => return None,
+            Outcome::Failed {
+                scope: Scope::Event(FailureClass::Unacknowledged),
+                ..
+            } => {}
+            _ => continue,
+        }
+        sent += 1;
+        let partition = match (chosen, m.message_key(), partition_count(t)) {
+            // A keyless event sent to a partition the relay chose.
+            (Some(p), _, _) => *p,
+            (None, Some(key), Some(count)) => {
+                crate::partitions::partition_for(key.as_bytes(), count)
+            }
+            // Keyless and left to the producer, or the count unknown: counted apart, so two
+            // such events do not pass for two partitions.
+            _ => -1,
+        };
+        partitions.insert((t, partition));
+    }
+    (sent > 0 && partitions.iter().filter(|(_, p)| *p >= 0).count() >= 2).then(|| {
+        format!(
+            "the cluster answers but acknowledged none of the batch's {sent} events, bound for {} partitions: it cannot take writes (too few in-sync replicas?); waiting, nothing is recorded against the events",
+            partitions.len()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Utc;
+    use outbox_writer::envelope::{EventEnvelope, Payload};
+
+    /// A first attempt of an event with `key` (`Some("")`: keyless).
+    fn row(id: i64, key: Option<&str>) -> ClaimedRow {
+        ClaimedRow {
+            attempts: None,
+            bytes: 0,
+            message: Ok(EventEnvelope {
+                id,
+                event_id: uuid::Uuid::new_v4(),
+                aggregate_type: "order".into(),
+                aggregate_id: format!("a{id}"),
+                event_type: "OrderPaid".into(),
+                payload: Payload::Json("{}".into()),
+                key: key.map(str::to_owned),
+                headers: serde_json::json!({}),
+                topic: None,
+                created_at: Utc::now(),
+                relay_headers: true,
+            }),
+        }
+    }
+
+    fn unacknowledged() -> Outcome {
+        Outcome::Failed {
+            scope: Scope::Event(FailureClass::Unacknowledged),
+            detail: "Local: Message timed out".into(),
+            alone: false,
+        }
+    }
+
+    fn topic(partition: Option<i32>) -> Prepared {
+        Prepared::Topic("orders".into(), partition)
+    }
+
+    fn verdict(rows: &[ClaimedRow], prepared: &[Prepared]) -> Option<String> {
+        let outcomes: Vec<Outcome> = rows.iter().map(|_| unacknowledged()).collect();
+        refused_everywhere(rows, prepared, &outcomes, |_| Some(6))
+    }
+
+    #[test]
+    fn keyless_events_the_relay_sent_to_two_partitions_unacknowledged_are_an_outage() {
+        let rows = [row(1, Some("")), row(2, Some(""))];
+        let why = verdict(&rows, &[topic(Some(0)), topic(Some(3))]);
+        assert!(why.is_some_and(|w| w.contains("2 partitions")));
+    }
+
+    #[test]
+    fn keyless_events_left_to_the_producer_do_not_pass_for_two_partitions() {
+        let rows = [row(1, Some("")), row(2, Some(""))];
+        assert_eq!(verdict(&rows, &[topic(None), topic(None)]), None);
+    }
+
+    #[test]
+    fn one_acknowledged_event_makes_the_others_failures_their_own() {
+        let rows = [row(1, Some("")), row(2, Some(""))];
+        let outcomes = [unacknowledged(), Outcome::Acked(Utc::now())];
+        let prepared = [topic(Some(0)), topic(Some(3))];
+        assert_eq!(
+            refused_everywhere(&rows, &prepared, &outcomes, |_| Some(6)),
+            None
+        );
+    }
 }
