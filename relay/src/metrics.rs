@@ -38,7 +38,7 @@ pub struct Metrics {
     /// Events sent alone (through the relay's second producer) per batch that had any
     /// suspect: bounded by [`crate::batch::LONE_SENDS_PER_BATCH`].
     pub lone_sends: Histogram,
-    /// How late the relay's runtime woke a 250 ms timer: the time during which no other task
+    /// How late the relay's runtime woke a one-second timer: the time during which no other task
     /// of the process (lease renewal, `/metrics`, the listener) could run.
     pub runtime_stall: Histogram,
     /// Batches claimed while the previous one was in flight, by what became of them (`sent`,
@@ -155,7 +155,7 @@ impl Metrics {
             )?,
             runtime_stall: r.histogram(
                 "outbox_relay_runtime_stall_seconds",
-                "How late the relay's runtime woke a 250 ms timer: a stall during which no task of the process ran (lease renewal, /metrics); should stay far below a third of --lease-ttl-ms",
+                "How late the relay's runtime woke a one-second timer: a stall during which no task of the process ran (lease renewal, /metrics); should stay far below a third of --lease-ttl-ms",
                 vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
             )?,
             claimed_ahead: r.metric_vec(

@@ -128,9 +128,26 @@ impl Store {
     /// first round, or the count changed), its rows are read again in the same session. Rows
     /// of members gone for an hour are deleted on the way.
     ///
+    /// Bounded to `ttl` (a link stalled under the lease's kept connection fails the round
+    /// instead of hanging it: [`Store::lease_session`]; a busy server only slows it).
+    ///
     /// # Errors
-    /// Database errors.
+    /// Database errors; a timed-out I/O error past the bound.
     pub async fn round_view(
+        &self,
+        lease: &str,
+        instance: &str,
+        ttl: Duration,
+        expected: Option<Layout>,
+    ) -> Result<RoundView, sqlx::Error> {
+        super::within(
+            ttl,
+            self.round_view_unbounded(lease, instance, ttl, expected),
+        )
+        .await
+    }
+
+    async fn round_view_unbounded(
         &self,
         lease: &str,
         instance: &str,

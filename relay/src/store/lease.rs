@@ -108,14 +108,28 @@ impl Store {
         Ok(held)
     }
 
-    /// [`Store::renew_lease`], waiting at most `wait` for the lease row's lock: `None` when the
-    /// row stayed locked that long (this relay's own initialisation holds it: see
+    /// [`Store::renew_lease`], waiting at most `wait` for the lease row's lock, and failing
+    /// after `ttl`: `None` when the row stayed locked that long (this relay's own
+    /// initialisation holds it: see
     /// [`Store::hold_lease`]), so a renewal never keeps one of the lease pool's connections
     /// while another bucket's renewal needs it.
     ///
     /// # Errors
     /// Database errors.
     pub async fn renew_lease_within(
+        &self,
+        lease: &LeaseToken,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<bool>, sqlx::Error> {
+        // A link stalled under the lease's kept connection fails the renewal instead of hanging
+        // it ([`Store::lease_session`]). Bounded by the whole time to live, not less: a renewal
+        // slowed by a busy server still counts when it arrives, and one that took longer than
+        // the lease lives adds no trust.
+        super::within(ttl, self.renew_lease_unbounded(lease, ttl, wait)).await
+    }
+
+    async fn renew_lease_unbounded(
         &self,
         lease: &LeaseToken,
         ttl: Duration,

@@ -32,3 +32,17 @@ pub use failures::{discarded_rule, FailureFilter, SMALL_FAILURE_TABLE};
 pub use lease::{LeaseInfo, LeaseToken};
 pub use mark::Marked;
 pub use pool::Store;
+
+/// `work`, given up after `limit` as a timed-out I/O error: its session, dropped unfinished,
+/// closes its connection (a statement on a stalled link must not hang its caller).
+async fn within<T>(
+    limit: std::time::Duration,
+    work: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+        Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {} ms", limit.as_millis()),
+        )))
+    })
+}

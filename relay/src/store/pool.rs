@@ -20,6 +20,11 @@ pub struct Store {
     lease_pool: PgPool,
     /// Behind PgBouncer's transaction pooling: see [`super::session`].
     pgbouncer: bool,
+    /// The lease pool's connection the lease's statements keep between them (the acquisition
+    /// rounds, every bucket's renewals): see [`Store::lease_session`].
+    /// `None` when the lease shares the batches' pool ([`Store::from_pool`]): a connection
+    /// kept for the lease would be one the batches' small pool lacks.
+    lease_held: Option<Held>,
     /// The connection this store's statements keep between them ([`Store::holding`]).
     held: Option<Arc<HeldSlot>>,
     /// How many holding stores exist, of at most [`MAX_HELD`].
@@ -64,10 +69,8 @@ impl Store {
         if pgbouncer {
             options = options.statement_cache_capacity(0).extra_float_digits(None);
         }
-        // Renewals of several buckets' leases share the lease's pool.
-        // Its connections are tested before every use, as sqlx does by default: a renewal
-        // that failed on a connection broken while idle would cost the lease, and renewals
-        // are few.
+        // Renewals of several buckets' leases and the acquisition rounds share the lease's
+        // pool, through one kept connection when they do not overlap ([`Store::lease_session`]).
         let lease_pool = PgPoolOptions::new()
             .max_connections(2)
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -78,6 +81,7 @@ impl Store {
         Ok(Self {
             pool,
             lease_pool,
+            lease_held: Some(Held::default()),
             pgbouncer,
             held: None,
             holders: Arc::default(),
@@ -88,6 +92,7 @@ impl Store {
     pub fn from_pool(pool: PgPool) -> Self {
         Self {
             lease_pool: pool.clone(),
+            lease_held: None,
             pool,
             pgbouncer: false,
             held: None,
@@ -128,47 +133,51 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub(super) async fn session(&self) -> Result<Session, sqlx::Error> {
-        let Some(held) = &self.held else {
-            return Session::begin(&self.pool, self.pgbouncer).await;
-        };
-        let home = Some(held.conn.clone());
-        let kept = held.conn.lock().expect("the held connection's lock").take();
-        if let Some((mut conn, used)) = kept {
-            // Bounded as the pool bounds its own test (a stalled link fails it, not hangs it).
-            let alive = used.elapsed() < TEST_IDLE_AFTER
-                || matches!(
-                    tokio::time::timeout(ACQUIRE_TIMEOUT, conn.ping()).await,
-                    Ok(Ok(()))
-                );
-            if alive {
-                return Session::on(
-                    conn,
-                    self.pgbouncer.then_some("BEGIN"),
+        let begin = self.pgbouncer.then_some("BEGIN");
+        match &self.held {
+            Some(held) => {
+                kept(
+                    &self.pool,
+                    &held.conn,
+                    TEST_IDLE_AFTER,
+                    begin,
                     self.pgbouncer,
-                    home,
                 )
-                .await;
+                .await
             }
-            // Broken or stalled while idle (a server restart, a cut link): closed, and a new one
-            // from the pool.
-            conn.close_on_drop();
+            None => Session::begin(&self.pool, self.pgbouncer).await,
         }
-        let conn = self.pool.acquire().await?;
-        Session::on(
-            conn,
-            self.pgbouncer.then_some("BEGIN"),
-            self.pgbouncer,
-            home,
-        )
-        .await
     }
 
-    /// A connection of the lease's own pool for one statement.
+    /// A connection of the lease's own pool for one statement (behind PgBouncer: in its own
+    /// transaction), kept between them as [`Store::holding`] keeps one: the relay's
+    /// acquisition round runs every second and each bucket's renewal every third of the lease's
+    /// time to live, idle too; through the pool each cost two round trips more (sqlx's tests).
+    /// Tested before use only after [`LEASE_TEST_IDLE_AFTER`]: the lease survives one failed
+    /// renewal (it is renewed three times per time to live and trusted for four fifths of it),
+    /// so a connection the server closed while idle costs one failed statement, after which a
+    /// new one is taken. One on a link that stalls is given up after the lease's time to live
+    /// (the round and the renewal are bounded by it), where before nothing bounded a statement
+    /// once the pool's test had passed.
     ///
     /// # Errors
     /// Database errors.
     pub(super) async fn lease_session(&self) -> Result<Session, sqlx::Error> {
-        Session::begin(&self.lease_pool, self.pgbouncer).await
+        let begin = self.pgbouncer.then_some("BEGIN");
+        match &self.lease_held {
+            Some(held) => {
+                let pgbouncer = self.pgbouncer;
+                kept(
+                    &self.lease_pool,
+                    held,
+                    LEASE_TEST_IDLE_AFTER,
+                    begin,
+                    pgbouncer,
+                )
+                .await
+            }
+            None => Session::begin(&self.lease_pool, self.pgbouncer).await,
+        }
     }
 
     /// A transaction on the lease's own pool, bounded as [`Session::bounded_transaction`].
@@ -179,7 +188,18 @@ impl Store {
         &self,
         limit: Duration,
     ) -> Result<Session, sqlx::Error> {
-        Session::bounded_transaction(&self.lease_pool, self.pgbouncer, limit).await
+        let Some(held) = &self.lease_held else {
+            return Session::bounded_transaction(&self.lease_pool, self.pgbouncer, limit).await;
+        };
+        let begin = super::session::begin_bounded(limit);
+        kept(
+            &self.lease_pool,
+            held,
+            LEASE_TEST_IDLE_AFTER,
+            Some(&begin),
+            self.pgbouncer,
+        )
+        .await
     }
 
     /// [`Store::transaction`] bounded as [`Session::bounded_transaction`].
@@ -216,12 +236,46 @@ impl Store {
     }
 }
 
+/// A session on the connection kept in `held` (tested first when idle for `test_after`), else
+/// on one of `pool`'s; its connection goes back to `held` when its work succeeded. `begin`
+/// opens a transaction (see [`Session::on`]).
+async fn kept(
+    pool: &PgPool,
+    held: &Held,
+    test_after: Duration,
+    begin: Option<&str>,
+    pgbouncer: bool,
+) -> Result<Session, sqlx::Error> {
+    let kept = held.lock().expect("the held connection's lock").take();
+    if let Some((mut conn, used)) = kept {
+        // Bounded as the pool bounds its own test (a stalled link fails it, not hangs it).
+        let alive = used.elapsed() < test_after
+            || matches!(
+                tokio::time::timeout(ACQUIRE_TIMEOUT, conn.ping()).await,
+                Ok(Ok(()))
+            );
+        if alive {
+            return Session::on(conn, begin, pgbouncer, Some(held.clone())).await;
+        }
+        // Broken or stalled while idle (a server restart, a cut link): closed, and a new one
+        // from the pool.
+        conn.close_on_drop();
+    }
+    let conn = pool.acquire().await?;
+    Session::on(conn, begin, pgbouncer, Some(held.clone())).await
+}
+
 /// How long the relay waits for a pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A connection idle this long is tested (a round trip) before it is handed out; one used more
 /// recently is handed out as it is.
 const TEST_IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// The lease's kept connection idle this long is tested before use (see
+/// [`Store::lease_session`]): longer than the round's period, so a relay renewing its leases
+/// and running its rounds never tests it.
+const LEASE_TEST_IDLE_AFTER: Duration = Duration::from_secs(5);
 
 /// The options of the relay's pool for claims, marks and the rest: at most `max` connections.
 ///

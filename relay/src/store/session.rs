@@ -138,7 +138,7 @@ impl Session {
 /// and ends the transaction when it sits idle that long (a link that stalls between two
 /// statements must not leave a row locked); `SET LOCAL` ends with the transaction, also behind
 /// PgBouncer's transaction pooling.
-fn begin_bounded(limit: Duration) -> String {
+pub(super) fn begin_bounded(limit: Duration) -> String {
     let ms = limit.as_millis().clamp(1, i32::MAX as u128);
     format!(
         "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {ms}; \
