@@ -133,20 +133,9 @@ impl Store {
     /// # Errors
     /// Database errors.
     pub(super) async fn session(&self) -> Result<Session, sqlx::Error> {
+        let held = self.held.as_ref().map(|h| &h.conn);
         let begin = self.pgbouncer.then_some("BEGIN");
-        match &self.held {
-            Some(held) => {
-                kept(
-                    &self.pool,
-                    &held.conn,
-                    TEST_IDLE_AFTER,
-                    begin,
-                    self.pgbouncer,
-                )
-                .await
-            }
-            None => Session::begin(&self.pool, self.pgbouncer).await,
-        }
+        kept(&self.pool, held, TEST_IDLE_AFTER, begin, self.pgbouncer).await
     }
 
     /// A connection of the lease's own pool for one statement (behind PgBouncer: in its own
@@ -164,20 +153,15 @@ impl Store {
     /// Database errors.
     pub(super) async fn lease_session(&self) -> Result<Session, sqlx::Error> {
         let begin = self.pgbouncer.then_some("BEGIN");
-        match &self.lease_held {
-            Some(held) => {
-                let pgbouncer = self.pgbouncer;
-                kept(
-                    &self.lease_pool,
-                    held,
-                    LEASE_TEST_IDLE_AFTER,
-                    begin,
-                    pgbouncer,
-                )
-                .await
-            }
-            None => Session::begin(&self.lease_pool, self.pgbouncer).await,
-        }
+        let held = self.lease_held.as_ref();
+        kept(
+            &self.lease_pool,
+            held,
+            LEASE_TEST_IDLE_AFTER,
+            begin,
+            self.pgbouncer,
+        )
+        .await
     }
 
     /// A transaction on the lease's own pool, bounded as [`Session::bounded_transaction`].
@@ -188,10 +172,8 @@ impl Store {
         &self,
         limit: Duration,
     ) -> Result<Session, sqlx::Error> {
-        let Some(held) = &self.lease_held else {
-            return Session::bounded_transaction(&self.lease_pool, self.pgbouncer, limit).await;
-        };
         let begin = super::session::begin_bounded(limit);
+        let held = self.lease_held.as_ref();
         kept(
             &self.lease_pool,
             held,
@@ -237,16 +219,16 @@ impl Store {
 }
 
 /// A session on the connection kept in `held` (tested first when idle for `test_after`), else
-/// on one of `pool`'s; its connection goes back to `held` when its work succeeded. `begin`
-/// opens a transaction (see [`Session::on`]).
+/// on one of `pool`'s; its connection goes back to `held` when its work succeeded (to the pool
+/// without `held`). `begin` opens a transaction (see [`Session::on`]).
 async fn kept(
     pool: &PgPool,
-    held: &Held,
+    held: Option<&Held>,
     test_after: Duration,
     begin: Option<&str>,
     pgbouncer: bool,
 ) -> Result<Session, sqlx::Error> {
-    let kept = held.lock().expect("the held connection's lock").take();
+    let kept = held.and_then(|h| h.lock().expect("the held connection's lock").take());
     if let Some((mut conn, used)) = kept {
         // Bounded as the pool bounds its own test (a stalled link fails it, not hangs it).
         let alive = used.elapsed() < test_after
@@ -255,14 +237,14 @@ async fn kept(
                 Ok(Ok(()))
             );
         if alive {
-            return Session::on(conn, begin, pgbouncer, Some(held.clone())).await;
+            return Session::on(conn, begin, pgbouncer, held.cloned()).await;
         }
         // Broken or stalled while idle (a server restart, a cut link): closed, and a new one
         // from the pool.
         conn.close_on_drop();
     }
     let conn = pool.acquire().await?;
-    Session::on(conn, begin, pgbouncer, Some(held.clone())).await
+    Session::on(conn, begin, pgbouncer, held.cloned()).await
 }
 
 /// How long the relay waits for a pooled connection.

@@ -40,14 +40,6 @@ pub struct Session {
 }
 
 impl Session {
-    /// Acquires a connection; with `pinned`, opens a transaction on it.
-    ///
-    /// # Errors
-    /// Database errors.
-    pub async fn begin(pool: &PgPool, pinned: bool) -> Result<Self, sqlx::Error> {
-        Self::open(pool, pinned, pinned).await
-    }
-
     /// Acquires a connection and opens a transaction on it, whatever the mode (`pgbouncer`:
     /// behind PgBouncer).
     ///
