@@ -125,7 +125,10 @@ pub fn classify_delivery(code: RDKafkaErrorCode) -> Scope {
 pub fn classify_refusal(code: RDKafkaErrorCode) -> Scope {
     use RDKafkaErrorCode as C;
     match code {
-        C::Fatal | C::DestroyBroker => Scope::Relay,
+        // `State`: a transaction that can only abort any more (a record batch of it refused
+        // while the batch was still being handed over) refuses every later message; the
+        // producer's state, not the message's fault.
+        C::Fatal | C::DestroyBroker | C::State => Scope::Relay,
         C::UnknownTopic | C::UnknownTopicOrPartition | C::UnknownPartition => {
             Scope::Event(FailureClass::UnknownTopic)
         }
@@ -203,6 +206,8 @@ mod tests {
             assert_eq!(classify_delivery(c), Scope::Relay, "{c:?}");
         }
         assert_eq!(classify_refusal(RDKafkaErrorCode::Fatal), Scope::Relay);
+        // A transaction that failed while its batch was being handed over refuses the rest.
+        assert_eq!(classify_refusal(RDKafkaErrorCode::State), Scope::Relay);
     }
 
     #[test]

@@ -256,6 +256,119 @@ impl Ledger {
     }
 }
 
+/// A fresh database and `<prefix>order`, a topic that refuses poisons
+/// ([`topic_refusing_poison`]), created the way a deployment would
+/// ([`create_topic_by_publishing`], the event it publishes in `ledger`).
+pub struct PoisonTopic {
+    pub prefix: String,
+    pub topic: String,
+    pub brokers: String,
+    pub db: e2e::db::TestDb,
+    pub ledger: Ledger,
+}
+
+impl PoisonTopic {
+    pub async fn new() -> Self {
+        let prefix = e2e::unique_topic_prefix();
+        let topic = format!("{prefix}{AGGREGATE_TYPE}");
+        let brokers = topic_refusing_poison(&prefix);
+        let db = e2e::db::fresh_database().await;
+        let mut ledger = Ledger::default();
+        create_topic_by_publishing(&db, &brokers, &prefix, &mut ledger).await;
+        Self {
+            prefix,
+            topic,
+            brokers,
+            db,
+            ledger,
+        }
+    }
+
+    /// Writes `n` events of `aggregates` aggregates (`a-<i % aggregates>`), the one at
+    /// `poison_at` a poison ([`poison_payload`]); returns the poison's aggregate and outbox id.
+    pub async fn put_with_poison(
+        &mut self,
+        n: usize,
+        aggregates: usize,
+        poison_at: usize,
+    ) -> (String, i64) {
+        let mut poison = None;
+        for i in 0..n {
+            let agg = format!("a-{}", i % aggregates);
+            let payload = if i == poison_at {
+                poison_payload(i)
+            } else {
+                serde_json::json!({"n": i})
+            };
+            let (id, _) = self
+                .ledger
+                .put(&self.db.pool, &agg, &payload.to_string(), "{}", None)
+                .await;
+            if i == poison_at {
+                poison = Some((agg, id));
+            }
+        }
+        poison.expect("the poison is among the events")
+    }
+}
+
+/// Waits (up to `deadline`) until the outbox holds only `poison`'s aggregate, the poison
+/// (`(aggregate, outbox id)`) first: every other aggregate drained.
+pub async fn wait_drained_but(pool: &PgPool, poison: (&str, i64), deadline: Duration) {
+    e2e::wait_for(
+        "everything but the poisoned aggregate to drain",
+        deadline,
+        || async {
+            let left: Vec<(String, i64)> =
+                sqlx::query_as("SELECT aggregate_id, id FROM outbox ORDER BY id")
+                    .fetch_all(pool)
+                    .await
+                    .ok()?;
+            (!left.is_empty() && left.iter().all(|(a, _)| a == poison.0) && left[0].1 == poison.1)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// Reads `topic` back and checks it against `ledger`: first occurrences in `id` order per
+/// aggregate, and exactly the events still in the outbox missing (none of them may be there
+/// before the event that holds them back). Returns how many messages the topic holds and how
+/// many events the outbox.
+pub async fn check_all_but_the_outbox(
+    pool: &PgPool,
+    brokers: &str,
+    topic: &str,
+    ledger: &Ledger,
+) -> (usize, usize) {
+    let records = {
+        let (b, t) = (brokers.to_owned(), topic.to_owned());
+        tokio::task::spawn_blocking(move || dump(&b, &[t]))
+            .await
+            .unwrap()
+    };
+    let (violations, missing) = ledger.check(&records);
+    assert!(
+        violations.is_empty(),
+        "first-occurrence order violated: {violations:?}"
+    );
+    let behind: std::collections::BTreeSet<Uuid> =
+        sqlx::query_scalar("SELECT event_id FROM outbox")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect();
+    assert_eq!(
+        missing
+            .into_iter()
+            .collect::<std::collections::BTreeSet<_>>(),
+        behind,
+        "exactly the events still in the outbox are not on the broker"
+    );
+    (records.len(), behind.len())
+}
+
 /// Runs an operator command with `--json`; returns its exit code and parsed output.
 pub fn ops(args: &[&str], url: &str) -> (i32, Value) {
     let mut argv = args.to_vec();
