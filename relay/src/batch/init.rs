@@ -59,6 +59,15 @@ impl Batcher<'_> {
 
     async fn initialise_one(&mut self, lone: bool) -> Result<(), BatchEnd> {
         let producer = if lone { "lone" } else { "main" };
+        if lone {
+            // The lone producer's session is retired while it goes unused (see
+            // `Batcher::retire_idle_lone`): a new one, initialised below like any.
+            self.lone_used = std::time::Instant::now();
+            if let Err(e) = self.lone.ensure_session() {
+                tracing::error!(error = %e, producer, "Could not start a new Kafka producer session");
+                return Err(BatchEnd::Backoff);
+            }
+        }
         let Some(timeout) = self.producer(lone).init_timeout() else {
             return Ok(());
         };

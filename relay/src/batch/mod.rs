@@ -114,7 +114,12 @@ pub struct Batcher<'a> {
     /// The last batch was full (as many rows as asked, or cut by the byte bound): more is
     /// waiting, and the next batch starts at once whatever `--min-batch-interval-ms` says.
     pub full: bool,
+    /// When the lone producer was last needed (see [`Batcher::retire_idle_lone`]).
+    pub lone_used: Instant,
 }
+
+/// How long the lone producer's session outlives its last use.
+pub const LONE_IDLE: Duration = Duration::from_secs(30);
 
 impl Batcher<'_> {
     /// Runs one batch.
@@ -253,6 +258,19 @@ impl Batcher<'_> {
             }
         }
         end
+    }
+
+    /// Ends the lone producer's session once it went unused for [`LONE_IDLE`]: most of the
+    /// time no event is being retried alone, and an idle session still costs its librdkafka
+    /// threads' wake-ups (each at least once a second) and its connections. The next retry
+    /// starts a new session, initialised under the lease like any (`init`); the relay that
+    /// takes a bucket over initialises the lone id at once all the same, fencing the previous
+    /// holder's lone producer.
+    pub fn retire_idle_lone(&mut self) {
+        if self.lone.has_session() && self.lone_used.elapsed() >= LONE_IDLE {
+            tracing::debug!("Retiring the lone Kafka producer's session, unused for a while");
+            self.lone.retire_session();
+        }
     }
 
     fn db_failed(&mut self, e: &sqlx::Error) -> BatchEnd {

@@ -54,7 +54,12 @@ impl Batcher<'_> {
             Prepared::Topic(t, _) => Some(&**t),
             Prepared::Failed(_) => None,
         });
-        let problems = match self.topics.check(self.publisher.producer(), names).await {
+        let Some(producer) = self.publisher.producer() else {
+            // The batches' producer is only ever replaced by a new session, never retired.
+            self.kafka.failed(&"the Kafka producer has no session");
+            return Err(BatchEnd::Backoff);
+        };
+        let problems = match self.topics.check(producer, names).await {
             Ok(p) => p,
             Err(e) => {
                 self.metrics.set_healthy(false);
@@ -74,7 +79,7 @@ impl Batcher<'_> {
             .collect();
         let dead = self
             .topics
-            .dead_partitions(self.publisher.producer(), topics.iter().map(|t| &**t))
+            .dead_partitions(producer, topics.iter().map(|t| &**t))
             .await;
         // Every event of the batch bound for a topic with no partition leader at all, none of
         // them a retry: the cluster cannot write (a broker holding every replica is down), an

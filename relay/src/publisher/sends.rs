@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_kafka::PolledProducer;
 use outbox_trace::{Attribute, ProducerSpan, TraceContext};
 use outbox_writer::{EventEnvelope, HeaderOptions};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -16,7 +17,7 @@ use super::session::Publisher;
 use super::transaction::Ending;
 use crate::decide::Outcome;
 use crate::failure::{classify_delivery, classify_refusal, FailureClass, Scope};
-use crate::kafka_context::{BatchReports, Report};
+use crate::kafka_context::{BatchReports, RelayContext, Report};
 
 /// One row of a batch as handed to [`Publisher::publish`].
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +38,10 @@ impl Publisher {
     /// with nothing else in flight (see [`crate::decide`]). Outcomes are in the order of
     /// `rows`.
     pub async fn publish(&self, rows: &[Send<'_>], alone: bool) -> Vec<Outcome> {
+        let Some(producer) = &self.producer else {
+            // The caller starts a session before it sends (`ensure_session`).
+            return not_sent(rows, "the Kafka producer has no session", alone);
+        };
         let generation = self
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -51,7 +56,7 @@ impl Publisher {
                         alone,
                     );
                 }
-                if let Err(e) = t.begin(&self.producer) {
+                if let Err(e) = t.begin(producer) {
                     tracing::warn!(error = %e, "Could not begin a Kafka transaction; the batch is sent again");
                     self.spent.store(true, std::sync::atomic::Ordering::Relaxed);
                     return not_sent(
@@ -100,6 +105,7 @@ impl Publisher {
                     }
                     match self
                         .enqueue(
+                            producer,
                             row,
                             (topic, partition),
                             traceparent.as_deref(),
@@ -134,13 +140,15 @@ impl Publisher {
         };
         let record_refused = match &self.records {
             Some(r) if record => self
-                .enqueue_record(&r.sink, r.value(&published), &batch, rows.len())
+                .enqueue_record(producer, &r.sink, r.value(&published), &batch, rows.len())
                 .await
                 .err(),
             _ => None,
         };
         batch.sent_all();
-        let withdrawn = self.await_reports(&batch, rows, in_transaction).await;
+        let withdrawn = self
+            .await_reports(producer, &batch, rows, in_transaction)
+            .await;
         let reports = batch.take();
         let record_offset = match reports.get(rows.len()) {
             Some(Some(Report::Acked(_, offset))) if record => Some(*offset),
@@ -197,6 +205,7 @@ impl Publisher {
             .collect();
         if in_transaction {
             self.end_transaction(
+                producer,
                 &mut outcomes,
                 abort,
                 withdrawn.is_some(),
@@ -224,6 +233,7 @@ impl Publisher {
     /// ([`Publisher::id_stranded`]).
     async fn end_transaction(
         &self,
+        producer: &PolledProducer<RelayContext>,
         outcomes: &mut [Outcome],
         abort: Option<String>,
         withdrawn: bool,
@@ -232,7 +242,7 @@ impl Publisher {
         let Some((_, t)) = &self.transactional else {
             return;
         };
-        let ending = t.end(&self.producer, abort).await;
+        let ending = t.end(producer, abort).await;
         if let Some(r) = &self.records {
             match &ending {
                 Ending::Committed => r.committed(published, record_offset),
@@ -304,6 +314,7 @@ impl Publisher {
     /// once instead: not their events' fault, they are sent again after the abort.
     async fn await_reports(
         &self,
+        producer: &PolledProducer<RelayContext>,
         batch: &BatchReports,
         rows: &[Send<'_>],
         in_transaction: bool,
@@ -346,7 +357,7 @@ impl Publisher {
                         Send::Known(..) => None,
                     });
                     let answers = match topic {
-                        Some(t) => crate::topics::exists(&self.producer, t).await.is_ok(),
+                        Some(t) => crate::topics::exists(producer, t).await.is_ok(),
                         None => false,
                     };
                     if answers {
@@ -386,6 +397,7 @@ impl Publisher {
     /// reason the transaction must abort.
     async fn enqueue_record(
         &self,
+        producer: &PolledProducer<RelayContext>,
         sink: &crate::records::RecordSink,
         value: Vec<u8>,
         batch: &BatchReports,
@@ -397,32 +409,15 @@ impl Publisher {
                 .partition(sink.partition)
                 .key(sink.key.as_bytes())
                 .payload(&value);
-        self.send_waiting(record).await.map_err(|code| {
+        send_waiting(producer, record).await.map_err(|code| {
             batch.refused_one();
             format!("the bucket record was refused by the producer: {code}")
         })
     }
 
-    /// Hands `record` to librdkafka, waiting while its local queue is full (delivery reports
-    /// drain it).
-    async fn send_waiting(
-        &self,
-        mut record: BaseRecord<'_, [u8], [u8], usize>,
-    ) -> Result<(), RDKafkaErrorCode> {
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
-                    record = rec;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err((e, _)) => return Err(error_code(&e)),
-            }
-        }
-    }
-
     async fn enqueue(
         &self,
+        producer: &PolledProducer<RelayContext>,
         row: &EventEnvelope,
         (topic, partition): (&str, Option<i32>),
         traceparent: Option<&str>,
@@ -449,7 +444,25 @@ impl Publisher {
         if let Some(partition) = partition {
             record = record.partition(partition);
         }
-        self.send_waiting(record).await
+        send_waiting(producer, record).await
+    }
+}
+
+/// Hands `record` to librdkafka, waiting while its local queue is full (delivery reports
+/// drain it).
+async fn send_waiting(
+    producer: &PolledProducer<RelayContext>,
+    mut record: BaseRecord<'_, [u8], [u8], usize>,
+) -> Result<(), RDKafkaErrorCode> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), rec)) => {
+                record = rec;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err((e, _)) => return Err(error_code(&e)),
+        }
     }
 }
 

@@ -26,7 +26,9 @@ pub struct WireSettings {
 
 /// The Kafka side of the relay.
 pub struct Publisher {
-    pub(super) producer: PolledProducer<RelayContext>,
+    /// The producer session; `None` once retired while unused ([`Publisher::retire_session`])
+    /// until [`Publisher::ensure_session`] starts a new one.
+    pub(super) producer: Option<PolledProducer<RelayContext>>,
     pub(super) context: RelayContext,
     pub(super) generation: std::sync::atomic::AtomicU32,
     brokers: String,
@@ -116,7 +118,7 @@ impl Publisher {
         let context = RelayContext::reporting_on(broker_down.clone(), false);
         let producer = new_producer(brokers, extra, None, &context)?;
         Ok(Self {
-            producer,
+            producer: Some(producer),
             context,
             generation: Default::default(),
             brokers: brokers.to_owned(),
@@ -164,7 +166,11 @@ impl Publisher {
     /// The broker did not answer in time, or refused.
     pub async fn fence(&self) -> Result<(), KafkaError> {
         match &self.transactional {
-            Some((_, t)) => t.fence(&self.producer).await,
+            Some((_, t)) => match &self.producer {
+                Some(producer) => t.fence(producer).await,
+                // Initialised only after `ensure_session`: nothing to initialise.
+                None => Err(KafkaError::Canceled),
+            },
             None => Ok(()),
         }
     }
@@ -215,6 +221,10 @@ impl Publisher {
         }
         t.set_generation(generation);
         tracing::info!(transactional.id = %t.id(base), generation, "Kafka producer sessions move to a new generation of their transactional id");
+        if self.producer.is_none() {
+            // Retired: the next session is made with the new id.
+            return Ok(());
+        }
         self.replace()
     }
 
@@ -278,12 +288,47 @@ impl Publisher {
         }
         // The old producer's errors are not the new one's.
         self.context.retire();
-        let old = std::mem::replace(&mut self.producer, producer);
+        let old = self.producer.replace(producer);
         self.context = context;
         self.spent
             .store(false, std::sync::atomic::Ordering::Relaxed);
-        retire_producer(old);
+        if let Some(old) = old {
+            retire_producer(old);
+        }
         Ok(())
+    }
+
+    /// Ends the producer session without starting another: its librdkafka threads, which wake
+    /// at least once a second each, and its connections go. For a producer that may stay
+    /// unused for long (the lone sends'). Its transactional state stays (the id's generation,
+    /// whether this relay fenced it); the next session ([`Publisher::ensure_session`]) must be
+    /// initialised under the lease like any new one.
+    pub fn retire_session(&mut self) {
+        let Some(old) = self.producer.take() else {
+            return;
+        };
+        self.context.retire();
+        if let Some((_, t)) = &self.transactional {
+            t.reset();
+        }
+        old.purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        retire_producer(old);
+    }
+
+    /// Whether a producer session exists (see [`Publisher::retire_session`]).
+    pub fn has_session(&self) -> bool {
+        self.producer.is_some()
+    }
+
+    /// Starts a producer session if there is none ([`Publisher::retire_session`]).
+    ///
+    /// # Errors
+    /// As [`Publisher::replace`].
+    pub fn ensure_session(&mut self) -> Result<(), KafkaError> {
+        if self.producer.is_some() {
+            return Ok(());
+        }
+        self.replace()
     }
 
     /// The topic of a row.
@@ -301,14 +346,17 @@ impl Publisher {
         &self.context
     }
 
-    /// The underlying producer, for metadata queries.
-    pub fn producer(&self) -> &PolledProducer<RelayContext> {
-        &self.producer
+    /// The underlying producer, for metadata queries; `None` while the session is retired
+    /// ([`Publisher::retire_session`]).
+    pub fn producer(&self) -> Option<&PolledProducer<RelayContext>> {
+        self.producer.as_ref()
     }
 
     /// True once librdkafka raised a fatal error; the producer must be replaced.
     pub fn is_fatal(&self) -> bool {
-        self.producer.client().fatal_error().is_some()
+        self.producer
+            .as_ref()
+            .is_some_and(|p| p.client().fatal_error().is_some())
     }
 
     /// True once the producer must be replaced: a fatal error, or messages withdrawn after
@@ -319,21 +367,23 @@ impl Publisher {
 
     /// Drops the messages still waiting in librdkafka's queue (not those in flight).
     pub(super) fn purge_waiting(&self) {
-        self.producer
-            .purge(rdkafka::producer::PurgeConfig::default().queue());
+        if let Some(p) = &self.producer {
+            p.purge(rdkafka::producer::PurgeConfig::default().queue());
+        }
     }
 
     pub(super) fn purge_queued(&self) {
-        self.producer
-            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        if let Some(p) = &self.producer {
+            p.purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        }
     }
 
     /// Drops everything queued or in flight (shutdown, producer replacement). Their rows stay
     /// unmarked and are published again.
     pub fn purge(&self) {
         self.purge_queued();
-        let _ = self
-            .producer
-            .flush(Timeout::After(Duration::from_millis(100)));
+        if let Some(p) = &self.producer {
+            let _ = p.flush(Timeout::After(Duration::from_millis(100)));
+        }
     }
 }

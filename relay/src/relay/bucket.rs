@@ -196,6 +196,7 @@ async fn lead(
         unsettled: records.is_some(),
         records,
         full: false,
+        lone_used: std::time::Instant::now(),
     };
     // Fence the relays that held the lease before, now (their open transactions are
     // aborted, so `read_committed` readers do not wait for their timeout); failing that,
@@ -262,6 +263,7 @@ async fn run_batches(
         // A release waits for the batch in flight; a shutdown cuts its wait for
         // acknowledgements short (`--shutdown-timeout-ms`).
         let end = batcher.run(shutdown).await;
+        batcher.retire_idle_lone();
         // A backlog (the batch was full) goes on at once.
         if !interval.is_zero() && !batcher.full {
             not_before = Some(started + interval);

@@ -215,11 +215,14 @@ impl Relay {
         let mut topics = TopicCatalog::new(&s.brokers, &s.kafka_config, s.create_topics);
         let buckets = self.shared.store.layout().await.map_or(1, |l| l.buckets);
         let mut outage = Outage::new("kafka (records topic)");
+        let Some(producer) = probe.producer() else {
+            anyhow::bail!("the probe's Kafka producer has no session");
+        };
         loop {
             // A request may wait seconds on a broker that does not answer: a shutdown does
             // not wait for it.
             let attempt = tokio::select! {
-                r = topics.records_topic(probe.producer(), &s.records_topic, buckets) => r,
+                r = topics.records_topic(producer, &s.records_topic, buckets) => r,
                 () = shutdown.cancelled() => return Ok(None),
             };
             match attempt {

@@ -314,3 +314,74 @@ async fn sixteen_producer_replacements_in_one_batch_do_not_stall_the_relay() {
         "the relay took the lease once and kept it"
     );
 }
+
+/// How many librdkafka clients (producers, consumers, admin clients) process `pid` runs: one
+/// `rdk:main` thread each.
+fn kafka_clients(pid: i32) -> usize {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "rdk:main")
+        })
+        .count()
+}
+
+/// Most of the time no event is being retried alone, and an idle producer session still wakes
+/// its librdkafka threads every second: the lone producer's session goes once unused for a
+/// while. An event retried alone after that starts a new session, initialised under the lease,
+/// and is sent alone on it: the culprit of a refused record batch parks with the broker's
+/// refusal, every other aggregate drains, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_lone_producer_goes_while_unused_and_the_next_retry_starts_it_again() {
+    let mut setup = crate::common::PoisonTopic::new().await;
+    let s = &setup;
+    let relay = RelayProcess::start(&RelayArgs::new(
+        &s.db.url,
+        &s.brokers,
+        &s.prefix,
+        "lone-idle",
+    ));
+    let pid = relay.pid();
+    e2e::wait_for(
+        "the bucket's two producers (its batches' and the lone sends')",
+        Duration::from_secs(60),
+        || async { (kafka_clients(pid) >= 2).then_some(()) },
+    )
+    .await;
+    e2e::wait_for(
+        "the unused lone producer's session to go",
+        Duration::from_secs(120),
+        || async { (kafka_clients(pid) == 1).then_some(()) },
+    )
+    .await;
+
+    // 300 events of 30 aggregates, one of them too large for the topic: it fails in its
+    // batch, and is retried alone.
+    let poison = setup.put_with_poison(300, 30, 150).await;
+    let s = &setup;
+    crate::common::wait_drained_but(&s.db.pool, (&poison.0, poison.1), Duration::from_secs(300))
+        .await;
+    let (_, blocked) = ops(&["blocked"], &s.db.url);
+    let events = blocked["events"].as_array().unwrap();
+    assert_eq!(
+        events.len(),
+        1,
+        "only the refused event is parked: {blocked}"
+    );
+    assert_eq!(
+        events[0]["error_class"], "broker_rejected",
+        "parked on the broker's answer to its lone send: {blocked}"
+    );
+    let log = relay.log_text();
+    let retired = log
+        .find("Retiring the lone Kafka producer's session")
+        .expect("the relay logs the lone session's end");
+    assert!(
+        log[retired..].contains("Sending an event alone"),
+        "an event was sent alone after the lone session went"
+    );
+    crate::common::check_all_but_the_outbox(&s.db.pool, &s.brokers, &s.topic, &s.ledger).await;
+}
