@@ -118,7 +118,8 @@ pub struct Batcher<'a> {
     pub lone_used: Instant,
 }
 
-/// How long the lone producer's session outlives its last use.
+/// How long the lone producer's session outlives its last use, at least: see
+/// [`Batcher::retire_idle_lone`].
 pub const LONE_IDLE: Duration = Duration::from_secs(30);
 
 impl Batcher<'_> {
@@ -260,14 +261,17 @@ impl Batcher<'_> {
         end
     }
 
-    /// Ends the lone producer's session once it went unused for [`LONE_IDLE`]: most of the
-    /// time no event is being retried alone, and an idle session still costs its librdkafka
-    /// threads' wake-ups (each at least once a second) and its connections. The next retry
-    /// starts a new session, initialised under the lease like any (`init`); the relay that
-    /// takes a bucket over initialises the lone id at once all the same, fencing the previous
-    /// holder's lone producer.
+    /// Ends the lone producer's session once it went unused for twice the longest delay
+    /// between two retries of an event (and at least [`LONE_IDLE`]): most of the time no event
+    /// is being retried alone, and an idle session still costs its librdkafka threads'
+    /// wake-ups (each at least once a second) and its connections, while an event being
+    /// retried keeps it (a new session is initialised before its batch sends anything). The
+    /// next retry starts a new session, initialised under the lease like any (`init`); the
+    /// relay that takes a bucket over initialises the lone id at once all the same, fencing
+    /// the previous holder's lone producer.
     pub fn retire_idle_lone(&mut self) {
-        if self.lone.has_session() && self.lone_used.elapsed() >= LONE_IDLE {
+        let idle = LONE_IDLE.max(self.policy.max_delay.saturating_mul(2));
+        if self.lone.has_session() && self.lone_used.elapsed() >= idle {
             tracing::debug!("Retiring the lone Kafka producer's session, unused for a while");
             self.lone.retire_session();
         }

@@ -261,6 +261,8 @@ impl Batcher<'_> {
             }
         };
         if !lone.is_empty() {
+            // Used until now (a lone send may last as long as the send timeout).
+            self.lone_used = std::time::Instant::now();
             self.metrics.lone_sends.observe(lone_outcomes.len() as f64);
         }
         for (i, outcome) in lone_outcomes {

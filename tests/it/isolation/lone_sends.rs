@@ -345,15 +345,33 @@ async fn the_lone_producer_goes_while_unused_and_the_next_retry_starts_it_again(
         "lone-idle",
     ));
     let pid = relay.pid();
+    let logged = |line: &'static str| {
+        let relay = &relay;
+        move || async move { relay.log_text().contains(line).then_some(()) }
+    };
     e2e::wait_for(
-        "the bucket's two producers (its batches' and the lone sends')",
+        "the relay to lead the bucket",
         Duration::from_secs(60),
+        logged("Acquired the relay lease"),
+    )
+    .await;
+    // Both producers of the bucket run (its batches' and the lone sends'): until the lone one
+    // has gone unused for twice the longest delay between two retries (120 s).
+    e2e::wait_for(
+        "the bucket's two producers",
+        Duration::from_secs(30),
         || async { (kafka_clients(pid) >= 2).then_some(()) },
     )
     .await;
     e2e::wait_for(
         "the unused lone producer's session to go",
-        Duration::from_secs(120),
+        Duration::from_secs(300),
+        logged("Retiring the lone Kafka producer's session"),
+    )
+    .await;
+    e2e::wait_for(
+        "one librdkafka client left in the relay",
+        Duration::from_secs(30),
         || async { (kafka_clients(pid) == 1).then_some(()) },
     )
     .await;
