@@ -7,12 +7,14 @@
 //!
 //! The publisher and its producer session are `session`, a batch's sends and their outcomes
 //! `sends`; the producer's configuration, and which of its settings a user may not change, live
-//! in `settings`; the Kafka transactions of `--transactions`, in `transaction`.
+//! in `settings`; the Kafka transactions of `--transactions`, in `transaction`; the trace span
+//! of each message sent, in `span`.
 
 mod record;
 mod sends;
 mod session;
 mod settings;
+mod span;
 mod transaction;
 
 pub use sends::Send;

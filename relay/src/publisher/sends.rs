@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_kafka::PolledProducer;
-use outbox_trace::{Attribute, ProducerSpan, TraceContext};
+use outbox_trace::ProducerSpan;
 use outbox_writer::{EventEnvelope, HeaderOptions};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
 use super::session::Publisher;
+use super::span::producer_span;
 use super::transaction::Ending;
 use crate::decide::Outcome;
 use crate::failure::{classify_delivery, classify_refusal, FailureClass, Scope};
@@ -478,27 +479,6 @@ fn not_sent(rows: &[Send<'_>], why: &str, alone: bool) -> Vec<Outcome> {
             },
         })
         .collect()
-}
-
-/// The PRODUCER span of `row` below its writer's `traceparent`, from the row's `created_at` (the
-/// time it waited in the outbox is part of the span); `None` without a valid `traceparent`.
-fn producer_span(row: &EventEnvelope, topic: &str) -> Option<ProducerSpan> {
-    let parent = TraceContext::from_headers(row.traceparent(), row.tracestate())?;
-    ProducerSpan::start(parent, row.created_at.into(), || {
-        (
-            format!("send {topic}"),
-            // The messaging conventions' identifying attributes only: every attribute is
-            // encoded and exported per event (the aggregate and event type are in the
-            // writer's span and the message's headers).
-            vec![
-                Attribute::Static("messaging.system", "kafka"),
-                Attribute::Static("messaging.operation.type", "send"),
-                Attribute::Str("messaging.destination.name", topic.to_owned()),
-                Attribute::Str("messaging.message.id", row.event_id.to_string()),
-                Attribute::Int("outbox.id", row.id),
-            ],
-        )
-    })
 }
 
 fn error_code(e: &KafkaError) -> RDKafkaErrorCode {
